@@ -1,0 +1,25 @@
+# Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
+# Both create or refresh .venv first; the stamp makes the refresh a no-op when nothing changed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[gpu,agent,plots,test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/formloop demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q tests
+
+clean:
+	rm -rf $(VENV) .formloop

@@ -1,0 +1,21 @@
+"""`formloop …`: thin commands over library calls. Each area adds its commands in its own module."""
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="formloop: prove, solve, check, measure and learn kernel templates.")
+
+# One module per command area; each registers its commands on `app` when imported.
+COMMAND_MODULES = (
+    "formloop.cli.solve_cmd",
+)
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(_module)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""formloop.evaluate"""

@@ -1,0 +1,1 @@
+"""Chip specs and the hardware library."""
