@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/formloop demo
+	$(BIN)/python studies/tiling_selection.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q tests

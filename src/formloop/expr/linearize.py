@@ -129,8 +129,8 @@ class Linearizer:
                 c = float(b.payload) if op == "mul" else 1.0 / float(b.payload)
                 return self.affine(a, sign=sign * np.sign(c), objective=objective).scaled(c)
         if op == "max" and objective and sign >= 0 and self.key_of(node):
-            name = f"epi{len(self.epigraphs)}"
             args = tuple(self.affine(a, sign=1.0, objective=objective) for a in node.args)
+            name = f"epi{len(self.epigraphs)}"
             self.epigraphs.append(Epigraph(name, args))
             return Affine(0.0, {}, {name: 1.0})
         return self.tabulate(node)

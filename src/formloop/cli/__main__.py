@@ -1,0 +1,3 @@
+from formloop.cli import main
+
+main()
