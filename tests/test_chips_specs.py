@@ -32,7 +32,7 @@ def test_tensor_precisions_are_ordered(name):
     assert set(c.peak_flops) == set(PRECISIONS)
     assert c.peak("tf32") * 2 == pytest.approx(c.peak("fp16"))
     assert c.peak("bf16") == c.peak("fp16")
-    assert c.peak("fp8") == pytest.approx(2 * c.peak("fp16"))
+    assert c.peak("fp8") == pytest.approx(2 * c.peak("fp16"), rel=1e-4)   # datasheet rounding
 
 
 def test_hopper_pair_differs_only_in_memory():
