@@ -1,0 +1,178 @@
+"""The population's SQLite schema, as an ordered list of migrations.
+
+`PRAGMA user_version` records how many migrations a store has applied. Opening a store applies the
+missing ones in one write transaction, so an older store is upgraded in place and two processes
+opening a fresh store at once apply each migration exactly once. Never edit a released migration;
+append a new one."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from formloop.errors import FormloopError
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    summary: str
+    sql: str
+    data: Callable[[sqlite3.Connection], None] | None = None  # row rewrites after the DDL
+
+
+V1 = """
+CREATE TABLE templates (
+    hash        TEXT PRIMARY KEY,          -- Template.content_hash
+    name        TEXT NOT NULL,
+    options     TEXT NOT NULL,             -- JSON of the factory options (variant)
+    origin      TEXT NOT NULL,             -- where to load it again: library:NAME?opts | file:PATH:NAME
+    source      TEXT NOT NULL,             -- canonical contract text (plus file source for user templates)
+    scope       TEXT NOT NULL,             -- JSON: scope rules and parameter domains
+    descriptor  TEXT NOT NULL,             -- JSON: algorithm, reuse, placement, resources
+    status      TEXT NOT NULL CHECK (status IN ('proved', 'refuted', 'unresolved')),
+    created_at  REAL NOT NULL
+);
+CREATE TABLE certificates (
+    id            INTEGER PRIMARY KEY,
+    template_hash TEXT NOT NULL REFERENCES templates(hash),
+    verdict       TEXT NOT NULL CHECK (verdict IN ('proved', 'counterexample', 'unresolved')),
+    toolchain     TEXT NOT NULL,           -- verifier and solver versions: part of the reuse key
+    body          TEXT NOT NULL,           -- the certificate's own JSON
+    seconds       REAL NOT NULL,
+    created_at    REAL NOT NULL
+);
+CREATE TABLE counterexamples (
+    id            INTEGER PRIMARY KEY,
+    template_hash TEXT NOT NULL REFERENCES templates(hash),
+    obligation    TEXT NOT NULL,
+    witness       TEXT NOT NULL,           -- JSON
+    trace         TEXT NOT NULL,           -- JSON list: the replayable trace
+    replay        TEXT NOT NULL,           -- what the replay interpreter saw go wrong
+    created_at    REAL NOT NULL
+);
+CREATE TABLE designs (
+    id            INTEGER PRIMARY KEY,
+    template_hash TEXT NOT NULL REFERENCES templates(hash),
+    workload      TEXT NOT NULL CHECK (workload <> ''),
+    chip          TEXT NOT NULL CHECK (chip <> ''),
+    assignment    TEXT NOT NULL,           -- JSON, keys sorted
+    predicted     REAL,
+    unit          TEXT NOT NULL,
+    solver        TEXT NOT NULL,
+    bound         REAL,
+    gap           REAL,
+    created_at    REAL NOT NULL,
+    UNIQUE (template_hash, workload, chip, assignment)
+);
+CREATE TABLE measurements (
+    id          INTEGER PRIMARY KEY,
+    design_id   INTEGER NOT NULL REFERENCES designs(id),
+    workload    TEXT NOT NULL CHECK (workload <> ''),
+    chip        TEXT NOT NULL CHECK (chip <> ''),
+    tier        TEXT NOT NULL CHECK (tier IN ('model', 'emulated', 'simulated', 'gpu')),
+    device      TEXT NOT NULL,
+    latency_s   REAL,
+    error       REAL,
+    versions    TEXT NOT NULL,             -- JSON: toolchain versions that produced the number
+    created_at  REAL NOT NULL
+);
+"""
+
+V2 = """
+ALTER TABLE templates ADD COLUMN descriptor_key TEXT NOT NULL DEFAULT '';
+ALTER TABLE measurements ADD COLUMN provenance TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE measurements ADD COLUMN failure TEXT NOT NULL DEFAULT '';
+CREATE TABLE calibrations (
+    id            INTEGER PRIMARY KEY,
+    template_hash TEXT NOT NULL REFERENCES templates(hash),
+    chip          TEXT NOT NULL CHECK (chip <> ''),
+    tier          TEXT NOT NULL,
+    factors       TEXT NOT NULL,           -- JSON: per cost term multipliers
+    samples       INTEGER NOT NULL,
+    created_at    REAL NOT NULL
+);
+CREATE INDEX designs_by_chip_workload ON designs (chip, workload);
+CREATE INDEX measurements_by_design ON measurements (design_id);
+CREATE INDEX certificates_by_template ON certificates (template_hash, toolchain);
+"""
+
+
+def descriptor_key(descriptor: dict) -> str:
+    """The normalized descriptor: lower-case word sets per field, JSON with sorted keys.
+
+    Two templates whose descriptors normalize alike are structural duplicates; the population
+    compares these keys (see store.near_duplicate)."""
+    out = {}
+    for field in ("algorithm", "reuse", "placement", "resources"):
+        value = descriptor.get(field, "")
+        items = value if isinstance(value, (list, tuple)) else [value]
+        words = sorted({w for item in items for w in str(item).lower().replace("-", " ").replace("_", " ").split()})
+        out[field] = words
+    return json.dumps(out, sort_keys=True)
+
+
+def _fill_descriptor_keys(conn: sqlite3.Connection) -> None:
+    rows = conn.execute("SELECT hash, descriptor FROM templates").fetchall()
+    for h, desc in rows:
+        conn.execute("UPDATE templates SET descriptor_key = ? WHERE hash = ?", (descriptor_key(json.loads(desc)), h))
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "templates, certificates, counterexamples, designs, measurements", V1),
+    Migration(2, "descriptor keys, measurement provenance and failure class, calibrations, indexes", V2,
+              _fill_descriptor_keys),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+class SchemaError(FormloopError, RuntimeError):
+    """A store written by a newer formloop, or a migration that failed."""
+
+
+def version_of(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION) -> list[int]:
+    """Apply the missing migrations up to `upto` in one IMMEDIATE transaction; return those applied.
+
+    The version is read again after the write lock is taken, so a concurrent opener that migrated
+    first leaves nothing to do here."""
+    if version_of(conn) >= upto:
+        _refuse_newer(conn)
+        return []
+    applied: list[int] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = version_of(conn)
+        for m in MIGRATIONS:
+            if current < m.version <= upto:
+                for statement in _statements(m.sql):
+                    conn.execute(statement)
+                if m.data is not None:
+                    m.data(conn)
+                conn.execute(f"PRAGMA user_version = {m.version}")
+                applied.append(m.version)
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise SchemaError(f"migration to schema {upto} failed: {exc}") from exc
+        raise
+    _refuse_newer(conn)
+    return applied
+
+
+def _refuse_newer(conn: sqlite3.Connection) -> None:
+    v = version_of(conn)
+    if v > SCHEMA_VERSION:
+        raise SchemaError(f"store schema {v} is newer than this formloop understands ({SCHEMA_VERSION})",
+                          fix="upgrade formloop or point FORMLOOP_STORE at another file")
+
+
+def _statements(sql: str) -> list[str]:
+    # Comments hold no ';', so a split on ';' is exact for our own DDL.
+    lines = [line.split("--", 1)[0] for line in sql.splitlines()]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
