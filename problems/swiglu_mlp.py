@@ -1,0 +1,26 @@
+"""SwiGLU MLP block: down(silu(gate(x)) * up(x)), no biases (Llama/Qwen)."""
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+T, DM, FF = 32, 256, 688
+SOL = {"op": "swiglu_mlp", "shape": {"M": T, "Dm": DM, "F": FF}}
+
+
+class Model(nn.Module):
+    def __init__(self, hidden: int, ffn: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, ffn, bias=False)
+        self.up_proj = nn.Linear(hidden, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def get_inputs():
+    return [torch.randn(T, DM)]
+
+
+def get_init_inputs():
+    return [DM, FF]
