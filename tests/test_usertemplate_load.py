@@ -31,11 +31,11 @@ def write(tmp_path, body: str) -> str:
 def test_example_loads_and_solves_like_enumeration():
     t = load_user_template(f"{EXAMPLE}:rownorm")
     assert t.name == "rownorm" and t.descriptor["algorithm"] == "rmsnorm"
-    f = t.formulate({"R": 4096, "C": 4096, "e": 2}, get_chip("illustrative"))
+    f = t.formulate({"R": 4096, "D": 4096, "e": 2}, get_chip("illustrative"))
     milp, brute = solve_milp(f), enumerate_designs(f)
     assert milp.objective == pytest.approx(brute.objective)
     assert milp.assignment["BLOCK"] >= 4096
-    # hand count: the memory term is (2*R*C + C)*e / bw = (2*4096*4096 + 4096)*2 / 1.8e12 s
+    # hand count: the memory term is (2*R*D + D)*e / bw = (2*4096*4096 + 4096)*2 / 1.8e12 s
     assert milp.objective == pytest.approx((2 * 4096 * 4096 + 4096) * 2 / 1.8e12 * 1e6)
 
 

@@ -5,7 +5,7 @@ reduces the sum of squares across its W warps, then scales and writes the row. T
 correct only if a block covers the whole row; that is the template's precondition, and the
 constraint that states it is what lets the verifier prove K1 (C implies Pre).
 
-Load it with `formloop run rmsnorm --shape 4096,4096 --template examples/templates/rownorm.py:rownorm`.
+Load it with `formloop run rmsnorm --shape R=4096,D=4096 --template examples/templates/rownorm.py:rownorm`.
 `rownorm_loose` is the same family with a wrong constraint (it admits blocks half a row wide): the
 verifier refuses it with a counterexample to K1."""
 from formloop.expr import ceildiv, decision, maximum, param
@@ -16,7 +16,7 @@ W = decision("W", (1, 2, 4, 8, 16), doc="warps per program")
 RB = decision("RB", (1, 2, 4, 8), doc="rows one program normalizes")
 
 R = param("R", doc="rows")
-C = param("C", doc="columns (the normalized extent)")
+D = param("D", doc="columns (the normalized extent)")
 e = param("e", doc="bytes per element")
 R_acc = param("R_acc", kind="chip", doc="elements a block may hold in registers")
 n_sm = param("n_sm", kind="chip", doc="streaming multiprocessors")
@@ -28,13 +28,13 @@ US = 1e6
 ELEM_CYCLES = 4  # load, square-accumulate, scale, store: about one issue slot each per element
 
 # x is read once and y written once; the weight row is read once per program wave (cached after).
-T_mem = (2 * R * C + C) * e / bw * US
+T_mem = (2 * R * D + D) * e / bw * US
 # Each thread walks its share of RB rows; the cross-warp reduction costs two barriers per warp step.
 t_prog = (RB * BLOCK / (32 * W) * ELEM_CYCLES + 2 * W * bar) * t_cyc
 T_comp = ceildiv(ceildiv(R, RB), n_sm) * t_prog * US
 T = maximum(T_mem, T_comp)
 
-COVERS = BLOCK >= C
+COVERS = BLOCK >= D
 
 
 def bind_chip(chip):
@@ -47,9 +47,9 @@ def _template(name: str, cover: object, doc: str) -> Template:
         name=name,
         doc=doc,
         decisions=(BLOCK, W, RB),
-        params=(R, C, e, R_acc, n_sm, bw, t_cyc, bar),
+        params=(R, D, e, R_acc, n_sm, bw, t_cyc, bar),
         scope=(
-            Constraint("row_fits_a_block", C <= 8192, "scope", "the widest block holds 8192 columns"),
+            Constraint("row_fits_a_block", D <= 8192, "scope", "the widest block holds 8192 columns"),
             Constraint("registers_hold_a_row", R_acc >= 8192, "scope", "a block can keep the widest row"),
             Constraint("rates_positive", (bw > 0) & (t_cyc > 0), "scope", "the chip moves bytes and computes"),
         ),
@@ -76,4 +76,4 @@ def rownorm() -> Template:
 
 def rownorm_loose() -> Template:
     # Wrong on purpose: half a row per block passes this constraint but breaks the single pass.
-    return _template("rownorm-loose", 2 * BLOCK >= C, "single-pass RMS norm with a constraint too weak for its pass")
+    return _template("rownorm-loose", 2 * BLOCK >= D, "single-pass RMS norm with a constraint too weak for its pass")

@@ -188,6 +188,16 @@ class Population:
             "ORDER BY id DESC LIMIT 1", (template_hash, toolchain)).fetchone()
         return None if row is None else row[0]
 
+    def latest_certificate(self, template_hash: str, toolchain: str) -> tuple[str, str] | None:
+        """(verdict, JSON) of the newest certificate for this template and toolchain, if any."""
+        row = self.conn.execute("SELECT verdict, body FROM certificates WHERE template_hash = ? AND toolchain = ? "
+                                "ORDER BY id DESC LIMIT 1", (template_hash, toolchain)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def find(self, template_hash: str) -> TemplateRecord | None:
+        row = self.conn.execute(f"SELECT {_TCOLS} FROM templates WHERE hash = ?", (template_hash,)).fetchone()
+        return None if row is None else _record(row)
+
     def template(self, template_hash: str) -> TemplateRecord:
         row = self.conn.execute(f"SELECT {_TCOLS} FROM templates WHERE hash = ? OR hash LIKE ? || '%'",
                                 (template_hash, template_hash)).fetchall()

@@ -1,0 +1,76 @@
+"""`formloop run WORKLOAD`: the loop, with a table (or JSON) of what it did; `formloop demo`."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from formloop.cli import app
+from formloop.cli.common import console, friendly, print_json
+
+
+def _fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def render_report(report) -> Table:
+    """The loop's table: every number's unit and source is in its column header."""
+    table = Table(title=f"formloop run · chip {report.chip}", caption=_caption(report), caption_justify="left")
+    cols = ("workload", "template", "proof", "design", "predicted (us, model)", "measured (us)", "tier",
+            "SOL floor (us, sol)", "SOL fraction", "check")
+    for c in cols:
+        table.add_column(c, justify="right" if "(" in c or c == "SOL fraction" else "left")
+    for r in report.rows:
+        proof = r.proof if not r.proof_source else f"{r.proof} ({r.proof_source}, {r.proof_seconds:.2f} s)"
+        design = ",".join(f"{k}={v}" for k, v in r.design.items()) if r.design else (r.note or "-")
+        table.add_row(r.workload, r.template or "-", proof, design, _fmt(r.predicted_us), _fmt(r.measured_us),
+                      r.tier or "-", _fmt(r.sol_floor_us), _fmt(r.sol_fraction, ".3f"), r.check or "-")
+    return table
+
+
+def _caption(report) -> str:
+    lines = [f"proofs: {report.proofs_new} proved now, {report.proofs_reused} reused from the store"
+             + (" (no verifier call)" if report.proofs_reused and not report.proofs_new else ""),
+             f"store: {report.store} · loop wall time {report.seconds:.2f} s"]
+    notes = [f"{r.workload} / {r.template}: {r.note}" for r in report.rows if r.note and r.design]
+    notes += [f"{r.workload} / {r.template or '-'}: {r.note}" for r in report.rows if r.note and not r.design
+              and r.proof not in ("proved",)]
+    return "\n".join(lines + notes)
+
+
+@app.command()
+@friendly
+def run(
+    workload: str = typer.Argument(..., help="an operator (gemm, rmsnorm, ...) with --shape, or a suite: tiling-study"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", help="extents, e.g. 4096,4096,4096 or R=4096,C=1024; repeat"),
+    dtype: str = typer.Option("fp32", help="element type: fp32 | tf32 | bf16 | fp16"),
+    chip: str = typer.Option("illustrative", help="chip spec name"),
+    template: Optional[list[str]] = typer.Option(None, "--template", help="a user template path/to/file.py:NAME; repeat"),
+    store: Optional[str] = typer.Option(None, help="population file (default: $FORMLOOP_STORE or .formloop/population.db)"),
+    json_out: bool = typer.Option(False, "--json", help="print the report as one JSON object"),
+) -> None:
+    """Draw covering templates, prove or reuse, solve, check, evaluate, store and report."""
+    from formloop.flow import Candidate, run_loop, workloads_from
+    from formloop.usertemplate import file_origin, load_user_template
+
+    user = [Candidate(load_user_template(spec), file_origin(spec)) for spec in template or ()]
+    workloads = workloads_from(workload, shape or (), dtype, [c.template for c in user])
+    if json_out:
+        report = run_loop(workloads, chip=chip, templates=user, store=store)
+        print_json(report.as_dict())
+        return
+    with console.status("formloop run: starting", spinner="dots") as status:
+        report = run_loop(workloads, chip=chip, templates=user, store=store,
+                          progress=lambda msg: status.update(f"formloop run: {msg}"))
+    console.print(render_report(report))
+
+
+@app.command()
+@friendly
+def demo(
+    store: Optional[str] = typer.Option(None, help="population file (default: $FORMLOOP_STORE or .formloop/population.db)"),
+) -> None:
+    """The loop on the GEMM workload of the tiling study (three shapes, illustrative chip)."""
+    run(workload="tiling-study", shape=None, dtype="fp32", chip="illustrative", template=None, store=store,
+        json_out=False)
