@@ -11,6 +11,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 # One module per command area; each registers its commands on `app` when imported.
 COMMAND_MODULES = (
     "formloop.cli.solve_cmd",
+    "formloop.cli.sol_cmd",
     "formloop.cli.run_cmd", "formloop.cli.population_cmd", "formloop.cli.mcp_cmd",
 )
 
