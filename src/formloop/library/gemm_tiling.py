@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from formloop.errors import InvalidInput
 from formloop.expr import ceildiv, decision, maximum, param, where
 from formloop.hw.chips import Chip
-from formloop.library import register_template
+from formloop.library import gemm_tiling_program, register_template
 from formloop.template import Constraint, Template
 
 NAME = "gemm-tiling"
@@ -103,6 +103,8 @@ def gemm_tiling(pre: str = "exact", dtype: str = "fp32") -> Template:
         terms={"T_comp_us": T_comp, "T_mem_us": T_mem, "smem_bytes": smem_bytes},
         tie_break=("T_comp_us", "smem_bytes"),
         bind_chip=lambda chip: chip_params(chip, dtype),
+        program=gemm_tiling_program.program,
+        obligations=gemm_tiling_program.obligations,
         options={"pre": pre, "dtype": dtype},
         descriptor={"algorithm": "gemm", "reuse": "shared-memory tiles", "placement": "block per output tile",
                     "resources": ("smem", "accumulators")},

@@ -1,0 +1,201 @@
+"""Certificates: a template's proof as re-checkable JSON, and `prove_template`, which makes one.
+
+A certificate names the template (name, options, content hash), what the proof fixed for
+decidability and the bounds of its bounded models, and every obligation with its query, solver
+and version, verdict and time. Its verdict is proved only if every obligation is proved, a
+counterexample if any obligation has one, else unresolved. `recheck` re-runs the proof on the
+template as it is now and reports what changed."""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from numbers import Real
+from typing import Any
+
+from formloop.errors import InvalidInput, StructureError
+from formloop.template import Template
+from formloop.verify.outcome import ObligationResult, Verdict, z3_solver_name
+from formloop.verify.smt import check_k1, check_k3
+
+FORMAT = "formloop-certificate/1"
+CheckFn = Callable[[float], Sequence[ObligationResult]]
+
+
+@dataclass(frozen=True)
+class ProofPlan:
+    """What a template's `obligations` hook returns: parameters fixed for decidability (and why),
+    the bounds of its bounded models, and its own obligations (each run with a timeout)."""
+
+    fixed: Mapping[str, Real] = field(default_factory=dict)
+    fixed_reason: str = ""
+    bounds: Mapping[str, Any] = field(default_factory=dict)
+    checks: tuple[CheckFn, ...] = ()
+
+
+def plan_of(template: Template) -> ProofPlan:
+    if template.obligations is None:
+        return ProofPlan()
+    plan = template.obligations(template)
+    if not isinstance(plan, ProofPlan):
+        raise StructureError(f"template {template.name}: its obligations hook returned {type(plan).__name__}, not a ProofPlan")
+    return plan
+
+
+def overall(results: Sequence[ObligationResult]) -> Verdict:
+    verdicts = {r.verdict for r in results}
+    if Verdict.COUNTEREXAMPLE in verdicts:
+        return Verdict.COUNTEREXAMPLE
+    if results and verdicts == {Verdict.PROVED}:
+        return Verdict.PROVED
+    return Verdict.UNRESOLVED
+
+
+def _formloop_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("formloop")
+    except Exception:  # noqa: BLE001 - an uninstalled checkout still certifies
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class Certificate:
+    template: str
+    template_hash: str
+    options: Mapping[str, str]
+    obligations: tuple[ObligationResult, ...]
+    fixed: Mapping[str, Real] = field(default_factory=dict)
+    fixed_reason: str = ""
+    bounds: Mapping[str, Any] = field(default_factory=dict)
+    timeout_s: float = 10.0
+    solver: str = ""
+    formloop_version: str = ""
+    created: str = ""
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> Verdict:
+        return overall(self.obligations)
+
+    def counts(self) -> dict[str, int]:
+        out = {v.value: 0 for v in Verdict}
+        for r in self.obligations:
+            out[r.verdict.value] += 1
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "template": self.template, "template_hash": self.template_hash,
+            "options": dict(self.options), "verdict": self.verdict.value, "counts": self.counts(),
+            "fixed": dict(self.fixed), "fixed_reason": self.fixed_reason, "bounds": dict(self.bounds),
+            "timeout_s": self.timeout_s, "solver": self.solver, "formloop_version": self.formloop_version,
+            "created": self.created, "seconds": self.seconds,
+            "obligations": [_result_dict(r) for r in self.obligations],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=1, default=_plain)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Certificate":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput("certificate", text[:60], "JSON written by Certificate.to_json") from exc
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise InvalidInput("certificate format", d.get("format") if isinstance(d, dict) else type(d).__name__, [FORMAT])
+        obligations = tuple(
+            ObligationResult(**{**o, "verdict": Verdict(o["verdict"]), "trace": tuple(tuple(e) if isinstance(e, list) else e
+                                                                                    for e in o.get("trace", ()))})
+            for o in d["obligations"])
+        return cls(template=d["template"], template_hash=d["template_hash"], options=d["options"],
+                   obligations=obligations, fixed=d.get("fixed", {}), fixed_reason=d.get("fixed_reason", ""),
+                   bounds=d.get("bounds", {}), timeout_s=d.get("timeout_s", 10.0), solver=d.get("solver", ""),
+                   formloop_version=d.get("formloop_version", ""), created=d.get("created", ""),
+                   seconds=d.get("seconds", 0.0))
+
+    def recheck(self, template: Template | None = None, *, timeout_s: float | None = None) -> "Recheck":
+        """Prove the template again and compare. Without `template`, it is looked up in the
+        template library by the certificate's name and options."""
+        if template is None:
+            # The library is a later layer; it is reached by name at call time only.
+            library = importlib.import_module("formloop.library")
+            template = library.get_template(self.template, **dict(self.options))
+        fresh = prove_template(template, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
+        return Recheck(self, fresh, diff(self, fresh))
+
+
+def _result_dict(r: ObligationResult) -> dict[str, Any]:
+    d = r.as_dict()
+    d["query_sha256"] = hashlib.sha256(r.query.encode()).hexdigest()[:16]
+    return d
+
+
+def _plain(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    return str(o)
+
+
+@dataclass(frozen=True)
+class Recheck:
+    old: Certificate
+    new: Certificate
+    changes: tuple[str, ...]
+
+    @property
+    def agrees(self) -> bool:
+        return not self.changes
+
+
+def diff(old: Certificate, new: Certificate) -> tuple[str, ...]:
+    """What differs between two certificates: identity, scope, and each obligation's verdict or
+    query. Times are not compared."""
+    out = []
+    if old.template != new.template:
+        out.append(f"template {old.template} -> {new.template}")
+    if old.template_hash != new.template_hash:
+        out.append(f"template content hash {old.template_hash} -> {new.template_hash} (the contract changed)")
+    for label, a, b in (("fixed parameters", dict(old.fixed), dict(new.fixed)), ("bounds", dict(old.bounds), dict(new.bounds))):
+        if a != b:
+            out.append(f"{label} {a} -> {b}")
+    before = {r.obligation: r for r in old.obligations}
+    after = {r.obligation: r for r in new.obligations}
+    for name in before.keys() - after.keys():
+        out.append(f"{name}: no longer checked")
+    for name in after.keys() - before.keys():
+        out.append(f"{name}: new obligation, {after[name].verdict.value}")
+    for name in before.keys() & after.keys():
+        a, b = before[name], after[name]
+        if a.verdict is not b.verdict:
+            out.append(f"{name}: {a.verdict.value} -> {b.verdict.value}")
+        elif a.query != b.query:
+            out.append(f"{name}: same verdict ({a.verdict.value}), different query")
+    if old.verdict is not new.verdict:
+        out.append(f"certificate verdict {old.verdict.value} -> {new.verdict.value}")
+    return tuple(sorted(out))
+
+
+def prove_template(template: Template, *, timeout_s: float = 10.0) -> Certificate:
+    """K1, K3 and the template's own obligations (its `obligations` hook), once for the family."""
+    start = time.perf_counter()
+    plan = plan_of(template)
+    results = [check_k1(template, fixed=plan.fixed, timeout_s=timeout_s),
+               check_k3(template, fixed=plan.fixed, timeout_s=timeout_s)]
+    for check in plan.checks:
+        results += list(check(timeout_s))
+    return Certificate(
+        template=template.name, template_hash=template.content_hash, options=dict(template.options),
+        obligations=tuple(results), fixed=dict(plan.fixed), fixed_reason=plan.fixed_reason,
+        bounds=dict(plan.bounds), timeout_s=timeout_s, solver=z3_solver_name(),
+        formloop_version=_formloop_version(),
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        seconds=time.perf_counter() - start,
+    )
