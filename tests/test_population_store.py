@@ -35,7 +35,7 @@ class FakeCertificate:
 def cert(t: Template, verdicts=("proved", "proved", "proved")) -> FakeCertificate:
     obs = [ObligationResult(k, Verdict(v), 0.01, witness={"x": 1} if v == "counterexample" else None,
                             trace=("load x", "read x") if v == "counterexample" else ())
-           for k, v in zip(("K1", "K2", "K3"), verdicts)]
+           for k, v in zip(("K1", "coverage[rows]", "K3"), verdicts)]
     overall = Verdict.PROVED if all(v == "proved" for v in verdicts) else (
         Verdict.COUNTEREXAMPLE if "counterexample" in verdicts else Verdict.UNRESOLVED)
     return FakeCertificate(t.content_hash, obs, overall)

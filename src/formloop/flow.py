@@ -93,6 +93,8 @@ def parse_workload(op: str, text: str, dtype: str = "fp32", templates: Sequence[
         if axes is not None and {k.strip() for k, _ in pairs} != set(axes):
             raise InvalidInput(f"shape of {op}", text, f"one value for each of {', '.join(axes)}")
         raw = {k.strip(): v.strip() for k, v in pairs}
+        if axes is not None:  # one workload, one key: extents in the operator's order
+            raw = {k: raw[k] for k in axes}
     else:
         if axes is None:
             raise InvalidInput(f"shape of {op}", text, "named extents such as R=4096,C=1024 "
@@ -189,7 +191,7 @@ class Loop:
     def __init__(self, population: Population, *, chip: str = "illustrative", settings: Settings | None = None,
                  prover: Callable[..., Any] | None = None, checker: Callable[..., Any] | None = None,
                  evaluator: Any = None, sol: Callable[..., Any] | None = None, progress: Progress | None = None):
-        from formloop.evaluate import best_available
+        # Imported at call time: the evaluator may probe for a GPU, which `formloop --help` need not do.
         from formloop.sol import sol_report
         from formloop.verify import check_instance
 
@@ -199,7 +201,11 @@ class Loop:
         self.settings = settings or load_settings()
         self.prover = prover or default_prover()
         self.checker = checker or check_instance
-        self.evaluator = evaluator or best_available()
+        if evaluator is None:
+            from formloop.evaluate import best_available
+
+            evaluator = best_available()
+        self.evaluator = evaluator
         self.sol = sol or sol_report
         self.progress = progress or (lambda msg: None)
         self.proved: dict[str, tuple[str, str, float, str]] = {}  # hash -> (status, source, seconds, note)
@@ -277,21 +283,19 @@ class Loop:
 
     def _evaluate(self, w: WorkloadSpec, t: Template, assignment, row: LoopRow) -> None:
         clock = time.perf_counter()
-        try:
-            m = self.evaluator.evaluate(t, assignment, w.params, self.chip)
-        except FormloopError as exc:
-            row.note = f"evaluate: {exc}"
-            self.population.add_measurement(row.design_id, workload=w.key, chip=self.chip_name,
-                                            tier=_tier_of(self.evaluator), device="", latency_s=None,
-                                            failure=f"{type(exc).__name__}: {exc}")
-            return
+        m = self.evaluator.evaluate(t, assignment, w.params, self.chip)
         row.seconds["evaluate"] = time.perf_counter() - clock
-        prov = _as_dict(getattr(m, "provenance", {}))
-        row.measured_us, row.tier = m.latency_s * 1e6, str(m.tier)
-        row.device = str(prov.get("device", getattr(m, "device", "")))
-        self.population.add_measurement(row.design_id, workload=w.key, chip=self.chip_name, tier=row.tier,
-                                        device=row.device, latency_s=m.latency_s, error=getattr(m, "error", None),
-                                        versions=prov.get("versions", {}), provenance=prov)
+        prov = m.provenance
+        row.tier, row.device = str(m.tier), prov.device
+        error = m.correctness.rel_error if m.correctness is not None else None
+        if m.ok:
+            row.measured_us = m.latency_us
+        else:  # a failed instance keeps its failure class; its latency is not a number to report
+            row.note = f"evaluate ({m.tier}): {m.failure or 'correctness check failed'}"
+        self.population.add_measurement(
+            row.design_id, workload=w.key, chip=self.chip_name, tier=row.tier, device=prov.device,
+            latency_s=m.latency_us * 1e-6 if m.ok else None, error=error, versions=dict(prov.versions),
+            provenance=_as_dict(prov), failure="" if m.ok else (m.failure or "correctness check failed"))
 
     def _speed_of_light(self, w: WorkloadSpec, row: LoopRow) -> None:
         try:
@@ -373,6 +377,3 @@ def _as_dict(obj) -> dict:
         return asdict(obj)
     return {"value": str(obj)}
 
-
-def _tier_of(evaluator) -> str:
-    return str(getattr(evaluator, "tier", "model"))

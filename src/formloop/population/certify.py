@@ -2,7 +2,11 @@
 
 A template is `proved` only if its certificate is for this very template (same content hash) and
 proves each of K1, K2 and K3; a counterexample to any obligation makes it `refuted`; anything else
-(a timeout, a missing kind) leaves it `unresolved`. Unresolved is never read as proved."""
+(a timeout, a missing kind) leaves it `unresolved`. Unresolved is never read as proved.
+
+The verifier names its K1 and K3 obligations 'K1' and 'K3'; every other obligation comes from the
+template's own proof plan (index, schedule, coverage obligations: that Pre suffices), which is K2.
+A certificate with no K2 obligation proves nothing about the program and does not admit."""
 from __future__ import annotations
 
 from typing import Any
@@ -13,14 +17,13 @@ from formloop.verify.outcome import ObligationResult, Verdict
 KINDS = ("K1", "K2", "K3")
 
 
-def kind_of(obligation: ObligationResult) -> str | None:
-    """K1, K2 or K3 for an obligation named after its kind ('K1', 'K2.lifetime', 'K3:...')."""
+def kind_of(obligation: ObligationResult) -> str:
+    """K1 or K3 for the verifier's contract obligations; K2 for the template's own."""
     name = obligation.obligation
-    for k in KINDS:
-        if name == k or name.startswith((f"{k}.", f"{k}:", f"{k} ", f"{k}/", f"{k}-", f"{k}_")):
+    for k in ("K1", "K3"):
+        if name == k or name.startswith(f"{k}."):
             return k
-    kind = obligation.details.get("kind") if obligation.details else None
-    return kind if kind in KINDS else None
+    return "K2"
 
 
 def certificate_status(certificate: Any, template_hash: str) -> str:
