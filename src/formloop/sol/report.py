@@ -65,12 +65,13 @@ class SOLReport:
 
     def table(self) -> Table:
         shape = ", ".join(f"{k}={v}" for k, v in self.shape.items())
-        t = Table(title=f"speed of light: {self.op}({shape}) {self.dtype} on {self.chip} @ {self.clock_mhz:g} MHz "
-                        f"[source: {self.source}]")
+        t = Table(title=f"speed of light: {self.op}({shape}) {self.dtype}, {self.chip} @ {self.clock_mhz:g} MHz")
         t.add_column("quantity")
         t.add_column("value", justify="right")
         t.add_column("unit")
+        how = {"model": "model: hand formula", "dispatch": "model: counted torch operators"}[self.source]
         rows = [
+            ("source", how, ""),
             ("FLOPs", f"{self.flops:.4e}", "FLOP"),
             ("  tensor-eligible", f"{self.matmul_flops:.4e}", "FLOP"),
             ("  vector", f"{self.vector_flops:.4e}", "FLOP"),
@@ -79,16 +80,23 @@ class SOLReport:
             (f"peak {self.compute_precision}", f"{self.peak_flops / 1e12:.2f}", "TFLOP/s"),
             ("vector peak", f"{self.vector_peak_flops / 1e12:.2f}", "TFLOP/s"),
             ("DRAM bandwidth", f"{self.bandwidth / 1e12:.3f}", "TB/s"),
-            ("compute time", f"{self.t_compute_s * 1e3:.4f}", "ms"),
-            ("memory time", f"{self.t_memory_s * 1e3:.4f}", "ms"),
-            ("time floor", f"{self.time_floor_s * 1e3:.4f}", f"ms ({self.bound}-bound)"),
+            ("compute time", *_time(self.t_compute_s)),
+            ("memory time", *_time(self.t_memory_s)),
+            ("time floor", _time(self.time_floor_s)[0], f"{_time(self.time_floor_s)[1]} ({self.bound}-bound)"),
         ]
-        rows += [(f"  floor if computed in {p}", f"{s * 1e3:.4f}", "ms") for p, s in self.variants.items()]
+        rows += [(f"  floor if computed in {p}", *_time(s)) for p, s in self.variants.items()]
         for row in rows:
             t.add_row(*row)
         if self.notes:
             t.caption = "; ".join(self.notes)
         return t
+
+
+def _time(seconds: float) -> tuple[str, str]:
+    """ms to four decimals (the seed's precision) down to 10 us, then us to four significant digits."""
+    if seconds >= 1e-5:
+        return f"{seconds * 1e3:.4f}", "ms"
+    return f"{seconds * 1e6:.4g}", "us"
 
 
 def vector_peak(chip: Chip, dtype: str) -> float:
