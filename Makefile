@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python studies/tiling_selection.py
+	$(BIN)/formloop run gemm --shape 4096,4096,4096 --shape 64,4096,4096 --shape 1000,1000,1000
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q tests

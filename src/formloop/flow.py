@@ -247,7 +247,12 @@ class Loop:
             out = (rec.status, "reused", time.perf_counter() - start, note)
         else:
             self.progress(f"proving {c.template.name} ({h})")
-            status, note, seconds = admit(self.population, c, self.prover, self.settings.prove_timeout_s)
+            try:
+                status, note, seconds = admit(self.population, c, self.prover, self.settings.prove_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - one broken template must not end the run
+                # Nothing is stored: without a certificate the template stays out of the population.
+                status, seconds = "unresolved", time.perf_counter() - start
+                note = f"the verifier raised {type(exc).__name__}: {exc}"
             self.proofs_new += status == "proved"
             out = (status, "new", seconds, note)
         self.proved[h] = out

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from formloop.cli import app
@@ -17,13 +18,13 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
 def render_report(report) -> Table:
     """The loop's table: every number's unit and source is in its column header."""
     table = Table(title=f"formloop run · chip {report.chip}", caption=_caption(report), caption_justify="left")
-    cols = ("workload", "template", "proof", "design", "predicted (us, model)", "measured (us)", "tier",
-            "SOL floor (us, sol)", "SOL fraction", "check")
-    for c in cols:
-        table.add_column(c, justify="right" if "(" in c or c == "SOL fraction" else "left")
+    for c in ("workload", "template", "proof", "design", "predicted us (model)", "measured us", "tier",
+              "SOL floor us (sol)", "SOL frac", "check"):
+        table.add_column(c, justify="right" if "us" in c or c == "SOL frac" else "left",
+                         no_wrap=c in ("workload", "template", "proof", "design"))
     for r in report.rows:
-        proof = r.proof if not r.proof_source else f"{r.proof} ({r.proof_source}, {r.proof_seconds:.2f} s)"
-        design = ",".join(f"{k}={v}" for k, v in r.design.items()) if r.design else (r.note or "-")
+        proof = r.proof + (f" · {r.proof_source} {r.proof_seconds:.2f} s" if r.proof_source else "")
+        design = "(" + ",".join(str(v) for v in r.design.values()) + ")" if r.design else "-"
         table.add_row(r.workload, r.template or "-", proof, design, _fmt(r.predicted_us), _fmt(r.measured_us),
                       r.tier or "-", _fmt(r.sol_floor_us), _fmt(r.sol_fraction, ".3f"), r.check or "-")
     return table
@@ -32,11 +33,15 @@ def render_report(report) -> Table:
 def _caption(report) -> str:
     lines = [f"proofs: {report.proofs_new} proved now, {report.proofs_reused} reused from the store"
              + (" (no verifier call)" if report.proofs_reused and not report.proofs_new else ""),
-             f"store: {report.store} · loop wall time {report.seconds:.2f} s"]
-    notes = [f"{r.workload} / {r.template}: {r.note}" for r in report.rows if r.note and r.design]
-    notes += [f"{r.workload} / {r.template or '-'}: {r.note}" for r in report.rows if r.note and not r.design
-              and r.proof not in ("proved",)]
-    return "\n".join(lines + notes)
+             f"store: {report.store} · loop wall time {report.seconds:.2f} s (wall)"]
+    orders = {r.template: ",".join(r.design) for r in report.rows if r.design}
+    lines += [f"design of {name}: ({order})" for name, order in orders.items()]
+    seen: set[tuple[str, str]] = set()
+    for r in report.rows:
+        if r.note and (r.template, r.note) not in seen:
+            seen.add((r.template, r.note))
+            lines.append(f"{r.template or r.workload}: {r.note}")
+    return "\n".join(lines)
 
 
 @app.command()
@@ -63,7 +68,8 @@ def run(
     with console.status("formloop run: starting", spinner="dots") as status:
         report = run_loop(workloads, chip=chip, templates=user, store=store,
                           progress=lambda msg: status.update(f"formloop run: {msg}"))
-    console.print(render_report(report))
+    # The table is wide; a pipe (80 columns by default) would fold every cell.
+    Console(width=max(console.width, 160)).print(render_report(report))
 
 
 @app.command()
