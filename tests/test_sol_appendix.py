@@ -47,3 +47,8 @@ def test_json_has_units(report):
     d = report.as_dict()
     assert d["units"]["times"] == "s" and d["variants"]["fp16"] == report.variants["fp16"]
     assert d["shape"] == {"M": 4096, "N": 4096, "K": 4096}
+
+
+def test_floors_mapping_matches_variants(report):
+    assert report.floors_s == dict(report.variants)
+    assert min(report.floors_s.values()) == report.most_generous_s

@@ -56,6 +56,11 @@ class SOLReport:
         """The lowest floor over the allowed precision assumptions (for ceiling checks)."""
         return min(self.variants.values())
 
+    @property
+    def floors_s(self) -> dict[str, float]:
+        """`variants` under the name the integrity checks look for: precision -> floor, s."""
+        return dict(self.variants)
+
     def as_dict(self) -> dict:
         d = asdict(self)
         d["shape"], d["variants"], d["notes"] = dict(self.shape), dict(self.variants), list(self.notes)
