@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 from typing import Optional
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from formloop.cli import app
@@ -24,6 +25,11 @@ def _open(store):
     from formloop.population import Population
 
     return Population(store) if store else Population()
+
+
+def _print_wide(table: Table) -> None:
+    # Store tables are wide; a pipe (80 columns by default) would fold every cell.
+    Console(width=max(console.width, 160)).print(table)
 
 
 def _when(t: float) -> str:
@@ -51,7 +57,7 @@ def ls(store: Optional[str] = STORE, status: Optional[str] = typer.Option(None, 
             d = r.descriptor
             table.add_row(r.hash, r.name, ",".join(f"{k}={v}" for k, v in r.options.items()), r.status,
                           str(d.get("algorithm", "")), str(d.get("reuse", "")), str(d.get("placement", "")), r.origin)
-        console.print(table)
+        _print_wide(table)
 
 
 @population_app.command()
@@ -97,7 +103,7 @@ def designs(store: Optional[str] = STORE, chip: Optional[str] = CHIP, workload: 
         table.add_row(str(d["id"]), d["template"], d["workload"], d["chip"],
                       ",".join(f"{k}={v}" for k, v in d["assignment"].items()),
                       f"{d['predicted']:.1f} {d['unit']}" if d["predicted"] is not None else "-", d["solver"])
-    console.print(table)
+    _print_wide(table)
 
 
 @population_app.command()
@@ -118,7 +124,7 @@ def measurements(store: Optional[str] = STORE, chip: Optional[str] = CHIP, workl
         lat = "-" if m["latency_s"] is None else f"{m['latency_s'] * 1e6:.1f}"
         table.add_row(str(m["id"]), str(m["design_id"]), m["template"], m["workload"], m["chip"], m["tier"], m["device"],
                       lat, m["failure"] or "-", _when(m["created_at"]))
-    console.print(table)
+    _print_wide(table)
 
 
 @population_app.command()
