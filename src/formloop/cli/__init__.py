@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "formloop.cli.solve_cmd",
     "formloop.cli.sol_cmd",
     "formloop.cli.run_cmd", "formloop.cli.population_cmd", "formloop.cli.mcp_cmd",
+    "formloop.cli.verify_cmd",
 )
 
 for _module in COMMAND_MODULES:

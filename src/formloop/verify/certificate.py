@@ -109,9 +109,10 @@ class Certificate:
             raise InvalidInput("certificate", text[:60], "JSON written by Certificate.to_json") from exc
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise InvalidInput("certificate format", d.get("format") if isinstance(d, dict) else type(d).__name__, [FORMAT])
+        fields = set(ObligationResult.__dataclass_fields__)
         obligations = tuple(
-            ObligationResult(**{**o, "verdict": Verdict(o["verdict"]), "trace": tuple(tuple(e) if isinstance(e, list) else e
-                                                                                    for e in o.get("trace", ()))})
+            ObligationResult(**{**{k: v for k, v in o.items() if k in fields}, "verdict": Verdict(o["verdict"]),
+                                "trace": tuple(tuple(e) if isinstance(e, list) else e for e in o.get("trace", ()))})
             for o in d["obligations"])
         return cls(template=d["template"], template_hash=d["template_hash"], options=d["options"],
                    obligations=obligations, fixed=d.get("fixed", {}), fixed_reason=d.get("fixed_reason", ""),

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import z3
 
 from formloop.errors import InvalidInput
+from formloop.verify.smt import query_text
 from formloop.verify.outcome import ObligationResult, Verdict, verdict_of_validity, z3_solver_name
 
 Event = tuple
@@ -139,6 +140,20 @@ CONFIRMS = {"readiness": frozenset({"uninitialized", "stale"}), "lifetime": froz
 """Which replayed defect kinds witness which obligation's failure."""
 
 
+def _clearest_trace(model: EventModel, atom: z3.BoolRef) -> tuple[Event, ...]:
+    """An interleaving with the chosen violation and as few other violations as the solver can
+    manage (soft constraints), so the replayed trace shows one defect, not a cascade."""
+    opt = z3.Optimize()
+    opt.add(*model.facts, atom)
+    for ob in SCHEDULE_OBLIGATIONS:
+        for _, other in model.violations(ob):
+            if not other.eq(atom):
+                opt.add_soft(z3.Not(other))
+    if opt.check() != z3.sat:  # unreachable: `atom` alone was satisfiable
+        raise RuntimeError("a satisfiable violation has no interleaving")
+    return model.trace(opt.model())
+
+
 def check_schedule_obligation(s: Schedule, obligation: str, *, replay: Replayer | None = None,
                               timeout_s: float = 10.0) -> ObligationResult:
     """Decide one obligation over every interleaving of the bounded model `s`.
@@ -153,7 +168,7 @@ def check_schedule_obligation(s: Schedule, obligation: str, *, replay: Replayer 
     solver.set("timeout", int(timeout_s * 1000))
     solver.add(*model.facts)
     solver.add(z3.Or([a for _, a in atoms]) if atoms else z3.BoolVal(False))
-    query = solver.to_smt2()
+    query = query_text(solver)
     verdict = verdict_of_validity(solver.check())
     name = f"{obligation}[{s.label}]"
     common = dict(obligation=name, solver=z3_solver_name(), query=query,
@@ -168,11 +183,12 @@ def check_schedule_obligation(s: Schedule, obligation: str, *, replay: Replayer 
     for where, atom in atoms:
         solver.push()
         solver.add(atom)
-        if solver.check() == z3.sat:
-            trace = model.trace(solver.model())
+        found = solver.check() == z3.sat
+        solver.pop()
+        if found:
+            trace = _clearest_trace(model, atom)
             witness = {**s.as_dict(), **where}
             break
-        solver.pop()
     else:  # the disjunction was satisfiable, so one disjunct is
         return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start,
                                 reason="violation found but no single disjunct reproduces it", **common)

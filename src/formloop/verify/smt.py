@@ -8,6 +8,7 @@ decidability, which the result records. A satisfiable query becomes a counterexa
 its witness replays; a witness that does not replay makes the result unresolved."""
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from numbers import Real
 import numpy as np
 import z3
 
+from formloop.errors import InvalidInput, SolverFailure
 from formloop.expr import Expr, all_of, const, evaluate, grid_env, render, substitute
 from formloop.expr.to_z3 import domain_constraints, symbols, to_z3
 from formloop.template import Template
@@ -29,6 +31,13 @@ def _solver(timeout_s: float) -> z3.Solver:
     s = z3.Solver()
     s.set("timeout", max(1, int(timeout_s * 1000)))
     return s
+
+
+def query_text(solver: z3.Solver | z3.Optimize) -> str:
+    """The solver's assertions as SMT-LIB text with Z3's let-names (which carry internal node ids
+    that change from run to run) renamed in order of appearance: equal queries give equal text."""
+    names: dict[str, str] = {}
+    return re.sub(r"[$?][a-z]+\d+", lambda m: names.setdefault(m.group(0), f"$v{len(names)}"), solver.to_smt2())
 
 
 def _py(v: z3.ExprRef):
@@ -71,6 +80,14 @@ class _Lowering:
         return {n: _py(model.eval(self.env[n], model_completion=True)) for n in names if n in self.env}
 
 
+def _fixed(template: Template, fixed: Mapping[str, Real] | None) -> Mapping[str, Real]:
+    """`fixed`, or when None the parameters the template's proof plan fixes (none without a hook);
+    pass {} to keep every parameter symbolic."""
+    if fixed is not None:
+        return fixed
+    return dict(getattr(template.obligations(template), "fixed", {})) if template.obligations is not None else {}
+
+
 def _note(fixed: Mapping[str, Real]) -> dict:
     return {"fixed": dict(fixed)} if fixed else {}
 
@@ -78,11 +95,11 @@ def _note(fixed: Mapping[str, Real]) -> dict:
 def check_k1(template: Template, *, fixed: Mapping[str, Real] | None = None, timeout_s: float = 10.0) -> ObligationResult:
     """K1: every design the constraints allow meets the preconditions, for every parameter in scope."""
     start = time.perf_counter()
-    low = _Lowering(template, fixed or {})
+    low = _Lowering(template, _fixed(template, fixed))
     pre = all_of(*low.pre.values()) if low.pre else const(True)
     s = _solver(timeout_s)
     s.add(*low.in_scope(), low.all_c(), z3.Not(low.z(pre)))
-    query = s.to_smt2()
+    query = query_text(s)
     verdict = verdict_of_validity(s.check())
     common = dict(obligation="K1", solver=z3_solver_name(), query=query, details=_note(low.fixed))
     if verdict is not Verdict.COUNTEREXAMPLE:
@@ -118,7 +135,7 @@ def check_k3(template: Template, *, fixed: Mapping[str, Real] | None = None, tim
     of them fits; if there is none the set proves K3, else find a design for that parameter (or
     report the parameter as a counterexample, confirmed by enumerating the joint menu)."""
     start = time.perf_counter()
-    low = _Lowering(template, fixed or {})
+    low = _Lowering(template, _fixed(template, fixed))
     names = template.decision_names
     witnesses: list[dict] = []
     query = ""
@@ -128,7 +145,7 @@ def check_k3(template: Template, *, fixed: Mapping[str, Real] | None = None, tim
         for w in witnesses:
             s.add(z3.Not(z3.substitute(low.all_c(), *[(low.env[n], z3.IntVal(v) if isinstance(v, int) else z3.RealVal(v))
                                                          for n, v in w.items()])))
-        query = s.to_smt2()
+        query = query_text(s)
         r = s.check()
         common = dict(obligation="K3", solver=z3_solver_name(), query=query,
                       details={**_note(low.fixed), "witness_designs": list(witnesses)})
@@ -139,34 +156,37 @@ def check_k3(template: Template, *, fixed: Mapping[str, Real] | None = None, tim
             return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start,
                                     reason=f"z3: {s.reason_unknown()}", **common)
         p_star = low.read(s.model(), low.params)
+        # The design for p* is the first feasible one in menu order (enumerated, so the witness
+        # set, and with it the recorded query, is the same on every run).
+        design = _first_design(template, low, p_star)
+        if design is not None:
+            witnesses.append(design)
+            continue
         s2 = _solver(timeout_s)
         s2.add(*low.domain, low.all_c(), *[low.env[n] == v for n, v in p_star.items()])
         r2 = s2.check()
-        if r2 == z3.sat:
-            witnesses.append(low.read(s2.model(), names))
-            continue
-        if r2 != z3.sat and r2 != z3.unsat:
-            return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start,
-                                    reason=f"z3: {s2.reason_unknown()}", **common)
-        count = _count_designs(template, low, p_star)
-        if count == 0:
-            text = f"no design of the joint menu meets {', '.join(low.C)} at {p_star} (enumerated)"
+        if r2 == z3.unsat:
+            text = f"no design of the joint menu meets {', '.join(low.C)} at {p_star} (enumerated; z3 agrees)"
             return ObligationResult(verdict=Verdict.COUNTEREXAMPLE, seconds=time.perf_counter() - start,
                                     witness=p_star, replay=text, **common)
         return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start, witness=p_star,
-                                reason=f"z3 says no design fits {p_star} but enumeration finds {count}", **common)
+                                reason=f"enumeration finds no design at {p_star} but z3 says {r2}", **common)
     return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start, query=query,
                             obligation="K3", solver=z3_solver_name(),
                             reason=f"no finite witness set after {max_rounds} rounds", details=_note(low.fixed))
 
 
-def _count_designs(template: Template, low: _Lowering, params: Mapping) -> int:
+def _first_design(template: Template, low: _Lowering, params: Mapping) -> dict | None:
     env = {**grid_env(template.decisions), **low.fixed, **params}
     shape = tuple(len(d.decision.menu) for d in template.decisions)
     mask = np.ones(shape, dtype=bool)
     for e in low.C.values():
         mask &= np.broadcast_to(np.asarray(evaluate(e, env), dtype=bool), shape)
-    return int(mask.sum())
+    flat = np.flatnonzero(mask)
+    if flat.size == 0:
+        return None
+    pos = np.unravel_index(int(flat[0]), shape)
+    return {d.name: d.decision.menu[int(i)] for d, i in zip(template.decisions, pos)}
 
 
 # --- index obligations ---------------------------------------------------------------------------
@@ -220,7 +240,6 @@ def _index_query(axis: IndexAxis, obligation: str, tile: int, X: z3.ArithRef, i:
         facts += [b >= 0, b < low(axis.blocks, i), r >= 0, r < tile, b * low(axis.stride, i) + r == i,
                   low(axis.guard, i), z3.Or(i < 0, i >= X)]
     else:
-        from formloop.errors import InvalidInput
         raise InvalidInput("index obligation", obligation, INDEX_OBLIGATIONS)
     return facts
 
@@ -236,7 +255,7 @@ def check_index(axis: IndexAxis, obligation: str, tile: int, *, replay: IndexRep
     facts = _index_query(axis, obligation, tile, X, i)
     s = _solver(timeout_s)
     s.add(*facts)
-    query = s.to_smt2()
+    query = query_text(s)
     verdict = verdict_of_validity(s.check())
     name = f"{obligation}[{axis.name},{axis.tile.name}={tile}]"
     common = dict(obligation=name, solver=z3_solver_name(), query=query,
@@ -277,7 +296,7 @@ def admitted(template: Template, names: tuple[str, ...], *, fixed: Mapping[str, 
     scope (one small query per joint value): what the solver can ever pick for them."""
     import itertools
 
-    low = _Lowering(template, fixed or {})
+    low = _Lowering(template, _fixed(template, fixed))
     menus = [next(d for d in template.decisions if d.name == n).decision.menu for n in names]
     out = []
     for values in itertools.product(*menus):
@@ -287,5 +306,5 @@ def admitted(template: Template, names: tuple[str, ...], *, fixed: Mapping[str, 
         if r == z3.sat:
             out.append(dict(zip(names, values)))
         elif r != z3.unsat:
-            raise RuntimeError(f"z3 could not decide whether {dict(zip(names, values))} is admitted: {s.reason_unknown()}")
+            raise SolverFailure(f"z3 could not decide whether {dict(zip(names, values))} is admitted: {s.reason_unknown()}")
     return out
