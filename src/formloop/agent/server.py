@@ -171,14 +171,34 @@ class Tools:
         m = best_available().evaluate(t, assignment, w.params, self._chip(chip))
         return {"template": t.name, "workload": w.key, "chip": chip, "measurement": m}
 
-    def wall_relax(self, template: str, op: str, shape: dict[str, int], dtype: str = "fp32",
-                   chip: str = "illustrative", options: dict[str, str] | None = None, steps: int = 2) -> dict:
-        """Price the chip walls that bind the best design by re-solving with each wall moved."""
-        from formloop.flow import relax_walls
+    def wall_relax(self, study: str, objective: str, start: str | None = None, coupled: bool = False,
+                   k: int | None = None, rounds: int | None = None) -> dict:
+        """Wall relaxation on a co-design study file: screen and price the walls that bind the best
+        software, buy the best latency drop per mm2 under the area ceiling, repeat."""
+        from formloop.codesign.study import load_study
+        from formloop.codesign.walls import relax_walls
 
-        t, w = self._template(template, options).template, self._workload(op, shape, dtype)
-        return {"template": t.name, "workload": w.key, "chip": chip,
-                "walls": relax_walls(t, w, self._chip(chip), steps=steps)}
+        s = load_study(study)
+        if start is None:
+            start = next(iter(s.starts))
+        if start not in s.starts:
+            raise InvalidInput("start", start, sorted(s.starts))
+        if objective not in s.starts[start]:
+            raise InvalidInput("objective", objective, sorted(s.starts[start]))
+        lib = s.problem.library
+        names = lib.open_components()
+        r = relax_walls(s.problem, objective, s.starts[start][objective], k=k or s.k, rounds=rounds or s.rounds,
+                        coupled=coupled, band=s.band)
+        return {"study": s.name, "objective": objective, "start": r.start.label(names), "chip": r.chip.label(names),
+                "chip_values": dict(r.chip.values), "area_mm2": r.chip.area, "ceiling_mm2": lib.ceiling_mm2,
+                "L_model": r.L, "L_evaluated": r.evaluated,
+                "units": {"L_model": "worst-scenario cycle ratio to the reference (model)",
+                          "L_evaluated": "the same ratio on the study's evaluator (evaluated)"},
+                "software": r.software,
+                "purchases": [{"move": p.move, "before": p.before.label(names), "after": p.after.label(names),
+                               "predicted_drop": p.predicted_drop, "evaluated_drop": p.evaluated_drop,
+                               "added_mm2": p.added_mm2, "mechanism": list(p.mechanism)} for p in r.purchases],
+                "calls": r.calls, "bound": r.bound, "inner_problems": r.inner_problems, "events": r.events}
 
     def population_query(self, kind: str = "templates", chip: str | None = None, workload: str | None = None,
                          template: str | None = None, status: str | None = None, tier: str | None = None) -> dict:

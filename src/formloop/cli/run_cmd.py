@@ -41,6 +41,7 @@ def _caption(report) -> str:
         if r.note and (r.template, r.note) not in seen:
             seen.add((r.template, r.note))
             lines.append(f"{r.template or r.workload}: {r.note}")
+    lines += [f"passed over {p['template']} for {p['workload']}: {p['why']}" for p in report.passed_over]
     return "\n".join(lines)
 
 
