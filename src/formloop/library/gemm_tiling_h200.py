@@ -1,0 +1,270 @@
+"""The tiling template's GPU contract ("gemm-tiling-gpu"): the Triton family on a Hopper chip.
+
+The same decision core as `gemm-tiling` (Tm, Tn, Tk, S) plus the kernel's own decisions: W warps,
+KS splits of the k range (split-K, with its own reduction obligation) and G tile rows per swizzle
+group. P and beta are not free here: Triton's pipeliner prefetches S−1 k-tiles ahead and refills a
+slot only after the tensor-core read of it completed, i.e. P = S−1, beta = 1, so the seed's
+lifetime rule P ≤ S−2+beta holds for every S.
+
+Walls (chip resources on the right-hand side):
+  C1 smem     S·(Tm+Tn)·Tk·e ≤ Ms      (227 KiB per block; the slot size Triton 3.6 allocates on the
+                                         wgmma path, read from its compile reports)
+  C2 acc      256 ≤ Tm·Tn ≤ acc_regs·32·W   (fp32 accumulators per thread fit the register file)
+  C3 warps    Tm·Tn ≥ 64·W              (each thread holds at least two accumulators)
+  C4 split    (KS−1)·⌈⌈K/Tk⌉/KS⌉ < ⌈K/Tk⌉   (every split gets at least one k-tile)
+
+Cost (µs): a per-SM pipeline model under a DRAM roofline, plus launch costs. One block's k-step
+takes max(tensor time, L2→SM feed time, latency / (S−1)) + a fixed step cost (with S = 1 the three
+add up); blocks run in waves of n_sm; DRAM traffic counts A and B once per wave that needs them
+(the wave's footprint follows the swizzle G) plus C and the split-K workspace. The efficiency
+terms (eta_mma, eta_sync, bw_sm, lat, t_iter, t_issue, t_tile, eta_bw, t_launch) start at priors and are
+fitted to measurements by `formloop.evaluate.calibrate`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from formloop.errors import InvalidInput
+from formloop.expr import ceildiv, decision, maximum, minimum, param, where
+from formloop.hw.chips import Chip, get_chip
+from formloop.library import register_template
+from formloop.library.gemm_tiling import DTYPE_BYTES, workload  # noqa: F401  (workload re-exported)
+from formloop.template import Constraint, Template
+from formloop.verify.outcome import ObligationResult, Verdict, verdict_of_validity, z3_solver_name
+
+NAME = "gemm-tiling-gpu"
+DTYPES = ("bf16", "fp16", "tf32", "fp32")
+US = 1e6
+
+Tm = decision("Tm", (16, 32, 64, 128, 256), doc="rows of the output tile a block computes (BLOCK_M)")
+Tn = decision("Tn", (16, 32, 64, 128, 256), doc="columns of the output tile a block computes (BLOCK_N)")
+Tk = decision("Tk", (32, 64, 128), doc="depth of one k-tile staged in shared memory (BLOCK_K)")
+S = decision("S", (1, 2, 3, 4, 5), doc="pipeline stages (num_stages): shared-memory slots")
+W = decision("W", (4, 8), doc="warps per block (num_warps)")
+KS = decision("KS", (1, 2, 4, 8), doc="split-K: contiguous k ranges reduced by separate blocks")
+G = decision("G", (8, 1), doc="tile rows per swizzle group (grouped-M launch order)")
+
+M = param("M", doc="rows of A and C")
+N = param("N", doc="columns of B and C")
+K = param("K", doc="reduction extent")
+e = param("e", doc="bytes per element of A and B")
+Ms = param("Ms", kind="chip", doc="shared memory a block may use, bytes")
+acc_regs = param("acc_regs", kind="chip", doc="fp32 accumulator registers a thread may hold")
+n_sm = param("n_sm", kind="chip", doc="streaming multiprocessors")
+bw = param("bw", kind="chip", integer=False, lower=None, doc="DRAM bandwidth (measured copy), bytes/s")
+flops = param("flops", kind="chip", integer=False, lower=None, doc="tensor rate for the data type, FLOP/s")
+
+
+def _eff(name: str, doc: str):
+    return param(name, kind="chip", integer=False, lower=0, doc=doc)
+
+
+eta_mma = _eff("eta_mma", "achieved fraction of the tensor rate, wgmma tiles (Tm >= 64)")
+eta_sync = _eff("eta_sync", "achieved fraction of the tensor rate, mma.sync tiles (Tm < 64)")
+bw_sm = _eff("bw_sm", "bytes/s one SM pulls from L2 into shared memory")
+lat = _eff("lat", "load latency a prefetch must cover, s")
+t_iter = _eff("t_iter", "fixed cost of one k-step, s")
+t_issue = _eff("t_issue", "cost of issuing one 16-byte load per thread, s")
+t_tile = _eff("t_tile", "fixed cost of one block (prologue, epilogue), s")
+eta_bw = _eff("eta_bw", "achieved fraction of the copy bandwidth")
+t_launch = _eff("t_launch", "cost of one kernel launch inside a CUDA graph, s")
+
+CALIBRATED = ("eta_mma", "eta_sync", "bw_sm", "lat", "t_iter", "t_issue", "t_tile", "eta_bw", "t_launch")
+PRIORS = {"eta_mma": 0.75, "eta_sync": 0.35, "bw_sm": 120e9, "lat": 0.8e-6, "t_iter": 20e-9, "t_issue": 1e-9,
+          "t_tile": 1.0e-6, "eta_bw": 0.9, "t_launch": 2.5e-6}
+ACC_REGS = 128
+
+npm = ceildiv(M, Tm)
+npn = ceildiv(N, Tn)
+k_tiles = ceildiv(K, Tk)
+n_iter = ceildiv(k_tiles, KS)
+blocks = npm * npn * KS
+smem_bytes = S * (Tm + Tn) * Tk * e
+
+t_mma = 2 * Tm * Tn * Tk / (flops * where(Tm >= 64, eta_mma, eta_sync) / n_sm)
+t_feed = (Tm + Tn) * Tk * e / bw_sm
+# The W warps share the issue of the k-step's 16-byte loads.
+t_loads = (Tm + Tn) * Tk * e / (16 * 32 * W) * t_issue
+t_step = where(S.eq(1), t_mma + t_feed + lat, maximum(t_mma, t_feed, lat / maximum(S - 1, 1))) + t_iter + t_loads
+T_comp = ceildiv(blocks, n_sm) * (n_iter * t_step + t_tile) * US
+
+# One wave's footprint in tiles: G rows at a time (or more when a row is shorter than a wave).
+wave_tiles = ceildiv(n_sm, KS)
+rows_w = minimum(npm, maximum(G, ceildiv(wave_tiles, npn)))
+cols_w = minimum(npn, ceildiv(wave_tiles, rows_w))
+bytes_dram = (M * K * e * ceildiv(npn, cols_w) + K * N * e * ceildiv(npm, rows_w) + M * N * e)
+T_mem = bytes_dram / (bw * eta_bw) * US
+# Split-K writes KS float32 partial tiles and a second launch reads them back.
+T_split = where(KS > 1, (2 * KS * M * N * 4 + M * N * e) / (bw * eta_bw) + t_launch, 0) * US
+T = maximum(T_comp, T_mem) + t_launch * US + T_split
+
+LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+beta for every S ≥ 1
+
+
+def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Chip values for the template: capacities, measured (or datasheet) rates, efficiency terms."""
+    precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}[dtype]
+    values = {"Ms": chip.smem_per_block, "acc_regs": ACC_REGS, "n_sm": chip.sm_count,
+              "bw": chip.bandwidth, "flops": chip.peak(precision), **PRIORS}
+    if calibration:
+        unknown = set(calibration) - set(CALIBRATED)
+        if unknown:
+            raise InvalidInput("calibration term", sorted(unknown), CALIBRATED)
+        values.update({k: float(v) for k, v in calibration.items()})
+    return values
+
+
+@register_template(NAME)
+def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None = None,
+                    calibration_id: str = "priors") -> Template:
+    """The Triton GEMM family on a Hopper chip; `calibration` overrides the efficiency priors."""
+    if dtype not in DTYPES:
+        raise InvalidInput("dtype", dtype, DTYPES)
+    return Template(
+        name=NAME,
+        doc=__doc__.strip().splitlines()[0],
+        decisions=(Tm, Tn, Tk, S, W, KS, G),
+        params=(M, N, K, e, Ms, acc_regs, n_sm, bw, flops, eta_mma, eta_sync, bw_sm, lat, t_iter, t_issue, t_tile,
+                eta_bw, t_launch),
+        scope=(
+            Constraint("rates_positive", (bw > 0) & (flops > 0), "scope", "the chip moves bytes and computes"),
+        ),
+        constraints=(
+            Constraint("C1", smem_bytes <= Ms, "capacity", "the S slots fit in shared memory"),
+            Constraint("C2", (Tm * Tn >= 256) & (Tm * Tn <= acc_regs * 32 * W), "capacity",
+                       "the fp32 accumulator tile fits the warps' registers"),
+            Constraint("C3", Tm * Tn >= 64 * W, "capacity", "every thread holds at least two accumulators"),
+            Constraint("C4", (KS - 1) * n_iter < k_tiles, "schedule", "every split gets at least one k-tile"),
+        ),
+        preconditions=(Constraint("lifetime", LIFETIME, "schedule",
+                                  "a slot is refilled only after its last read (P = S-1, beta = 1)"),),
+        cost=T,
+        unit="us",
+        terms={"T_comp_us": T_comp, "T_mem_us": T_mem, "T_split_us": T_split, "smem_bytes": smem_bytes},
+        tie_break=("T_comp_us", "smem_bytes"),
+        bind_chip=lambda chip: chip_params(chip, dtype, calibration),
+        program=lambda assignment, workload: program(assignment, workload, dtype),
+        obligations=lambda: obligations(),
+        options={"dtype": dtype, "calibration": calibration_id},
+        descriptor={"algorithm": "gemm", "reuse": "shared-memory tiles", "placement": "block per output tile",
+                    "resources": ("smem", "registers"), "calibrated": CALIBRATED, "program": "triton",
+                    "base": "gemm-tiling"},
+    )
+
+
+def default_chip() -> Chip:
+    return get_chip("h200")
+
+
+def program(assignment: Mapping[str, int], workload: Mapping[str, int], dtype: str):
+    """The instance as a Triton program (imports triton/torch only here)."""
+    from formloop.library.gemm_tiling_kernel import GemmPlan, TileConfig, TritonGemm
+
+    return TritonGemm(GemmPlan(TileConfig.from_assignment(assignment), int(workload["M"]), int(workload["N"]),
+                               int(workload["K"]), dtype))
+
+
+def obligations(timeout_ms: int = 10_000) -> list[ObligationResult]:
+    """The index obligations of the kernel family, proved for every M, N, K >= 1 (Z3).
+
+    split_k_partition: the KS ranges [k_lo, k_hi) the kernel computes cover [0, K) exactly once,
+      so summing the KS partial tiles is the full reduction (the split-K reduction obligation).
+    tile_cover: every output element (i, j) is stored by exactly one block and its store mask holds.
+    swizzle_bijective: the grouped-M launch order maps the programs one-to-one onto the tiles."""
+    out = [_split_k_partition(tk, ks, timeout_ms) for tk in Tk.decision.menu for ks in KS.decision.menu]
+    out += [_tile_cover(t, timeout_ms) for t in sorted(set(Tm.decision.menu) | set(Tn.decision.menu))]
+    out += [_swizzle_bijective(g, timeout_ms) for g in G.decision.menu]
+    return out
+
+
+def _z3_ceil(z3, s, name, a, b):
+    """A fresh z3 integer constrained to ⌈a / b⌉ (b a positive integer constant or term)."""
+    q = z3.Int(name)
+    s.add(b * (q - 1) < a, a <= b * q)
+    return q
+
+
+def _result(name: str, s, query_vars, start: float) -> ObligationResult:
+    import time
+
+    import z3
+
+    res = s.check()
+    verdict = verdict_of_validity(res)
+    witness = None
+    if verdict is Verdict.COUNTEREXAMPLE:
+        m = s.model()
+        witness = {str(v): m.eval(v, model_completion=True).as_long() for v in query_vars}
+    return ObligationResult(obligation=name, verdict=verdict, seconds=time.perf_counter() - start,
+                            solver=z3_solver_name(), query=s.sexpr(), witness=witness,
+                            reason="" if verdict is not Verdict.UNRESOLVED else str(s.reason_unknown()))
+
+
+def _split_k_partition(tk: int, ks: int, timeout_ms: int, *, floor_split: bool = False) -> ObligationResult:
+    """`floor_split` injects the floor-divided split size fault (the last k-tiles are dropped)."""
+    import time
+
+    import z3
+
+    start = time.perf_counter()
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    K_, k = z3.Int("K"), z3.Int("k")
+    s.add(K_ >= 1, k >= 0, k < K_)
+    tiles = _z3_ceil(z3, s, "k_tiles", K_, tk)
+    per = tiles / ks if floor_split else _z3_ceil(z3, s, "per_split", tiles, ks)
+    count = 0
+    for split in range(ks):
+        lo = z3.If(K_ < split * per * tk, K_, split * per * tk)
+        hi = z3.If(K_ < split * per * tk + per * tk, K_, split * per * tk + per * tk)
+        count = count + z3.If(z3.And(lo <= k, k < hi), 1, 0)
+    s.add(count != 1)
+    return _result(f"split_k_partition[Tk={tk},KS={ks}]", s, (K_, k), start)
+
+
+def _tile_cover(t: int, timeout_ms: int) -> ObligationResult:
+    import time
+
+    import z3
+
+    start = time.perf_counter()
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    M_, i, p, q = z3.Ints("M i p q")
+    s.add(M_ >= 1, i >= 0, i < M_)
+    grid = _z3_ceil(z3, s, "grid", M_, t)
+    # Block p stores row p*t + r for r in [0, t) when the row is < M. The claim: the one p with
+    # p*t <= i < p*t + t is inside the grid, and no other block q stores row i.
+    covers = lambda b: z3.And(b >= 0, b < grid, b * t <= i, i < b * t + t)  # noqa: E731
+    s.add(z3.Or(z3.Not(z3.Exists([p], covers(p))),
+                z3.Exists([p, q], z3.And(covers(p), covers(q), p != q))))
+    return _result(f"tile_cover[T={t}]", s, (M_, i), start)
+
+
+def _swizzle_bijective(g: int, timeout_ms: int) -> ObligationResult:
+    import time
+
+    import z3
+
+    start = time.perf_counter()
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    npm_, npn_, a, b = z3.Ints("num_pid_m num_pid_n pid_a pid_b")
+    s.add(npm_ >= 1, npn_ >= 1)
+
+    def decode(pid):
+        width = g * npn_
+        first = (pid / width) * g
+        rows = z3.If(npm_ - first < g, npm_ - first, g)
+        return first + (pid % width) % rows, (pid % width) / rows
+
+    s.add(a >= 0, a < npm_ * npn_, b >= 0, b < npm_ * npn_)
+    (am, an), (bm, bn) = decode(a), decode(b)
+    out_of_range = z3.Or(am < 0, am >= npm_, an < 0, an >= npn_)
+    collision = z3.And(a != b, am == bm, an == bn)
+    s.add(z3.Or(out_of_range, collision))
+    return _result(f"swizzle_bijective[G={g}]", s, (npm_, npn_, a, b), start)
+
+
+def bound_class(terms: Mapping[str, float]) -> str:
+    return "memory" if terms["T_mem_us"] >= terms["T_comp_us"] else "compute"

@@ -1,0 +1,323 @@
+"""The Triton program family of the tiling template: one GEMM kernel per assignment.
+
+Decision → program: Tm, Tn, Tk are the block sizes (BLOCK_M, BLOCK_N, BLOCK_K); S is Triton's
+pipelining depth (num_stages: S shared-memory slots, loads issued S−1 k-tiles ahead, a slot
+refilled only after the tensor-core read of it was waited on, so the seed's P = S−1, beta = 1 and
+its lifetime rule P ≤ S−2+beta holds by construction); W is num_warps; G is the grouped-M swizzle
+(G consecutive tile rows walked column by column so one wave shares A rows and B columns in L2);
+KS is split-K: grid axis 1 cuts the k-tiles into KS contiguous ranges that each write a float32
+partial tile to a workspace, and a second kernel sums the KS partials in a fixed order
+(deterministic) and casts to the output type.
+
+Tails: rows and columns of A and B are wrapped (index mod M, mod N) so every load stays in
+bounds, the k tail is masked, and every store is masked by i < M, j < N. `ALIGN` is a hint, the
+largest power of two ≤ 8 that divides K, N and every leading stride; the host computes it, so the
+hint is true by construction (it lets 16-byte vector loads survive ragged shapes like 1000³).
+
+This module imports triton and torch; set TRITON_INTERPRET=1 before importing it to run the
+kernels in Triton's interpreter on the CPU.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+from numbers import Real
+from collections.abc import Mapping
+
+import torch
+import triton
+import triton.language as tl
+
+from formloop.errors import InvalidInput
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
+# How tl.dot treats float32 operands: "ieee" is true fp32 (FMA), "tf32" the tensor-core mode.
+PRECISION = {"bf16": "ieee", "fp16": "ieee", "fp32": "ieee", "tf32": "tf32"}
+# ‖out − ref‖ / ‖ref‖ allowed vs a float64 reference on the same (already rounded) inputs.
+TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3, "tf32": 2e-3, "fp32": 1e-4}
+# Triton 3.6's interpreter multiplies the raw bits of 16-bit floats in tl.dot; under the
+# interpreter the operands are widened to float32 first (exact: a product of two bf16 values is
+# exact in fp32, as on the tensor cores). Compiled kernels never take this path.
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """The kernel-level decisions: Tm×Tn output tile, Tk k-tile, S stages, W warps, KS splits of
+    the k range, G tile rows per swizzle group."""
+
+    Tm: int
+    Tn: int
+    Tk: int
+    S: int = 3
+    W: int = 4
+    KS: int = 1
+    G: int = 8
+
+    @classmethod
+    def from_assignment(cls, assignment: Mapping[str, Real]) -> "TileConfig":
+        known = {k: int(v) for k, v in assignment.items() if k in cls.__dataclass_fields__}
+        missing = [k for k in ("Tm", "Tn", "Tk") if k not in known]
+        if missing:
+            raise InvalidInput("assignment", dict(assignment), f"values for {', '.join(missing)}")
+        return cls(**known)
+
+    def __post_init__(self) -> None:
+        for name in ("Tm", "Tn", "Tk"):
+            v = getattr(self, name)
+            if v < 16 or v & (v - 1):
+                raise InvalidInput(name, v, "a power of two >= 16 (tl.dot needs 16 on each side)")
+        for name, lo in (("S", 1), ("W", 1), ("KS", 1), ("G", 1)):
+            if getattr(self, name) < lo:
+                raise InvalidInput(name, getattr(self, name), f"an integer >= {lo}")
+        if self.W & (self.W - 1):
+            raise InvalidInput("W", self.W, "a power of two (num_warps)")
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def k_split(K: int, Tk: int, KS: int) -> list[tuple[int, int]]:
+    """The [k_lo, k_hi) range of each split, exactly as the kernel computes it."""
+    per_split = -(-(-(-K // Tk)) // KS)
+    return [(min(K, s * per_split * Tk), min(K, s * per_split * Tk + per_split * Tk)) for s in range(KS)]
+
+
+def swizzle(pid: int, num_pid_m: int, num_pid_n: int, G: int) -> tuple[int, int]:
+    """(pid_m, pid_n) of program `pid`, exactly as the kernel computes it."""
+    width = G * num_pid_n
+    first_m = (pid // width) * G
+    rows = min(num_pid_m - first_m, G)
+    return first_m + (pid % width) % rows, (pid % width) // rows
+
+
+@triton.jit(do_not_specialize=["M", "N", "K", "GROUP_M", "SPLIT_K"])
+def _gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                 stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
+                 GROUP_M, SPLIT_K,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 ALIGN: tl.constexpr, PRECISION: tl.constexpr, TO_WORKSPACE: tl.constexpr,
+                 WIDEN: tl.constexpr = False):
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * num_pid_n
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+
+    per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+    k_lo = pid_k * per_split * BLOCK_K
+    # The hints below are true because the host picks ALIGN dividing K, N and the strides; they
+    # keep the k-tail mask and the row offsets vector-friendly so both loads are pipelined.
+    k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ram = rm % M
+    rbn = tl.max_contiguous(tl.multiple_of(rn % N, ALIGN), ALIGN)
+    rk = tl.arange(0, BLOCK_K)
+    a_rows = tl.multiple_of(ram * stride_am, ALIGN)
+    b_rows = tl.multiple_of((k_lo + rk) * stride_bk, ALIGN)
+    a_ptrs = a_ptr + a_rows[:, None] + (k_lo + rk)[None, :] * stride_ak
+    b_ptrs = b_ptr + b_rows[:, None] + rbn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_lo, k_hi, BLOCK_K):
+        k_ok = (k + rk) < k_hi
+        a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+        if WIDEN:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    c_ok = (rm < M)[:, None] & (rn < N)[None, :]
+    c_ptrs = c_ptr + pid_k * stride_cs + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    if TO_WORKSPACE:
+        tl.store(c_ptrs, acc, mask=c_ok)
+    else:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_ok)
+
+
+@triton.jit(do_not_specialize=["MN", "SPLIT_K"])
+def _split_sum_kernel(ws_ptr, c_ptr, MN, SPLIT_K, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < MN
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(0, SPLIT_K):  # fixed order: the sum is deterministic
+        acc += tl.load(ws_ptr + s * MN + offs, mask=ok, other=0.0)
+    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=ok)
+
+
+SPLIT_SUM_BLOCK = 1024
+
+
+def alignment(*values: int) -> int:
+    """The largest power of two ≤ 8 dividing every value (the kernel's ALIGN hint)."""
+    g = 0
+    for v in values:
+        g = math.gcd(g, int(v))
+    a = 8
+    while g % a:
+        a //= 2
+    return a
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """One instance of the family: a config bound to a shape and dtype (plan once, run many)."""
+
+    config: TileConfig
+    M: int
+    N: int
+    K: int
+    dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in TORCH_DTYPES:
+            raise InvalidInput("dtype", self.dtype, sorted(TORCH_DTYPES))
+        for name in ("M", "N", "K"):
+            if int(getattr(self, name)) < 1:
+                raise InvalidInput(name, getattr(self, name), "a positive integer")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.dtype]
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        c = self.config
+        return triton.cdiv(self.M, c.Tm) * triton.cdiv(self.N, c.Tn), c.KS
+
+    @property
+    def workspace_shape(self) -> tuple[int, ...] | None:
+        return (self.config.KS, self.M, self.N) if self.config.KS > 1 else None
+
+    def new_workspace(self, device) -> torch.Tensor | None:
+        shape = self.workspace_shape
+        return None if shape is None else torch.empty(shape, device=device, dtype=torch.float32)
+
+    def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, workspace: torch.Tensor | None = None) -> None:
+        """C = A·B. `c` must be a contiguous M×N tensor; split-K needs the float32 workspace."""
+        cfg = self.config
+        if tuple(a.shape) != (self.M, self.K) or tuple(b.shape) != (self.K, self.N) or tuple(c.shape) != (self.M, self.N):
+            raise InvalidInput("operand shapes", (tuple(a.shape), tuple(b.shape), tuple(c.shape)),
+                               f"A {self.M}x{self.K}, B {self.K}x{self.N}, C {self.M}x{self.N}")
+        if not c.is_contiguous():
+            raise InvalidInput("C layout", c.stride(), "a contiguous (row-major) output")
+        align = alignment(self.K, self.N, a.stride(0), b.stride(0))
+        split = cfg.KS > 1
+        if split and (workspace is None or tuple(workspace.shape) != self.workspace_shape):
+            raise InvalidInput("workspace", None if workspace is None else tuple(workspace.shape),
+                               f"a float32 tensor of shape {self.workspace_shape}")
+        out = workspace if split else c
+        stride_cs = out.stride(0) if split else 0
+        stride_cm, stride_cn = (out.stride(1), out.stride(2)) if split else (c.stride(0), c.stride(1))
+        _gemm_kernel[self.grid](
+            a, b, out, self.M, self.N, self.K,
+            a.stride(0), a.stride(1), b.stride(0), b.stride(1), stride_cs, stride_cm, stride_cn,
+            cfg.G, cfg.KS,
+            BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align,
+            PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split, WIDEN=INTERPRETED and self.dtype in ("bf16", "fp16"),
+            num_warps=cfg.W, num_stages=cfg.S,
+        )
+        if split:
+            mn = self.M * self.N
+            _split_sum_kernel[(triton.cdiv(mn, SPLIT_SUM_BLOCK),)](workspace, c, mn, cfg.KS, BLOCK=SPLIT_SUM_BLOCK,
+                                                                 num_warps=4)
+
+    def warmup(self, align: int) -> None:
+        """Compile without launching (fills Triton's cache; used by parallel pre-compilation)."""
+        cfg = self.config
+        t = self.torch_dtype
+        split = cfg.KS > 1
+        _gemm_kernel.warmup(t, t, torch.float32 if split else t, self.M, self.N, self.K,
+                            self.K, 1, self.N, 1, self.M * self.N if split else 0, self.N, 1, cfg.G, cfg.KS,
+                            BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align,
+                            PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split, WIDEN=False,
+                            num_warps=cfg.W, num_stages=cfg.S, grid=(1, 1))
+        if split:
+            _split_sum_kernel.warmup(torch.float32, t, self.M * self.N, cfg.KS, BLOCK=SPLIT_SUM_BLOCK,
+                                     num_warps=4, grid=(1,))
+
+
+@dataclass
+class GemmCase:
+    """One set of operands: fresh random A and B, a poisoned output C and the workspace."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    c: torch.Tensor
+    workspace: torch.Tensor | None = None
+
+
+def random_operands(M: int, N: int, K: int, dtype: str, device, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh normal(0, 1) operands, never zeros (zeros hide unwritten outputs and run faster)."""
+    t = TORCH_DTYPES[dtype]
+    a = torch.randn((M, K), device=device, dtype=torch.float32, generator=generator).to(t)
+    b = torch.randn((K, N), device=device, dtype=torch.float32, generator=generator).to(t)
+    return a, b
+
+
+def poison(c: torch.Tensor) -> None:
+    """Fill with NaN: an element the kernel never writes fails the check."""
+    c.fill_(float("nan"))
+
+
+class TritonGemm:
+    """The generated instance as the evaluator sees it (formloop.evaluate.Runnable)."""
+
+    tier_source = "triton"
+
+    def __init__(self, plan: GemmPlan):
+        self.plan = plan
+        self.name = f"triton gemm {plan.config.as_dict()}"
+        self.tolerance = TOLERANCE[plan.dtype]
+
+    def new_case(self, device, generator: torch.Generator) -> GemmCase:
+        p = self.plan
+        a, b = random_operands(p.M, p.N, p.K, p.dtype, device, generator)
+        c = torch.empty((p.M, p.N), device=device, dtype=p.torch_dtype)
+        poison(c)
+        return GemmCase(a, b, c, p.new_workspace(device))
+
+    def launch(self, case: GemmCase) -> None:
+        self.plan.launch(case.a, case.b, case.c, case.workspace)
+
+    def output(self, case: GemmCase) -> torch.Tensor:
+        return case.c
+
+    def reference(self, case: GemmCase) -> torch.Tensor:
+        return case.a.double() @ case.b.double()
+
+    def poison(self, case: GemmCase) -> None:
+        poison(case.c)
+        if case.workspace is not None:
+            poison(case.workspace)
+
+    @property
+    def case_bytes(self) -> int:
+        p = self.plan
+        e = torch.empty((), dtype=p.torch_dtype).element_size()
+        ws = 0 if p.workspace_shape is None else 4 * math.prod(p.workspace_shape)
+        return e * (p.M * p.K + p.K * p.N + p.M * p.N) + ws
+
+
+class TorchGemm(TritonGemm):
+    """torch.matmul (cuBLAS on a GPU) on the same operands: the production-library baseline."""
+
+    tier_source = "torch.matmul"
+
+    def __init__(self, M: int, N: int, K: int, dtype: str):
+        super().__init__(GemmPlan(TileConfig(16, 16, 16, KS=1), M, N, K, dtype))
+        self.name = "torch.matmul"
+
+    def launch(self, case: GemmCase) -> None:
+        # cuBLAS reads the math mode at call time (also when a CUDA graph captures the call).
+        torch.backends.cuda.matmul.allow_tf32 = self.plan.dtype == "tf32"
+        torch.matmul(case.a, case.b, out=case.c)
