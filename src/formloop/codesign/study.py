@@ -1,0 +1,190 @@
+"""Study files (TOML): a co-design study's hardware menus, programs, objectives, starts and search
+settings, validated field by field; `load_study` returns a `Study` holding a `CoDesignProblem`."""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from formloop.codesign import ventus_model as vm
+from formloop.codesign.problem import CoDesignProblem, WallSpec
+from formloop.errors import InvalidInput, UnknownName
+from formloop.hw.library import ChipConfig, check_menu, get_library
+
+KINDS = ("capacity", "table11")
+PROGRAM_FIELDS = tuple(f.name for f in dataclasses.fields(vm.Program) if f.name not in ("name", "family"))
+
+
+@dataclass
+class Study:
+    name: str
+    kind: str
+    problem: CoDesignProblem
+    starts: dict[str, dict[str, ChipConfig]]          # start label -> objective -> chip
+    k: int = 2
+    rounds: int = 20
+    band: float = 0.05
+    random_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    random_budget: int | None = None
+    seed_numbers: dict = field(default_factory=dict)  # the seed's table, for orientation
+    path: str = ""
+
+
+def ventus_walls() -> tuple[WallSpec, ...]:
+    """Every resident warp holds one one-warp block: per-warp demand × warps <= the SM's capacity."""
+    return (
+        WallSpec("vreg", "vreg", lambda p, h: h["warps"] * vm.vregs(p), "vector registers of the resident warps fit"),
+        WallSpec("sreg", "sreg", lambda p, h: h["warps"] * vm.sregs(p), "scalar registers of the resident warps fit"),
+        WallSpec("smem", "smem_kib", lambda p, h: h["warps"] * vm.smem_bytes(p) / 1024,
+                 "shared-memory staging of the resident blocks fits"),
+    )
+
+
+def load_study(path: str | Path) -> Study:
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInput("study file", str(path), "an existing TOML file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput("study file", str(path), f"valid TOML ({exc})") from None
+    study = parse_study(data)
+    study.path = str(path)
+    return study
+
+
+def parse_study(data: Mapping) -> Study:
+    name = _get(data, "name", str)
+    kind = _get(data, "kind", str)
+    if kind not in KINDS:
+        raise InvalidInput("kind", kind, KINDS)
+    base = get_library(_get(data, "library", str, "ventus"))
+    hw = _get(data, "hardware", dict)
+    open_menus = _get(hw, "open", dict, field_name="hardware.open")
+    fixed = _get(hw, "fixed", dict, {}, field_name="hardware.fixed")
+    for section, entries in (("hardware.open", open_menus), ("hardware.fixed", fixed)):
+        for comp in entries:
+            if comp not in base.component_names:
+                raise UnknownName(f"component in {section}", comp, base.component_names)
+    for comp, menu in open_menus.items():
+        if not isinstance(menu, list):
+            raise InvalidInput(f"hardware.open.{comp}", menu, "a list of numbers")
+        check_menu(f"hardware.open.{comp}", menu)
+    lib = base.restrict({k: tuple(v) for k, v in open_menus.items()}, fixed,
+                        ceiling_mm2=_get(data, "ceiling_mm2", (int, float), base.ceiling_mm2))
+
+    ref = _get(data, "reference", dict)
+    ref_chip = _chip(lib, _get(ref, "chip", dict, {}, field_name="reference.chip"), "reference.chip")
+    lib = dataclasses.replace(lib, reference_values=ref_chip.as_dict())
+
+    progs = _get(data, "programs", dict)
+    programs: dict[str, list[dict]] = {}
+    for family in ("prefill", "decode"):
+        entries = progs.get(family)
+        if not isinstance(entries, list) or not entries:
+            raise InvalidInput(f"programs.{family}", entries if entries is not None else [], "at least one program")
+        programs[family] = [_program(family, i, e) for i, e in enumerate(entries)]
+        names = [p["name"] for p in programs[family]]
+        if len(set(names)) != len(names):
+            raise InvalidInput(f"programs.{family} names", names, "distinct names")
+    objectives = _get(data, "objectives", dict)
+    for obj, scs in objectives.items():
+        if not isinstance(scs, list) or not scs:
+            raise InvalidInput(f"objectives.{obj}", scs, f"a non-empty list of scenarios from {sorted(vm.SCENARIOS)}")
+        for sc in scs:
+            if sc not in vm.SCENARIOS:
+                raise UnknownName(f"scenario in objectives.{obj}", sc, sorted(vm.SCENARIOS))
+    scenarios = {sc: vm.SCENARIOS[sc][0] for scs in objectives.values() for sc in scs}
+    reference_programs = {}
+    for sc, family in scenarios.items():
+        prog = _get(ref, family, str, field_name=f"reference.{family}")
+        if prog not in [p["name"] for p in programs[family]]:
+            raise UnknownName(f"reference.{family}", prog, [p["name"] for p in programs[family]])
+        reference_programs[sc] = prog
+    model = _get(data, "model", dict, {})
+    calibration = {t: float(v) for t, v in _get(model, "calibration", dict, {}, field_name="model.calibration").items()}
+    for t in calibration:
+        if t not in vm.TERMS:
+            raise UnknownName("model.calibration term", t, vm.TERMS)
+    problem = CoDesignProblem(
+        name=name, library=lib, programs=programs, scenarios=scenarios,
+        objectives={k: tuple(v) for k, v in objectives.items()}, walls=ventus_walls(), cost=vm.scenario_cost,
+        terms=vm.TERMS, reference_programs=reference_programs, calibration=calibration,
+    )
+    starts: dict[str, dict[str, ChipConfig]] = {}
+    for label, per_obj in _get(data, "starts", dict, {}).items():
+        if not isinstance(per_obj, dict):
+            raise InvalidInput(f"starts.{label}", per_obj, "a table of objective = {component = value}")
+        starts[label] = {}
+        for obj, values in per_obj.items():
+            where = f"starts.{label}.{obj}"
+            if obj not in objectives:
+                raise UnknownName(f"objective in starts.{label}", obj, sorted(objectives))
+            h = _chip(lib, values, where)
+            if not lib.fits(h):
+                raise InvalidInput(where, h.label(lib.open_components()),
+                                   f"a chip within the area ceiling {lib.ceiling_mm2} mm2 (it needs {h.area:.4f} mm2)")
+            starts[label][obj] = h
+    search = _get(data, "search", dict, {})
+    budget = search.get("random_budget")
+    return Study(
+        name=name, kind=kind, problem=problem, starts=starts,
+        k=int(_get(search, "k", int, 2, field_name="search.k")),
+        rounds=int(_get(search, "rounds", int, 20, field_name="search.rounds")),
+        band=float(_get(search, "band", (int, float), 0.05, field_name="search.band")),
+        random_seeds=tuple(_get(search, "random_seeds", list, [0, 1, 2, 3, 4], field_name="search.random_seeds")),
+        random_budget=None if budget is None else int(budget),
+        seed_numbers=_get(data, "seed", dict, {}),
+    )
+
+
+_MISSING = object()
+
+
+def _get(d: Mapping, key: str, types, default=_MISSING, *, field_name: str | None = None):
+    name = field_name or key
+    if not isinstance(d, Mapping):
+        raise InvalidInput(name.rsplit(".", 1)[0], d, "a table")
+    if key not in d:
+        if default is _MISSING:
+            raise InvalidInput(name, None, f"a value of type {_type_names(types)}", fix=f"add `{key}` to the study file")
+        return default
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, types):
+        raise InvalidInput(name, v, f"a value of type {_type_names(types)}")
+    return v
+
+
+def _type_names(types) -> str:
+    types = types if isinstance(types, tuple) else (types,)
+    return " or ".join({"str": "string", "dict": "table", "list": "list", "int": "integer", "float": "number"}
+                       .get(t.__name__, t.__name__) for t in types)
+
+
+def _chip(lib, values: Mapping, where: str) -> ChipConfig:
+    merged = lib.reference.as_dict()
+    for comp, v in values.items():
+        if comp not in lib.component_names:
+            raise UnknownName(f"component in {where}", comp, lib.component_names)
+        if v not in lib.component(comp).menu:
+            raise InvalidInput(f"{where}.{comp}", v, list(lib.component(comp).menu))
+        merged[comp] = v
+    return lib.chip(**merged)
+
+
+def _program(family: str, index: int, entry: Mapping) -> dict:
+    where = f"programs.{family}[{index}]"
+    if not isinstance(entry, Mapping) or "name" not in entry:
+        raise InvalidInput(where, entry, "a table with a name and program fields")
+    unknown = sorted(set(entry) - {"name", *PROGRAM_FIELDS})
+    if unknown:
+        raise UnknownName(f"field of {where}", unknown[0], ("name", *PROGRAM_FIELDS))
+    for k, v in entry.items():
+        if k != "name" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise InvalidInput(f"{where}.{k}", v, "a non-negative integer")
+    p = vm.Program(family=family, **entry)
+    if p.pack not in (1, 2) or p.r < 1 or p.c < 1 or p.vec < 1 or p.unroll < 1:
+        raise InvalidInput(where, dict(entry), "pack in {1, 2}; r, c, vec, unroll >= 1")
+    return {"name": p.name, "family": family, **p.attrs()}
