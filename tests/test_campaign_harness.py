@@ -1,0 +1,130 @@
+"""The harness: tolerance rule against an independent numpy computation, poisoning, immutability,
+timing labels and clear errors for malformed problems and candidates."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from formloop.campaign.compare import TOLERANCES, compare_outputs, compare_tensor
+from formloop.campaign.harness import Session, evaluate, load_candidate
+from formloop.errors import FormloopError, InvalidInput, StructureError
+
+FIX = Path(__file__).parent / "fixtures" / "integrity"
+
+
+def problem_of(forward, make_inputs, init=()):
+    class Model(nn.Module):
+        def forward(self, *xs):
+            return forward(*xs)
+
+    return types.SimpleNamespace(name="inline", Model=Model, get_inputs=make_inputs, get_init_inputs=lambda: list(init))
+
+
+def numpy_verdict(c, r, t, rtol, atol_scale, k=4.0):
+    """The documented rule, recomputed in numpy float64."""
+    c, r, t = (np.asarray(v, dtype=np.float64) for v in (c, r, t))
+    rms = lambda v: float(np.sqrt(np.mean(v ** 2)))
+    allowed = rtol * np.abs(t) + atol_scale * rms(t) + k * rms(r - t)
+    return bool(np.all(np.abs(c - t) <= np.maximum(allowed, np.finfo(np.float32).tiny)))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_tolerance_rule_matches_numpy(seed):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(64, generator=g, dtype=torch.float64) * 10 ** float(torch.randint(-6, 3, (1,), generator=g))
+    r = (t + 1e-7 * torch.randn(64, generator=g, dtype=torch.float64) * t.abs()).float()
+    scale = [0.0, 1e-5, 1e-3, 3e-3, 1e-1][seed % 5]
+    c = (t * (1 + scale * torch.randn(64, generator=g, dtype=torch.float64))).float()
+    tol = TOLERANCES[torch.float32]
+    got = compare_tensor(c, r, t).ok
+    assert got == numpy_verdict(c, r, t, tol.rtol, tol.atol_scale)
+
+
+def test_special_values_and_structure():
+    r = torch.tensor([1.0, float("nan"), float("inf")])
+    assert compare_tensor(r.clone(), r).ok
+    assert not compare_tensor(torch.tensor([1.0, 0.0, float("inf")]), r).ok
+    assert not compare_tensor(torch.tensor([float("nan"), float("nan"), float("inf")]), r).ok
+    assert "shape" in compare_tensor(torch.zeros(2), torch.zeros(3)).reason
+    assert "dtype" in compare_tensor(torch.zeros(3, dtype=torch.float64), torch.zeros(3)).reason
+    assert "2 outputs" in compare_outputs((r, r), r).reason
+    assert compare_tensor(torch.tensor([1, 2]), torch.tensor([1, 2])).ok
+    assert not compare_tensor(torch.tensor([1, 3]), torch.tensor([1, 2])).ok
+
+
+def test_reference_error_term_admits_honest_cancellation_noise():
+    """(x - mean(x)).sum() is zero in exact arithmetic; fp32 leaves ~1e-6 noise whose value depends on
+    summation order. An honest reordering passes (the reference misses the fp64 truth by as much)."""
+    prob = problem_of(lambda x: (x - x.mean(dim=1, keepdim=True)).sum(dim=1), lambda: [torch.randn(8, 4096) + 3.0])
+    honest = lambda x: (x.flip(1) - x.mean(dim=1, keepdim=True)).sum(dim=1)
+    assert evaluate(prob, honest, sets=3, seed=1, timing=False).correct
+
+
+def test_poisoning_exposes_an_unwritten_output_and_inputs_must_not_change():
+    prob = problem_of(lambda x: x * 2.0, lambda: [torch.randn(64)])
+    res = evaluate(prob, lambda x: torch.empty_like(x), sets=2, seed=1, timing=False)
+    assert not res.correct and "outside tolerance" in res.sets[0].reason
+
+    def mutating(x):
+        x.mul_(2.0)
+        return x.clone()
+
+    res = evaluate(prob, mutating, sets=2, seed=1, timing=False)
+    assert res.mutated and res.mutated[0]["input"] == 0 and not res.correct
+
+
+def test_input_sets_are_fresh_and_replayable():
+    prob = problem_of(lambda x: x + 1, lambda: [torch.randn(16)])
+    s = Session(prob, lambda x: x + 1, seed=9)
+    a, b = s.inputs(s.set_seed(0)), s.inputs(s.set_seed(1))
+    assert not torch.equal(a[0], b[0])
+    assert torch.equal(a[0], Session(prob, lambda x: x + 1, seed=9).inputs(s.set_seed(0))[0])
+
+
+def test_timing_on_cpu_is_labelled_cpu_and_never_compared_with_sol():
+    res = evaluate(FIX / "problems" / "add.py", FIX / "honest" / "add.py", sets=1, seed=1)
+    assert res.correct and res.cand_time.source == "cpu" and res.ref_time.source == "cpu"
+    assert res.speedup == pytest.approx(res.ref_time.seconds / res.cand_time.seconds)
+    res.sol_floor_s = 1e-6
+    assert res.sol_fraction is None  # a CPU time against a GPU floor means nothing
+    d = res.as_dict()
+    assert d["candidate_time"]["source"] == "cpu" and "--seed 1" in d["replay"]
+
+
+def test_weights_are_shared_with_the_reference():
+    res = evaluate(FIX / "problems" / "linear_relu.py", FIX / "honest" / "linear_relu.py", sets=1, seed=2, timing=False)
+    assert res.correct and res.weights == "copied from the reference"
+
+
+def test_zero_inputs_are_refused():
+    prob = problem_of(lambda x: x, lambda: [torch.zeros(8)])
+    with pytest.raises(InvalidInput, match="all-zero"):
+        evaluate(prob, lambda x: x, timing=False)
+
+
+def test_bad_problems_and_candidates_name_what_is_wrong(tmp_path):
+    no_inputs = tmp_path / "no_inputs.py"
+    no_inputs.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_init_inputs():\n    return []\n")
+    with pytest.raises(FormloopError, match="get_inputs"):
+        evaluate(no_inputs, FIX / "honest" / "add.py", timing=False)
+    broken = tmp_path / "broken.py"
+    broken.write_text("def get_inputs(:\n")
+    with pytest.raises(FormloopError, match="broken"):
+        evaluate(broken, FIX / "honest" / "add.py", timing=False)
+    with pytest.raises(FormloopError, match="missing.py"):
+        evaluate(tmp_path / "missing.py", FIX / "honest" / "add.py", timing=False)
+    no_model_new = tmp_path / "cand.py"
+    no_model_new.write_text("def forward(x):\n    return x\n")
+    with pytest.raises(StructureError, match="ModelNew"):
+        load_candidate(no_model_new)
+    with pytest.raises(InvalidInput, match="ModelNew"):
+        Session(FIX / "problems" / "linear_relu.py", lambda x: x)
+    with pytest.raises(InvalidInput, match="sets"):
+        evaluate(FIX / "problems" / "add.py", FIX / "honest" / "add.py", sets=0)
