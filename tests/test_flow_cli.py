@@ -93,3 +93,15 @@ def test_bad_input_is_one_line_exit_2(store, args, field):
     res = invoke(*args, "--store", store)
     assert res.exit_code == 2, res.output
     assert f"invalid {field}" in res.output and "Traceback" not in res.output
+
+
+def test_tier_setting_is_honoured_or_refused(store):
+    from formloop.evaluate import gpu_available
+
+    res = invoke("run", "gemm", "--shape", "64,64,64", "--tier", "model", "--store", store, "--json")
+    assert res.exit_code == 0 and {r["tier"] for r in json.loads(res.output)["rows"] if r["tier"]} == {"model"}
+    if not gpu_available():  # on a CPU machine a gpu request is refused, never answered by the model
+        res = invoke("run", "gemm", "--shape", "64,64,64", "--tier", "gpu", "--store", store)
+        assert res.exit_code == 2 and "invalid tier" in res.output
+    bad = invoke("run", "gemm", "--shape", "64,64,64", "--store", store, env={"FORMLOOP_TIER": "fastest"})
+    assert bad.exit_code == 2 and "FORMLOOP_TIER" in bad.output

@@ -201,11 +201,7 @@ class Loop:
         self.settings = settings or load_settings()
         self.prover = prover or default_prover()
         self.checker = checker or check_instance
-        if evaluator is None:
-            from formloop.evaluate import best_available
-
-            evaluator = best_available()
-        self.evaluator = evaluator
+        self.evaluator = evaluator or evaluator_for(self.settings.tier)
         self.sol = sol or sol_report
         self.progress = progress or (lambda msg: None)
         self.proved: dict[str, tuple[str, str, float, str]] = {}  # hash -> (status, source, seconds, note)
@@ -337,6 +333,24 @@ def run_loop(workloads: Sequence[WorkloadSpec], *, chip: str = "illustrative", t
     settings = settings or load_settings()
     with Population(store or settings.store_path, busy_timeout_ms=settings.busy_timeout_ms) as pop:
         return Loop(pop, chip=chip, settings=settings, progress=progress, **components).run(workloads, templates)
+
+
+def evaluator_for(tier: str):
+    """The evaluator for a tier setting: auto (gpu when a CUDA device is present, else model),
+    model, or gpu (refused where there is no CUDA device: never silently replaced by the model)."""
+    from formloop import evaluate
+
+    if tier == "auto":
+        return evaluate.best_available()
+    if tier == "model":
+        return evaluate.ModelEvaluator()
+    if tier == "gpu":
+        if not evaluate.gpu_available():
+            raise InvalidInput("tier", tier, "auto or model (no CUDA device is visible here)")
+        from formloop.evaluate.gpu import GpuEvaluator
+
+        return GpuEvaluator()
+    raise InvalidInput("tier", tier, ("auto", "model", "gpu"))
 
 
 def default_prover() -> Callable[..., Any]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from formloop.errors import InvalidInput
 
 DEFAULT_STORE = Path(".formloop") / "population.db"
-TIERS = ("auto", "model", "emulated", "simulated", "gpu")
+TIERS = ("auto", "model", "gpu")  # the evaluator tiers formloop.evaluate provides
 
 
 @dataclass(frozen=True)

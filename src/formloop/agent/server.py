@@ -165,10 +165,10 @@ class Tools:
                  dtype: str = "fp32", chip: str = "illustrative", options: dict[str, str] | None = None) -> dict:
         """Evaluate one design on the best tier available (model, emulated or gpu), labelled with it."""
         """Evaluate one design on the best tier available (model, emulated or gpu), labelled with it."""
-        from formloop.evaluate import best_available
+        from formloop.flow import evaluator_for
 
         t, w = self._template(template, options).template, self._workload(op, shape, dtype)
-        m = best_available().evaluate(t, assignment, w.params, self._chip(chip))
+        m = evaluator_for(self.settings.tier).evaluate(t, assignment, w.params, self._chip(chip))
         return {"template": t.name, "workload": w.key, "chip": chip, "measurement": m}
 
     def wall_relax(self, study: str, objective: str, start: str | None = None, coupled: bool = False,

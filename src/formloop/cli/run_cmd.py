@@ -54,20 +54,23 @@ def run(
     chip: str = typer.Option("illustrative", help="chip spec name"),
     template: Optional[list[str]] = typer.Option(None, "--template", help="a user template path/to/file.py:NAME; repeat"),
     store: Optional[str] = typer.Option(None, help="population file (default: $FORMLOOP_STORE or .formloop/population.db)"),
+    tier: Optional[str] = typer.Option(None, help="evaluator tier: auto | model | gpu (default: $FORMLOOP_TIER or auto)"),
     json_out: bool = typer.Option(False, "--json", help="print the report as one JSON object"),
 ) -> None:
     """Draw covering templates, prove or reuse, solve, check, evaluate, store and report."""
     from formloop.flow import Candidate, run_loop, workloads_from
+    from formloop.settings import load_settings
     from formloop.usertemplate import file_origin, load_user_template
 
     user = [Candidate(load_user_template(spec), file_origin(spec)) for spec in template or ()]
     workloads = workloads_from(workload, shape or (), dtype, [c.template for c in user])
+    settings = load_settings().with_overrides(tier=tier, store_path=store)
     if json_out:
-        report = run_loop(workloads, chip=chip, templates=user, store=store)
+        report = run_loop(workloads, chip=chip, templates=user, settings=settings)
         print_json(report.as_dict())
         return
     with console.status("formloop run: starting", spinner="dots") as status:
-        report = run_loop(workloads, chip=chip, templates=user, store=store,
+        report = run_loop(workloads, chip=chip, templates=user, settings=settings,
                           progress=lambda msg: status.update(f"formloop run: {msg}"))
     # The table is wide; a pipe (80 columns by default) would fold every cell.
     Console(width=max(console.width, 160)).print(render_report(report))
@@ -80,4 +83,4 @@ def demo(
 ) -> None:
     """The loop on the GEMM workload of the tiling study (three shapes, illustrative chip)."""
     run(workload="tiling-study", shape=None, dtype="fp32", chip="illustrative", template=None, store=store,
-        json_out=False)
+        tier=None, json_out=False)
