@@ -141,7 +141,7 @@ def index_replayer(prog: TilingProgram, shape: Sequence[int] | None):
         design = {**prog.design, prog.axis(axis).tile: tile}
         loops = replace(prog, design=design).loops(ext["M"], ext["N"], ext["K"])
         r = replay_tiling(*loops, focus=(axis, index))
-        return set(r.kinds), r.describe(INDEX_CONFIRMS[obligation])
+        return set(r.kinds), r.describe(INDEX_CONFIRMS[obligation], axis)
     return replay
 
 

@@ -265,19 +265,21 @@ class AxisLoop:
 
 @dataclass(frozen=True)
 class TilingReplay:
-    """Defects of a loop nest: `lines` pairs each defect kind (missing, duplicate, outside,
-    padding) with its account."""
+    """Defects of a loop nest: `lines` holds (defect kind, axis, account) for each defect kind
+    (missing, duplicate, outside, padding) seen along each axis."""
 
     kinds: frozenset
     text: str
     lines: tuple = ()
 
-    def describe(self, kinds) -> str:
-        """The account of defects of `kinds`, or a statement that there are none (and what else was seen)."""
-        hits = [t for k, t in self.lines if k in kinds]
+    def describe(self, kinds, axis: str | None = None) -> str:
+        """The account of defects of `kinds` (along `axis` if it has any there), or a statement
+        that there are none and what else was seen."""
+        hits = [t for k, a, t in self.lines if k in kinds]
+        on_axis = [t for k, a, t in self.lines if k in kinds and a == axis]
         if hits:
-            return "; ".join(hits)
-        others = "; ".join(t for k, t in self.lines)
+            return "; ".join(on_axis or hits)
+        others = "; ".join(t for _, _, t in self.lines)
         return f"replay shows no {' or '.join(sorted(kinds))} defect" + (f" (it does show: {others})" if others else f": {self.text}")
 
 
@@ -293,7 +295,7 @@ def replay_tiling(m: AxisLoop, n: AxisLoop, k: AxisLoop, *, focus: tuple[str, in
     if focus is not None:
         at[focus[0]] = focus[1]
     order = sorted(loops, key=lambda a: focus is None or a != focus[0])
-    lines: list[tuple[str, str]] = []
+    lines: list[tuple[str, str, str]] = []
 
     def pick(axis: str, xs: list[int]) -> int:
         return at[axis] if at[axis] in xs else xs[0]
@@ -308,27 +310,27 @@ def replay_tiling(m: AxisLoop, n: AxisLoop, k: AxisLoop, *, focus: tuple[str, in
             x = pick(axis, missing)
             if axis == "K":
                 eg = ", ".join(_term(i, y, j) for y in missing[:2]) + (", …" if len(missing) > 2 else "")
-                lines.append(("missing", f"C[{i},{j}] misses {_count(len(missing), 'reduction term')} ({eg}), as does every element of C"))
+                lines.append(("missing", axis, f"C[{i},{j}] misses {_count(len(missing), 'reduction term')} ({eg}), as does every element of C"))
             else:
                 cell = (x, j) if axis == "M" else (i, x)
                 what = "rows" if axis == "M" else "columns"
-                lines.append(("missing", f"C[{cell[0]},{cell[1]}] receives none of its {k.extent} terms, e.g. "
+                lines.append(("missing", axis, f"C[{cell[0]},{cell[1]}] receives none of its {k.extent} terms, e.g. "
                                          f"{_term(cell[0], 0, cell[1])} is missing ({len(missing)} {what} of C are never written)"))
         if extra:
             x = pick(axis, extra)
             ii, kx, jj = (x if axis == "M" else i), (x if axis == "K" else kk), (x if axis == "N" else j)
             times = {2: "twice", 3: "three times"}.get(c[x], f"{c[x]} times")
-            lines.append(("duplicate", f"C[{ii},{jj}] receives {_term(ii, kx, jj)} {times} ({len(extra)} indices "
+            lines.append(("duplicate", axis, f"C[{ii},{jj}] receives {_term(ii, kx, jj)} {times} ({len(extra)} indices "
                                        f"along {axis} are computed more than once)"))
         if beyond:
             x = pick(axis, beyond)
             if axis == "K":
-                lines.append(("padding", f"C[{i},{j}] accumulates padding term {_term(i, x, j)} (k = {x} is beyond K = {extent})"))
+                lines.append(("padding", axis, f"C[{i},{j}] accumulates padding term {_term(i, x, j)} (k = {x} is beyond K = {extent})"))
             else:
                 cell = (x, j) if axis == "M" else (i, x)
-                lines.append(("outside", f"a block writes C[{cell[0]},{cell[1]}], outside C ({m.extent}×{n.extent}); "
+                lines.append(("outside", axis, f"a block writes C[{cell[0]},{cell[1]}], outside C ({m.extent}×{n.extent}); "
                                          f"{len(beyond)} {'rows' if axis == 'M' else 'columns'} beyond the edge are written"))
     if not lines:
         return TilingReplay(frozenset(), f"every C[i,j] of the {m.extent}×{n.extent}×{k.extent} GEMM receives "
                                          f"each of its {k.extent} terms exactly once")
-    return TilingReplay(frozenset(k for k, _ in lines), "; ".join(t for _, t in lines), tuple(lines))
+    return TilingReplay(frozenset(k for k, _, _ in lines), "; ".join(t for _, _, t in lines), tuple(lines))
