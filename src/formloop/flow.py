@@ -161,11 +161,12 @@ class LoopReport:
     proofs_new: int
     proofs_reused: int
     seconds: float
+    verifier_calls: int = 0
     passed_over: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"chip": self.chip, "store": self.store, "proofs_new": self.proofs_new,
-                "proofs_reused": self.proofs_reused, "seconds": self.seconds,
+                "proofs_reused": self.proofs_reused, "verifier_calls": self.verifier_calls, "seconds": self.seconds,
                 "rows": [asdict(r) for r in self.rows], "passed_over": self.passed_over,
                 "units": {"predicted_us": "us (model)", "bound_us": "us (solver)", "measured_us": "us (tier column)",
                           "sol_floor_us": "us (sol)", "seconds": "s (wall)"}}
@@ -205,7 +206,7 @@ class Loop:
         self.sol = sol or sol_report
         self.progress = progress or (lambda msg: None)
         self.proved: dict[str, tuple[str, str, float, str]] = {}  # hash -> (status, source, seconds, note)
-        self.proofs_new = self.proofs_reused = 0
+        self.proofs_new = self.proofs_reused = self.verifier_calls = 0
 
     # -- step 1: draw --------------------------------------------------------------------------
     def draw(self, w: WorkloadSpec, extra: Sequence[Candidate]) -> tuple[list[Candidate], list[dict[str, str]]]:
@@ -243,6 +244,7 @@ class Loop:
             out = (rec.status, "reused", time.perf_counter() - start, note)
         else:
             self.progress(f"proving {c.template.name} ({h})")
+            self.verifier_calls += 1
             try:
                 status, note, seconds = admit(self.population, c, self.prover, self.settings.prove_timeout_s)
             except Exception as exc:  # noqa: BLE001 - one broken template must not end the run
@@ -323,7 +325,7 @@ class Loop:
                 self.progress(f"{w.label}: {c.template.name}")
                 rows.append(self.run_one(w, c))
         return LoopReport(self.chip_name, str(self.population.path), rows, self.proofs_new, self.proofs_reused,
-                          time.perf_counter() - start, passed)
+                          time.perf_counter() - start, self.verifier_calls, passed)
 
 
 def run_loop(workloads: Sequence[WorkloadSpec], *, chip: str = "illustrative", templates: Sequence[Candidate] = (),

@@ -31,8 +31,8 @@ def render_report(report) -> Table:
 
 
 def _caption(report) -> str:
-    lines = [f"proofs: {report.proofs_new} proved now, {report.proofs_reused} reused from the store"
-             + (" (no verifier call)" if report.proofs_reused and not report.proofs_new else ""),
+    lines = [f"proofs: {report.proofs_new} proved now, {report.proofs_reused} reused from the store "
+             f"(verifier calls this run: {report.verifier_calls})",
              f"store: {report.store} · loop wall time {report.seconds:.2f} s (wall)"]
     orders = {r.template: ",".join(r.design) for r in report.rows if r.design}
     lines += [f"design of {name}: ({order})" for name, order in orders.items()]
