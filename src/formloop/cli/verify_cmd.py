@@ -82,7 +82,7 @@ def print_results(results: Sequence[ObligationResult], title: str, *, group: boo
             verdict = Verdict.COUNTEREXAMPLE if counts[Verdict.COUNTEREXAMPLE] else \
                 (Verdict.PROVED if counts[Verdict.PROVED] == len(rs) else Verdict.UNRESOLVED)
             summary = ", ".join(f"{n} {v.value}" for v, n in counts.items() if n)
-            rows.append((f"{name} ({len(rs)} queries)", verdict, sum(r.seconds for r in rs), summary))
+            rows.append((f"{name} ({len(rs)} quer{'y' if len(rs) == 1 else 'ies'})", verdict, sum(r.seconds for r in rs), summary))
     else:
         rows = [(r.obligation, r.verdict, r.seconds, r.replay or r.reason) for r in results]
     for name, verdict, seconds, text in rows:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from formloop.errors import InvalidInput
-from formloop.expr import Expr, ceildiv, const, evaluate, floordiv, param
+from formloop.expr import Expr, ceildiv, const, floordiv, param
 from formloop.hw.chips import get_chip
 from formloop.template import Template
 from formloop.verify.certificate import ProofPlan, overall
