@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "formloop.cli.sol_cmd",
     "formloop.cli.run_cmd", "formloop.cli.population_cmd", "formloop.cli.mcp_cmd",
     "formloop.cli.verify_cmd",
+    "formloop.cli.codesign_cmd",
 )
 
 for _module in COMMAND_MODULES:

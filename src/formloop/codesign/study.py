@@ -77,6 +77,9 @@ def parse_study(data: Mapping) -> Study:
 
     ref = _get(data, "reference", dict)
     ref_chip = _chip(lib, _get(ref, "chip", dict, {}, field_name="reference.chip"), "reference.chip")
+    if not lib.fits(ref_chip):
+        raise InvalidInput("reference.chip", ref_chip.label(lib.open_components()),
+                           f"a chip within the area ceiling {lib.ceiling_mm2} mm2 (it needs {ref_chip.area:.4f} mm2)")
     lib = dataclasses.replace(lib, reference_values=ref_chip.as_dict())
 
     progs = _get(data, "programs", dict)

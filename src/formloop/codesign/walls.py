@@ -97,6 +97,8 @@ class Relaxation:
     coupled: bool
     recalibrations: int
     trajectory: list[tuple[int, float]] = field(default_factory=list)   # (distinct problems so far, L*)
+    path: list[tuple[str, ChipConfig, float, int]] = field(default_factory=list)  # (step, chip, L*, model version)
+    keys: frozenset = frozenset()        # the distinct inner problems: (model version, chip values, removed)
 
     @property
     def bound(self) -> int:
@@ -135,6 +137,7 @@ def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, 
     visited = [cur]
     trajectory = [(len(S.problems), cur.L)]
     measured = _measure(problem, cur)
+    path = [("start", h, cur.L, problem.version)]
     purchases: list[Purchase] = []
     reclaims: list[tuple[ChipConfig, ChipConfig]] = []
     rounds_run = max_b = recalibrations = 0
@@ -185,11 +188,13 @@ def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, 
                           f"recalibrated {term} to {factor:.4g}; re-solved incumbent; discarded {len(priced)} prices")
             cur = S.solve(h)
             measured = _measure(problem, cur)
+            path.append(("recalibrated", h, cur.L, problem.version))
             continue
         purchases.append(Purchase(h, res.chip, label, predicted, evaluated, added, _mechanism(problem, cur, res)))
         events.append(f"buy {label}: {h.label(names)} -> {res.chip.label(names)}, drop {predicted:.4f} "
                       f"(evaluated {evaluated:.4f}) for {added:.4f} mm2")
         h, cur, measured = res.chip, res, after
+        path.append(("buy", h, cur.L, problem.version))
         # 5. Reclaim one step of each wall with slack when L* stays.
         for w in walls:
             down = -lib.e(w.resource)
@@ -202,10 +207,11 @@ def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, 
                 events.append(f"reclaim {w.resource}: {h.label(names)} -> {trial.chip.label(names)}")
                 h, cur = trial.chip, trial
                 measured = _measure(problem, cur)
+                path.append(("reclaim", h, cur.L, problem.version))
         trajectory.append((len(S.problems), cur.L))
     return Relaxation(objective, start, h, cur.L, measured, cur.software, visited, purchases, reclaims, events,
                       S.calls, len(S.problems), S.scenario_solves, rounds_run, len(walls), max_b, k, coupled,
-                      recalibrations, trajectory)
+                      recalibrations, trajectory, path, frozenset(S.problems))
 
 
 def _measure(problem: CoDesignProblem, inner: Inner) -> float:

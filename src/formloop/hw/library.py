@@ -135,6 +135,10 @@ class ChipConfig:
     def area(self) -> float:
         return self.library.area(self)
 
+    def describe(self, names: Sequence[str] | None = None) -> str:
+        names = names or [k for k, _ in self.values]
+        return ", ".join(f"{n}={self[n]:g}" for n in names)
+
     def label(self, names: Sequence[str] | None = None) -> str:
         names = names or [k for k, _ in self.values]
         return "/".join(f"{self[n]:g}" for n in names)
