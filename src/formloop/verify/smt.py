@@ -105,7 +105,15 @@ def check_k1(template: Template, *, fixed: Mapping[str, Real] | None = None, tim
     if verdict is not Verdict.COUNTEREXAMPLE:
         return ObligationResult(verdict=verdict, seconds=time.perf_counter() - start,
                                 reason="" if verdict is Verdict.PROVED else f"z3: {s.reason_unknown()}", **common)
-    model = s.model()
+    # The smallest witness (decisions in declaration order, then parameters), so that every run
+    # reports the same counterexample.
+    opt = z3.Optimize()
+    opt.set("timeout", max(1, int(timeout_s * 1000)))
+    opt.add(*low.in_scope(), low.all_c(), z3.Not(low.z(pre)))
+    for n in [*template.decision_names, *low.params]:
+        if n in low.env and z3.is_int(low.env[n]):  # a real parameter may have no smallest value
+            opt.minimize(low.env[n])
+    model = opt.model() if opt.check() == z3.sat else s.model()
     witness = low.read(model, [*template.decision_names, *low.params])
     # Replay: re-evaluate the template's rules on the witness with the numpy evaluator.
     values = {**low.fixed, **witness}
