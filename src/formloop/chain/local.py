@@ -1,0 +1,370 @@
+"""Local obligations of one refinement step, and how each is checked.
+
+A step relates a fine design to the coarse one it refines. Its proof outline has four local
+conditions (initialization, step matching, progress, completion agreement) plus a rank that falls
+on every step without coarse progress, all over a bounded model; the template adds K1 (C ⇒ Pre),
+K3 (C is non-empty over the scope) and the composition side condition that the backward map sends
+feasible fine designs to feasible coarse ones.
+
+Every obligation is one validity question put to Z3 as "is the negation satisfiable?": UNSAT is a
+proof; a model is decoded into a concrete design and replayed by the step's own interpreter, and
+only a replay that shows the defect makes it a counterexample (otherwise it stays unresolved).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import z3
+
+from formloop.errors import InvalidInput
+from formloop.expr import Expr, evaluate, render
+from formloop.expr.to_z3 import domain_constraints, to_z3
+from formloop.template import Constraint, Template
+from formloop.verify.outcome import ObligationResult, Verdict, z3_solver_name
+from formloop.verify.proofgraph import Node, QueryLedger
+
+CONDITIONS = ("initialization", "step_matching", "progress", "completion", "rank", "feasibility", "K1", "K3")
+TIMEOUT_MS = 20_000
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What the step's interpreter saw when it ran a witness: `defects` names the failed checks."""
+
+    defects: tuple[str, ...]
+    trace: tuple
+    account: str
+
+
+@dataclass(frozen=True)
+class Query:
+    """Assertions whose satisfiability refutes the claim, and how to read a model back."""
+
+    assertions: Sequence[z3.BoolRef]
+    symbols: Mapping[str, z3.ExprRef]
+
+
+@dataclass(frozen=True)
+class Obligation:
+    """One local claim. `statement` is its canonical text; `premises` name the graph nodes it reads."""
+
+    step: int
+    name: str
+    condition: str
+    statement: str
+    premises: tuple[str, ...]
+    build: Callable[[], Query]
+    replay: Callable[[dict], Replay]
+    shape: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.condition not in CONDITIONS:
+            raise InvalidInput(f"condition of obligation {self.name}", self.condition, CONDITIONS)
+
+    @property
+    def node(self) -> str:
+        where = "" if self.shape is None else f"@n{self.shape}"
+        return f"step{self.step}.{self.name}{where}"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected defect: a changed program or a weakened premise of one step."""
+
+    name: str
+    step: int
+    doc: str
+    caught_by: str
+
+
+@dataclass(frozen=True)
+class Revision:
+    """Which variant of a step is checked: its program, cost, premises, and an injected fault."""
+
+    program: str = "default"
+    cost: str = "default"
+    premise: str = "default"
+    fault: str | None = None
+
+    def text(self) -> str:
+        return f"program={self.program} cost={self.cost} premise={self.premise} fault={self.fault}"
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A step at one bounded shape: its template, its definition/assumption nodes, its obligations."""
+
+    template: Template
+    nodes: tuple[Node, ...]
+    obligations: tuple[Obligation, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One refinement step of the chain: what it refines into what, and how to build its proof."""
+
+    number: int
+    name: str
+    coarse: str
+    fine: str
+    hard: str
+    faults: Mapping[str, Fault]
+    variants: Mapping[str, tuple[str, ...]]   # program / cost / premise -> allowed variant names
+    assumes: tuple[str, ...]                  # environment assumptions this step relies on
+    guarantees: tuple[str, ...]               # environment facts this step establishes for the steps above
+    model: Callable[[int, Mapping[int, Revision]], LocalModel]   # (shape, revision of every step)
+    shaped: bool = True                       # False: the step's obligations do not depend on the shape
+    doc: str = ""
+
+    def check_revision(self, rev: Revision) -> None:
+        for part in ("program", "cost", "premise"):
+            allowed = self.variants.get(part, ("default",))
+            if getattr(rev, part) not in allowed:
+                raise InvalidInput(f"step {self.number} {part} variant", getattr(rev, part), allowed)
+        if rev.fault is not None and rev.fault not in self.faults:
+            raise InvalidInput(f"fault of step {self.number} ({self.name})", rev.fault, sorted(self.faults))
+
+
+# -- Z3 plumbing -------------------------------------------------------------------------------
+
+def z3_symbols(t: Template, suffix: str = "") -> dict[str, z3.ExprRef]:
+    """One Z3 constant per decision and parameter of `t` (Int, or Real for real parameters)."""
+    out: dict[str, z3.ExprRef] = {}
+    for d in t.decisions:
+        out[d.name] = z3.Int(d.name + suffix)
+    for p in t.params:
+        out[p.name] = z3.Int(p.name + suffix) if p.payload.integer else z3.Real(p.name + suffix)
+    return out
+
+
+def domain(t: Template, env: Mapping[str, z3.ExprRef]) -> list[z3.BoolRef]:
+    """Menus of the decisions, declared lower bounds of the parameters and the template's scope."""
+    facts = domain_constraints(tuple(t.decisions) + tuple(t.params), env)
+    facts += [to_z3(c.expr, env) for c in t.scope]
+    return facts
+
+
+def holds(rules: Sequence[Constraint], env: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
+    return z3.And([to_z3(c.expr, env) for c in rules]) if rules else z3.BoolVal(True)
+
+
+def decode(model: z3.ModelRef, symbols: Mapping[str, z3.ExprRef]) -> dict:
+    """Python values for every symbol (integers stay integers, reals become fractions or floats)."""
+    out: dict = {}
+    for name, sym in symbols.items():
+        v = model.eval(sym, model_completion=True)
+        if z3.is_int_value(v):
+            out[name] = v.as_long()
+        elif z3.is_rational_value(v):
+            f = Fraction(v.numerator_as_long(), v.denominator_as_long())
+            out[name] = int(f) if f.denominator == 1 else float(f)
+        elif z3.is_true(v) or z3.is_false(v):
+            out[name] = z3.is_true(v)
+        else:
+            out[name] = str(v)
+    return out
+
+
+def check_obligation(ob: Obligation, ledger: QueryLedger, *, timeout_ms: int = TIMEOUT_MS) -> ObligationResult:
+    """Check one obligation: UNSAT proves it; a model is replayed before it counts as a counterexample."""
+    start = time.perf_counter()
+    q = ob.build()
+    solver = z3.Solver()
+    solver.set(timeout=timeout_ms)
+    solver.add(*q.assertions)
+    result, from_store = ledger.check(solver)
+    details = {"queries": 0 if from_store else 1, "condition": ob.condition, "shape": ob.shape}
+    if result == z3.unsat:
+        return ObligationResult(ob.node, Verdict.PROVED, time.perf_counter() - start, z3_solver_name(),
+                                details={**details, "query_reused": from_store})
+    if result == z3.unknown:
+        return ObligationResult(ob.node, Verdict.UNRESOLVED, time.perf_counter() - start, z3_solver_name(),
+                                reason=f"z3 unknown: {solver.reason_unknown()}", details=details)
+    witness = decode(solver.model(), q.symbols)
+    rep = ob.replay(witness)
+    if ob.name in rep.defects:
+        return ObligationResult(ob.node, Verdict.COUNTEREXAMPLE, time.perf_counter() - start, z3_solver_name(),
+                                witness=witness, trace=tuple(rep.trace), replay=rep.account, details=details)
+    return ObligationResult(ob.node, Verdict.UNRESOLVED, time.perf_counter() - start, z3_solver_name(),
+                            witness=witness, trace=tuple(rep.trace),
+                            reason=f"solver witness not reproduced by the replay (saw {list(rep.defects) or 'no defect'})",
+                            details=details)
+
+
+# -- graph nodes of a template ---------------------------------------------------------------
+
+def template_nodes(prefix: str, t: Template) -> tuple[Node, ...]:
+    """Definition nodes: decisions+params, one per constraint group, preconditions, cost.
+
+    Constraints stay in named groups so that a lemma rests only on the groups it reads."""
+    decl = [f"decision {d.name} {d.decision.side} {list(d.decision.menu)}" for d in t.decisions]
+    decl += [f"param {p.name} {p.payload.kind} int={p.payload.integer} lower={p.payload.lower}" for p in t.params]
+    decl += [f"scope {c.name}: {render(c.expr)}" for c in t.scope]
+    base = f"{prefix}.decisions"
+    nodes = [Node(base, "definition", "\n".join(decl))]
+    for group in groups(t):
+        text = "\n".join(f"{c.name}: {render(c.expr)}" for c in t.constraints if c.group == group)
+        nodes.append(Node(f"{prefix}.C.{group}", "definition", text, (base,)))
+    nodes.append(Node(f"{prefix}.pre", "definition",
+                      "\n".join(f"{c.group}.{c.name}: {render(c.expr)}" for c in t.preconditions), (base,)))
+    cost = [f"cost [{t.unit}]: {render(t.cost)}"] + [f"term {k}: {render(v)}" for k, v in t.terms.items()]
+    nodes.append(Node(f"{prefix}.cost", "definition", "\n".join(cost), (base,)))
+    return tuple(nodes)
+
+
+def groups(t: Template) -> list[str]:
+    seen: list[str] = []
+    for c in t.constraints:
+        if c.group not in seen:
+            seen.append(c.group)
+    return seen
+
+
+def in_groups(t: Template, names: Sequence[str]) -> tuple[Constraint, ...]:
+    return tuple(c for c in t.constraints if c.group in names)
+
+
+# -- obligations every template step owes --------------------------------------------------------
+
+def k1_obligation(step: int, t: Template, prefix: str, used: Sequence[str], shape: int | None) -> Obligation:
+    """K1: the solver's constraints (the groups in `used`) imply the verifier's preconditions."""
+    rules = in_groups(t, used)
+
+    def build() -> Query:
+        env = z3_symbols(t)
+        return Query([*domain(t, env), holds(rules, env), z3.Not(holds(t.preconditions, env))], env)
+
+    def replay(w: dict) -> Replay:
+        c_ok = all(bool(evaluate(c.expr, w)) for c in rules)
+        bad = [c.name for c in t.preconditions if not bool(evaluate(c.expr, w))]
+        defects = ("K1",) if c_ok and bad else ()
+        return Replay(defects, (("design", dict(w)),), f"constraints {[c.name for c in rules]} hold but precondition(s) {bad} fail")
+
+    return Obligation(step, "K1", "K1", f"groups {list(used)} of {t.name} imply its preconditions",
+                      (f"{prefix}.pre", *(f"{prefix}.C.{g}" for g in used)), build, replay, shape)
+
+
+def k3_obligation(step: int, t: Template, prefix: str, witness: Mapping[str, Expr], shape: int | None) -> Obligation:
+    """K3: for every parameter in scope, the design `witness` (expressions over parameters) is feasible."""
+    def build() -> Query:
+        env = z3_symbols(t)
+        params = {p.name: env[p.name] for p in t.params}
+        design = {k: to_z3(v, params) if isinstance(v, Expr) else z3.IntVal(v) for k, v in witness.items()}
+        scope = domain_constraints(tuple(t.params), env) + [to_z3(c.expr, env) for c in t.scope]
+        return Query([*scope, z3.Not(holds(t.constraints, {**params, **design}))], params)
+
+    def replay(w: dict) -> Replay:
+        design = {k: (evaluate(v, w) if isinstance(v, Expr) else v) for k, v in witness.items()}
+        design = {k: int(v) for k, v in design.items()}
+        bad = [c.name for c in t.constraints if not bool(evaluate(c.expr, {**w, **design}))]
+        return Replay(("K3",) if bad else (), (("params", dict(w)), ("design", design)),
+                      f"the witness design {design} breaks {bad} at these parameters")
+
+    text = ", ".join(f"{k}={render(v) if isinstance(v, Expr) else v}" for k, v in witness.items())
+    return Obligation(step, "K3", "K3", f"{t.name} is non-empty over its scope, witnessed by {text}",
+                      tuple(f"{prefix}.C.{g}" for g in groups(t)), build, replay, shape)
+
+
+def feasibility_obligation(step: int, fine: Template, fine_prefix: str, coarse: Template, coarse_prefix: str,
+                           pi: Mapping[str, Expr], map_node: str, shape: int | None,
+                           fine_groups: Sequence[str] | None = None) -> Obligation:
+    """Side condition of composition: π maps every feasible fine design to a feasible coarse one."""
+    rules = fine.constraints if fine_groups is None else in_groups(fine, fine_groups)
+    used = groups(fine) if fine_groups is None else list(fine_groups)
+
+    def build() -> Query:
+        env = z3_symbols(fine)
+        cenv = {k: to_z3(v, env) if isinstance(v, Expr) else z3.IntVal(v) for k, v in pi.items()}
+        for leaf in (*coarse.decisions, *coarse.params):
+            if leaf.name not in cenv:
+                if leaf.name not in env:
+                    raise InvalidInput(f"backward map of step {step}", leaf.name, "a value for every coarse name")
+                cenv[leaf.name] = env[leaf.name]
+        image_ok = z3.And(holds(coarse.constraints, cenv), *domain_constraints(tuple(coarse.decisions), cenv))
+        return Query([*domain(fine, env), holds(rules, env), z3.Not(image_ok)], env)
+
+    def replay(w: dict) -> Replay:
+        image = {k: (evaluate(v, w) if isinstance(v, Expr) else v) for k, v in pi.items()}
+        cw = {**w, **{k: int(v) for k, v in image.items()}}
+        fine_ok = all(bool(evaluate(c.expr, w)) for c in rules)
+        bad = [c.name for c in coarse.constraints if not bool(evaluate(c.expr, cw))]
+        bad += [f"menu of {d.name}" for d in coarse.decisions if cw[d.name] not in d.decision.menu]
+        return Replay(("feasibility",) if fine_ok and bad else (), (("fine", dict(w)), ("coarse", image)),
+                      f"feasible fine design maps to a coarse design breaking {bad}")
+
+    return Obligation(step, "feasibility", "feasibility",
+                      f"pi maps designs of {fine.name} satisfying {used} into the feasible set of {coarse.name}",
+                      (map_node, *(f"{fine_prefix}.C.{g}" for g in used), *(f"{coarse_prefix}.C.{g}" for g in groups(coarse))),
+                      build, replay, shape)
+
+
+def scope_obligation(step: int, fine: Template, coarse: Template, coarse_prefix: str, fine_prefix: str,
+                     shape: int | None) -> Obligation:
+    """Side condition of composition: every feasible coarse design lies in the fine template's
+    scope, so the fine step's proof covers every design the coarse solver can hand it."""
+    def build() -> Query:
+        env = z3_symbols(coarse)
+        fenv = dict(env)
+        for p in fine.params:
+            fenv.setdefault(p.name, z3.Int(p.name) if p.payload.integer else z3.Real(p.name))
+        inside = z3.And(*[to_z3(c.expr, fenv) for c in fine.scope], *domain_constraints(tuple(fine.params), fenv))
+        return Query([*domain(coarse, env), holds(coarse.constraints, env), z3.Not(inside)], fenv)
+
+    def replay(w: dict) -> Replay:
+        c_ok = all(bool(evaluate(c.expr, w)) for c in coarse.constraints)
+        bad = [c.name for c in fine.scope if not bool(evaluate(c.expr, w))]
+        return Replay(("scope",) if c_ok and bad else (), (("coarse design", dict(w)),),
+                      f"a feasible design of {coarse.name} lies outside the scope of {fine.name}: breaks {bad}")
+
+    return Obligation(step, "scope", "feasibility", f"every feasible design of {coarse.name} is in the scope of {fine.name}",
+                      (f"{fine_prefix}.decisions", *(f"{coarse_prefix}.C.{g}" for g in groups(coarse))), build, replay, shape)
+
+
+def local_obligation(step: int, t: Template, name: str, condition: str, statement: str, premises: Sequence[str],
+                     claim: Callable[[dict], object], replay: Callable[[dict], Replay], shape: int | None,
+                     assume: Sequence[Constraint] = ()) -> Obligation:
+    """An obligation over the template's decisions and parameters: `claim(env)` must hold for every
+    design in the menus and scope that satisfies `assume`. `claim` returns a Z3 formula, or a pair
+    (formula, extra symbols) when it reads state variables of the bounded model."""
+    def build() -> Query:
+        env = z3_symbols(t)
+        out = claim(env)
+        formula, extra = out if isinstance(out, tuple) else (out, {})
+        return Query([*domain(t, env), holds(assume, env), z3.Not(formula)], {**env, **extra})
+
+    return Obligation(step, name, condition, statement, tuple(premises), build, replay, shape)
+
+
+def by_menu(var: z3.ExprRef, menu: Sequence[int], fn: Callable[[int], object]):
+    """fn(var) as an If-chain over var's menu: division and remainder by a menu value become
+    division by a constant, which keeps queries in linear arithmetic."""
+    out = fn(menu[-1])
+    for v in reversed(menu[:-1]):
+        out = z3.If(var == v, fn(v), out)
+    return out
+
+
+def iff(a, b):
+    return z3.And(z3.Implies(a, b), z3.Implies(b, a))
+
+
+def pairs(n: int) -> list[tuple[int, int]]:
+    return [(u, v) for u in range(n) for v in range(n) if u < v]
+
+
+@dataclass
+class Timeline:
+    """A replay's event log: (time, event, detail) rows, sorted, plus named defects."""
+
+    events: list[tuple] = field(default_factory=list)
+    defects: dict[str, str] = field(default_factory=dict)
+
+    def flag(self, obligation: str, message: str) -> None:
+        self.defects.setdefault(obligation, message)
+
+    def replay(self) -> Replay:
+        account = "; ".join(f"{k}: {v}" for k, v in self.defects.items()) or "no defect"
+        return Replay(tuple(self.defects), tuple(sorted(self.events, key=lambda e: e[:1])), account)

@@ -1,0 +1,254 @@
+"""Step 1, reduction partition: one sum of K products becomes R partial sums and a combine.
+
+Coarse transaction: y = Σ_{k<K} A[i,k]·B[k,j], one atomic sum. Fine program: the k range is cut
+into tiles of Tk indices; group r accumulates the products of the tiles it owns into partial[r]
+(an internal step: the coarse sum makes no progress), and a final combine adds the partials (the
+step that matches the coarse sum). The hard condition is completion agreement: every product is
+counted exactly once (cover + unique) and no product from outside [0, K) enters (the tail guard).
+The obligations keep K symbolic (any K ≥ 1), so this step's proof does not depend on a shape.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from collections import Counter, defaultdict
+
+import z3
+
+from formloop.chain.local import (
+    Fault, LocalModel, Obligation, Revision, Step, Timeline, by_menu, k1_obligation, k3_obligation,
+    local_obligation, template_nodes,
+)
+from formloop.expr import ceildiv, decision, floordiv, param
+from formloop.template import Constraint, Template
+from formloop.verify.proofgraph import Node
+
+R = decision("R", (1, 2, 4, 8), doc="groups the reduction is split into; their partial sums are combined")
+Tk = decision("Tk", (8, 16, 32, 64), doc="reduction indices per tile; a group owns whole tiles")
+guard = decision("guard", (0, 1), doc="1 if the tile loop tests k < K (needed when Tk does not divide K)")
+K = param("K", doc="reduction extent")
+t_mac = param("t_mac", kind="chip", doc="cycles per multiply-add")
+t_guard = param("t_guard", kind="chip", lower=0, doc="cycles the k < K test adds per multiply-add")
+t_comb = param("t_comb", kind="chip", lower=0, doc="cycles to fold one partial sum into the result")
+
+TAIL = guard.eq(1) | (floordiv(K, Tk) * Tk).eq(K)
+
+PROGRAMS = {
+    "default": "for r in range(R): for t in range(r, ceil(K/Tk), R): for kk in range(Tk): "
+               "k = t*Tk + kk; if not guard or k < K: partial[r] += A[i,k]*B[k,j]; y = sum(partial)",
+    "blocked": "c = ceil(ceil(K/Tk)/R); for r in range(R): for t in range(r*c, min((r+1)*c, ceil(K/Tk))): "
+               "for kk in range(Tk): k = t*Tk + kk; if not guard or k < K: partial[r] += A[i,k]*B[k,j]; y = sum(partial)",
+}
+COSTS = {
+    "default": ceildiv(ceildiv(K, Tk), R) * Tk * (t_mac + guard * t_guard) + R * t_comb,
+    "no_combine": ceildiv(ceildiv(K, Tk), R) * Tk * (t_mac + guard * t_guard),
+}
+FAULTS = {
+    "double_count": Fault("double_count", 1, "group r walks tiles with stride R-1: a product is counted twice",
+                          "exact_once.unique"),
+    "unguarded_tail": Fault("unguarded_tail", 1, "the program drops the k < K test even when guard = 1",
+                            "step_matching.accumulate"),
+}
+
+
+def template(rev: Revision = Revision()) -> Template:
+    return Template(
+        name="chain-1-partition",
+        doc="reduction partition of one GEMM output",
+        decisions=(R, Tk, guard),
+        params=(K, t_mac, t_guard, t_comb),
+        scope=(),
+        constraints=(
+            Constraint("no_idle_group", R <= ceildiv(K, Tk), "partition", "every group owns at least one tile"),
+            Constraint("tail", TAIL, "tail", "an unguarded loop only when Tk divides K"),
+        ),
+        preconditions=(Constraint("tail_guard", TAIL, "tail", "no product from outside [0, K)"),),
+        cost=COSTS[rev.cost],
+        unit="cycles",
+        options={"program": rev.program},
+    )
+
+
+# -- the program's iteration space in Z3 ----------------------------------------------------------
+
+TK_MENU, R_MENU = Tk.decision.menu, R.decision.menu
+
+
+def _n_tiles(env):
+    return by_menu(env["Tk"], TK_MENU, lambda c: (env["K"] + c - 1) / c)
+
+
+def _times_tk(env, x):
+    return by_menu(env["Tk"], TK_MENU, lambda c: x * c)
+
+
+def _owns(rev: Revision, env, r, t):
+    """Group r owns tile t under the program variant (and the injected fault, if any)."""
+    Rv, nt = env["R"], _n_tiles(env)
+    if rev.program == "blocked":
+        c = (nt + Rv - 1) / Rv
+        return z3.And(t >= 0, t < nt, t / c == r)
+    if rev.fault == "double_count":
+        return z3.And(t >= r, t < nt, by_menu(Rv, R_MENU, lambda c: (t - r) % max(1, c - 1)) == 0)
+    return z3.And(t >= r, t < nt, by_menu(Rv, R_MENU, lambda c: (t - r) % c) == 0)
+
+
+def _tests_tail(rev: Revision, env):
+    return z3.BoolVal(False) if rev.fault == "unguarded_tail" else env["guard"] == 1
+
+
+def _iteration(rev: Revision, env, tag: str):
+    """Symbols (r, t, kk) of one executed iteration and the condition that it is executed."""
+    r, t, kk = z3.Ints(f"r_{tag} t_{tag} kk_{tag}")
+    k = _times_tk(env, t) + kk
+    executed = z3.And(r >= 0, r < env["R"], _owns(rev, env, r, t), kk >= 0, kk < env["Tk"],
+                      z3.Implies(_tests_tail(rev, env), k < env["K"]))
+    return (r, t, kk), k, executed
+
+
+def _owner(rev: Revision, env, t):
+    """π: the group the design assigns tile t to (the backward map of a reduction index)."""
+    if rev.program == "blocked":
+        nt = _n_tiles(env)
+        return t / ((nt + env["R"] - 1) / env["R"])
+    return by_menu(env["R"], R_MENU, lambda c: t % c)
+
+
+# -- replay: run the loop nest on one concrete design ---------------------------------------------
+
+MAX_REPLAY = 200_000
+
+
+def simulate(w: dict, rev: Revision) -> Timeline:
+    Rv, T, g, Kv = int(w["R"]), int(w["Tk"]), int(w["guard"]), int(w["K"])
+    nt = -(-Kv // T)
+    tl = Timeline()
+    if Rv * nt * T > MAX_REPLAY:
+        tl.events.append((0, "skipped", f"{Rv * nt * T} iterations exceed the replay bound"))
+        return tl
+    if rev.program == "blocked":
+        c = -(-nt // Rv)
+        tiles = {r: range(r * c, min((r + 1) * c, nt)) for r in range(Rv)}
+    else:
+        stride = max(1, Rv - 1) if rev.fault == "double_count" else Rv
+        tiles = {r: range(r, nt, stride) for r in range(Rv)}
+    tests = g == 1 and rev.fault != "unguarded_tail"
+    count: Counter = Counter()
+    owners: dict[int, list] = defaultdict(list)
+    for r in range(Rv):
+        for t in tiles[r]:
+            for kk in range(T):
+                k = t * T + kk
+                if tests and k >= Kv:
+                    continue
+                count[k] += 1
+                owners[k].append((r, t))
+    for k in sorted(count):
+        if k >= Kv:
+            tl.flag("step_matching.accumulate", f"group {owners[k][0][0]} adds A[i,{k}]*B[{k},j] but K = {Kv}")
+        elif count[k] > 1:
+            tl.flag("exact_once.unique", f"A[i,{k}]*B[{k},j] is added {count[k]} times (group, tile) = {owners[k]}")
+    missing = [k for k in range(Kv) if count[k] == 0]
+    if missing:
+        tl.flag("exact_once.cover", f"A[i,{missing[0]}]*B[{missing[0]},j] is never added")
+    c = -(-nt // Rv)
+    strays = [k for k in range(Kv) if ((k // T) // c if rev.program == "blocked" else (k // T) % Rv)
+              not in [r for r, _ in owners[k]]]
+    if strays:
+        k = strays[0]
+        tl.flag("exact_once.cover", f"A[i,{k}]*B[{k},j] is not added by the group pi assigns it "
+                                    f"(added by {[r for r, _ in owners[k]] or 'none'})")
+        missing.append(k)
+    focus = {k for k in count if count[k] != 1 or k >= Kv} | set(missing[:1])
+    for k in sorted(focus):
+        for r, t in owners[k]:
+            tl.events.append((k, "accumulate", {"group": r, "tile": t, "k": k}))
+    tl.events.append((Kv, "combine", {"terms": sum(count.values()), "coarse_terms": Kv}))
+    return tl
+
+
+# -- obligations ---------------------------------------------------------------------------------
+
+def model(shape: int, revs: Mapping[int, Revision]) -> LocalModel:
+    rev = revs.get(1, Revision())
+    t = template(rev)
+    p = "step1"
+    nodes = (*template_nodes(p, t), Node(f"{p}.program", "definition", PROGRAMS[rev.program] + _fault_text(rev)),
+             Node(f"{p}.backward_map", "definition", "pi(k) = (group owner(k // Tk), tile k // Tk, offset k % Tk)"))
+    prog = (f"{p}.program", f"{p}.decisions", "workload.contract")
+    pre = (f"{p}.pre",)
+    replay = lambda w: simulate(w, rev).replay()  # noqa: E731
+
+    def init(env):
+        # The relation at the start: no iteration has run, every partial is the empty sum, and
+        # each group's loop starts on a tile it owns (or is empty).
+        r = z3.Int("r_init")
+        first = r * ((_n_tiles(env) + env["R"] - 1) / env["R"]) if rev.program == "blocked" else r
+        return z3.Implies(z3.And(r >= 0, r < env["R"], first < _n_tiles(env)), _owns(rev, env, r, first)), {"r": r}
+
+    def accumulate(env):
+        (r, t, kk), k, executed = _iteration(rev, env, "a")
+        return z3.Not(z3.And(executed, z3.Or(k < 0, k >= env["K"]))), {"r": r, "t": t, "kk": kk}
+
+    def rank(env):
+        # rank = (R - r, nt - t, Tk - kk) lexicographically; the next iteration is smaller.
+        (r, t, kk), _, executed = _iteration(rev, env, "a")
+        (r2, t2, kk2), _, executed2 = _iteration(rev, env, "b")
+        nt = _n_tiles(env)
+        later = z3.Or(r2 > r, z3.And(r2 == r, t2 > t), z3.And(r2 == r, t2 == t, kk2 > kk))
+        lex_smaller = z3.Or(env["R"] - r2 < env["R"] - r, z3.And(r2 == r, nt - t2 < nt - t),
+                            z3.And(r2 == r, t2 == t, env["Tk"] - kk2 < env["Tk"] - kk))
+        bounded = z3.And(env["R"] - r2 >= 0, nt - t2 >= 0, env["Tk"] - kk2 >= 0)
+        return z3.Implies(z3.And(executed, executed2, later), z3.And(lex_smaller, bounded)), \
+            {"r": r, "t": t, "kk": kk, "r2": r2, "t2": t2, "kk2": kk2}
+
+    def progress(env):
+        # A state that has not finished can step: loop strides and tile sizes are positive and
+        # the tile count is finite.
+        return z3.And(env["R"] >= 1, env["Tk"] >= 1, _n_tiles(env) >= 1)
+
+    def cover(env):
+        k = z3.Int("k")
+        tile = by_menu(env["Tk"], TK_MENU, lambda c: k / c)
+        executed = z3.And(_owns(rev, env, _owner(rev, env, tile), tile),
+                          z3.Implies(_tests_tail(rev, env), k < env["K"]))
+        return z3.Implies(z3.And(k >= 0, k < env["K"]), executed), {"k": k}
+
+    def unique(env):
+        i1, k1, e1 = _iteration(rev, env, "a")
+        i2, k2, e2 = _iteration(rev, env, "b")
+        distinct = z3.Or([a != b for a, b in zip(i1, i2)])
+        return z3.Not(z3.And(e1, e2, distinct, k1 == k2, k1 >= 0, k1 < env["K"])), \
+            {"r1": i1[0], "t1": i1[1], "kk1": i1[2], "r2": i2[0], "t2": i2[1], "kk2": i2[2]}
+
+    obligations: list[Obligation] = [
+        local_obligation(1, t, "initialization", "initialization", "partials start empty; each group starts on a tile it owns",
+                         prog, init, replay, None),
+        local_obligation(1, t, "step_matching.accumulate", "step_matching",
+                         "an accumulate step adds only a product with 0 <= k < K (internal step, relation kept)",
+                         (*prog, *pre), accumulate, replay, None, t.preconditions),
+        local_obligation(1, t, "rank", "rank", "each accumulate step lowers the lexicographic rank (R-r, nt-t, Tk-kk) >= 0",
+                         prog, rank, replay, None),
+        local_obligation(1, t, "progress", "progress", "an unfinished loop nest can always step (positive strides, finite trip count)",
+                         prog, progress, replay, None),
+        local_obligation(1, t, "exact_once.cover", "completion", "every product with k < K is added by the group pi assigns it",
+                         (*prog, *pre, f"{p}.backward_map"), cover, replay, None, t.preconditions),
+        local_obligation(1, t, "exact_once.unique", "completion", "no product is added by two iterations",
+                         (*prog, *pre), unique, replay, None, t.preconditions),
+        k1_obligation(1, t, p, ["tail"], None),
+        k3_obligation(1, t, p, {"R": 1, "Tk": 8, "guard": 1}, None),
+    ]
+    return LocalModel(t, nodes, tuple(obligations))
+
+
+def _fault_text(rev: Revision) -> str:
+    return "" if rev.fault is None else f"\nfault {rev.fault}: {FAULTS[rev.fault].doc}"
+
+
+STEP = Step(
+    number=1, name="reduction partition",
+    coarse="one sum of K products", fine="partial sums over groups, then a combine",
+    hard="completion agreement: every product exactly once",
+    faults=FAULTS, variants={"program": tuple(PROGRAMS), "cost": tuple(COSTS), "premise": ("default",)},
+    assumes=(), guarantees=("exact_once",), model=model, shaped=False, doc=__doc__ or "",
+)

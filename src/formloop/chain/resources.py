@@ -1,0 +1,312 @@
+"""Step 5, shared resources: an untimed slot access becomes requests to banks, ports and queues.
+
+Bounded model at shape n: one wave of n word requests (lane r reads word r·(stride+pad) of a
+slot) goes through nb single-port banks, each with a request queue of depth Q, into a response
+queue of depth Qr that the consumer drains (eagerly, or only after the whole wave is issued).
+Transitions, interleaved: issue the next request into its bank's queue; serve the head of a bank
+queue into the response queue; drain one response (the step that matches the coarse access).
+Each cycle the arbiter grants banks in index order; a declared arbitration bound A (every
+non-empty bank is granted within A cycles) is an assumption of the whole result.
+
+The relation to step 4 is an inductive invariant: requests are conserved (queued + responses +
+drained = issued), every queue stays within its depth, and a bank queue holds no more than was
+issued to that bank. Step matching holds easily (conflict freedom: no port grants two requests in
+one cycle); the weight is on progress — no reachable state is stuck before the wave is drained —
+which needs eager draining or a response queue that holds the whole wave.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from functools import lru_cache
+
+import z3
+
+from formloop.chain.local import (
+    Fault, LocalModel, Revision, Step, Timeline, by_menu, k1_obligation, k3_obligation, local_obligation, template_nodes,
+)
+from formloop.expr import ceildiv, decision, floordiv, minimum, param, where
+from formloop.template import Constraint, Template
+from formloop.verify.proofgraph import Node
+
+MAX_BANKS = 4
+PORTS = 1
+
+nb = decision("nb", (1, 2, 4), side="chip", doc="shared-memory banks")
+Q = decision("Q", (1, 2, 4), side="chip", doc="request queue depth per bank")
+Qr = decision("Qr", (1, 2, 4, 8), side="chip", doc="response queue depth")
+eager = decision("eager", (0, 1), doc="1 if the consumer drains responses as they arrive")
+pad = decision("pad", (0, 1), doc="words of padding per row (skews lanes across banks)")
+stride = param("stride", doc="words between the addresses of consecutive lanes")
+A = param("A", kind="chip", doc="declared arbitration bound: a non-empty bank is granted within A cycles")
+qcap = param("qcap", kind="chip", doc="queue entries the chip provides (all bank queues plus the response queue)")
+
+PROGRAMS = {
+    "default": "issue r -> queue[bank(r)] if not full; each cycle grant banks in index order, one per port, "
+               "while the response queue has room; drain a response if eager or the wave is issued",
+    "round_robin": "issue r -> queue[bank(r)] if not full; each cycle grant banks round-robin from the last granted, "
+                   "one per port, while the response queue has room; drain a response if eager or the wave is issued",
+}
+FAULTS = {
+    "port_conflict": Fault("port_conflict", 5, "the arbiter grants two queued requests of one single-port bank per cycle",
+                           "step_matching.serve"),
+    "deadlock_queue": Fault("deadlock_queue", 5, "the consumer ignores eager and drains only after the whole wave",
+                            "progress"),
+}
+ASSUMES = ("arbitration",)
+GUARANTEES = ("loads_land_before_barrier",)
+
+
+def _odd(x):
+    return (x - floordiv(x, 2) * 2).eq(1)
+
+
+@lru_cache(maxsize=32)
+def template(n: int, rev: Revision = Revision()) -> Template:
+    x = stride + pad
+    two_adic = where(_odd(x), 1, where(_odd(floordiv(x, 2)), 2, where(_odd(floordiv(x, 4)), 4, 8)))
+    degree = ceildiv(n, floordiv(nb, minimum(two_adic, nb)))   # requests per bank in the worst bank
+    no_deadlock = eager.eq(1) | (Qr >= n)
+    cost = degree * A + where(eager.eq(0), n, 0)
+    return Template(
+        name=f"chain-5-resources-n{n}", doc="banks, ports and bounded queues under a declared arbitration bound",
+        decisions=(nb, Q, Qr, eager, pad), params=(stride, A, qcap),
+        scope=(Constraint("room", qcap >= 2, "scope", "at least one bank entry and one response entry"),),
+        constraints=(
+            Constraint("no_deadlock", no_deadlock, "flow", "drain eagerly or hold the whole wave"),
+            Constraint("queues_fit", Q * nb + Qr <= qcap, "capacity", "queue entries the chip provides"),
+        ),
+        preconditions=(Constraint("pre_no_deadlock", no_deadlock, "flow", "no reachable stuck state"),),
+        cost=cost, unit="cycles per wave", terms={"conflict_degree": degree},
+        options={"n": str(n), "program": rev.program},
+    )
+
+
+# -- the queue system in Z3 ---------------------------------------------------------------------------
+
+class _State:
+    def __init__(self, tag: str):
+        self.I, self.R, self.D = z3.Ints(f"I_{tag} R_{tag} D_{tag}")
+        self.q = [z3.Int(f"q{b}_{tag}") for b in range(MAX_BANKS)]
+
+    def symbols(self, tag: str) -> dict:
+        return {f"I_{tag}": self.I, f"R_{tag}": self.R, f"D_{tag}": self.D, **{f"q{b}_{tag}": q for b, q in enumerate(self.q)}}
+
+
+def _bank(e, r):
+    return by_menu(e["nb"], nb.decision.menu, lambda c: (r * (e["stride"] + e["pad"])) % c)
+
+
+def _row(e, r):
+    return by_menu(e["nb"], nb.decision.menu, lambda c: (r * (e["stride"] + e["pad"])) / c)
+
+
+def _next_bank(e, n, I):
+    out = z3.IntVal(0)
+    for r in reversed(range(n)):
+        out = z3.If(I == r, _bank(e, r), out)
+    return out
+
+
+def _sel(qs, k):
+    out = qs[0]
+    for b in range(1, MAX_BANKS):
+        out = z3.If(k == b, qs[b], out)
+    return out
+
+
+def _inv(e, n, I, qs, R, D):
+    facts = [I >= 0, I <= n, D >= 0, R >= 0, R <= e["Qr"], z3.Sum(qs) + R + D == I]
+    for b in range(MAX_BANKS):
+        issued_b = z3.Sum([z3.If(z3.And(r < I, _bank(e, r) == b), 1, 0) for r in range(n)])
+        facts += [qs[b] >= 0, qs[b] <= e["Q"], z3.Implies(b >= e["nb"], qs[b] == 0), qs[b] <= issued_b]
+    return z3.And(facts)
+
+
+def _grants(e, qs, R, rev: Revision):
+    g, used = [], z3.IntVal(0)
+    for b in range(MAX_BANKS):
+        one = z3.And(qs[b] > 0, R + used < e["Qr"])
+        if rev.fault == "port_conflict":
+            gb = z3.If(z3.And(qs[b] > 1, R + used + 1 < e["Qr"]), 2, z3.If(one, 1, 0))
+        else:
+            gb = z3.If(one, 1, 0)
+        g.append(gb)
+        used = used + gb
+    return g
+
+
+def _drain_enabled(e, n, s, rev: Revision):
+    lazy_only = rev.fault == "deadlock_queue"
+    return z3.And(s.R > 0, s.I == n if lazy_only else z3.Or(e["eager"] == 1, s.I == n))
+
+
+# -- replay: explore every reachable state of one concrete design --------------------------------
+
+MAX_STATES = 200_000
+
+
+def simulate(w: dict, n: int, rev: Revision) -> Timeline:
+    nbv, Qv, Qrv, eg = int(w["nb"]), int(w["Q"]), int(w["Qr"]), int(w["eager"])
+    x = int(w["stride"]) + int(w["pad"])
+    bank = [(r * x) % nbv for r in range(n)]
+    tl = Timeline()
+    addr = {(r * x % nbv, r * x // nbv) for r in range(n)}
+    if len(addr) < n:
+        tl.flag("step_matching.data", "two lanes map to one (bank, row)")
+    start = (0, (0,) * nbv, 0, 0)
+    parent: dict = {start: None}
+    todo = deque([start])
+    while todo and len(parent) < MAX_STATES:
+        s = todo.popleft()
+        I, qs, R, D = s
+        grants, used = [], 0
+        for b in range(nbv):
+            one = qs[b] > 0 and R + used < Qrv
+            gb = 2 if (rev.fault == "port_conflict" and qs[b] > 1 and R + used + 1 < Qrv) else int(one)
+            grants.append(gb)
+            used += gb
+        if max(grants, default=0) > PORTS:
+            tl.flag("step_matching.serve", f"bank {grants.index(max(grants))} is granted {max(grants)} requests in one cycle "
+                                           f"with {PORTS} port (queues {list(qs)}, responses {R})")
+            _path(tl, parent, s)
+        moves = []
+        if I < n and qs[bank[I]] < Qv:
+            q2 = list(qs)
+            q2[bank[I]] += 1
+            moves.append((f"issue r{I} -> bank {bank[I]}", (I + 1, tuple(q2), R, D)))
+        for b in range(nbv):
+            if qs[b] > 0 and R < Qrv:
+                q2 = list(qs)
+                q2[b] -= 1
+                moves.append((f"serve bank {b}", (I, tuple(q2), R + 1, D)))
+        lazy_only = rev.fault == "deadlock_queue"
+        if R > 0 and (I == n if lazy_only else (eg == 1 or I == n)):
+            moves.append(("drain", (I, qs, R - 1, D + 1)))
+        if not moves and D < n:
+            tl.flag("progress", f"stuck after {I} issues with queues {list(qs)} and {R} responses, {D} drained")
+            _path(tl, parent, s)
+        for label, s2 in moves:
+            if s2 not in parent:
+                parent[s2] = (s, label)
+                todo.append(s2)
+    return tl
+
+
+def _path(tl: Timeline, parent: dict, s) -> None:
+    if tl.events:
+        return
+    steps = []
+    while parent[s] is not None:
+        prev, label = parent[s]
+        steps.append((label, s))
+        s = prev
+    for i, (label, st) in enumerate(reversed(steps)):
+        tl.events.append((i, label, {"issued": st[0], "queues": list(st[1]), "responses": st[2], "drained": st[3]}))
+
+
+# -- obligations ----------------------------------------------------------------------------------
+
+def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
+    rev = revs.get(5, Revision())
+    t = template(n, rev)
+    p = f"step5@n{n}"
+    nodes = (*template_nodes(p, t),
+             Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n} ports={PORTS}" + _fault_text(rev)))
+    prog = (f"{p}.program", f"{p}.decisions", f"step4@n{n}.program")
+    pre = (f"{p}.pre",)
+    replay = lambda w: simulate(w, n, rev).replay()  # noqa: E731
+
+    def init(e):
+        zero = [z3.IntVal(0)] * MAX_BANKS
+        return _inv(e, n, z3.IntVal(0), zero, z3.IntVal(0), z3.IntVal(0))
+
+    def issue(e):
+        s = _State("s")
+        k = _next_bank(e, n, s.I)
+        enabled = z3.And(s.I < n, _sel(s.q, k) < e["Q"])
+        after = [s.q[b] + z3.If(k == b, 1, 0) for b in range(MAX_BANKS)]
+        return z3.Implies(z3.And(_inv(e, n, s.I, s.q, s.R, s.D), enabled),
+                          _inv(e, n, s.I + 1, after, s.R, s.D)), s.symbols("s")
+
+    def serve(e):
+        s = _State("s")
+        g = _grants(e, s.q, s.R, rev)
+        after = [s.q[b] - g[b] for b in range(MAX_BANKS)]
+        return z3.Implies(_inv(e, n, s.I, s.q, s.R, s.D),
+                          z3.And(*[gb <= PORTS for gb in g], _inv(e, n, s.I, after, s.R + z3.Sum(g), s.D))), s.symbols("s")
+
+    def data(e):
+        return z3.And([z3.Or(_bank(e, r1) != _bank(e, r2),
+                             _row(e, r1) != _row(e, r2))
+                       for r1 in range(n) for r2 in range(r1 + 1, n)])
+
+    def drain(e):
+        s = _State("s")
+        return z3.Implies(z3.And(_inv(e, n, s.I, s.q, s.R, s.D), _drain_enabled(e, n, s, rev)),
+                          _inv(e, n, s.I, s.q, s.R - 1, s.D + 1)), s.symbols("s")
+
+    def rank(e):
+        s = _State("s")
+        rk = lambda I, qs, D: 3 * n - 2 * I + z3.Sum(qs) - D  # noqa: E731
+        k = _next_bank(e, n, s.I)
+        inv = _inv(e, n, s.I, s.q, s.R, s.D)
+        issue_ok = z3.Implies(z3.And(s.I < n, _sel(s.q, k) < e["Q"]),
+                              rk(s.I + 1, [s.q[b] + z3.If(k == b, 1, 0) for b in range(MAX_BANKS)], s.D) < rk(s.I, s.q, s.D))
+        serve_ok = z3.And([z3.Implies(z3.And(s.q[b] > 0, s.R < e["Qr"]),
+                                      rk(s.I, [s.q[c] - (1 if c == b else 0) for c in range(MAX_BANKS)], s.D) < rk(s.I, s.q, s.D))
+                           for b in range(MAX_BANKS)])
+        drain_ok = z3.Implies(_drain_enabled(e, n, s, rev), rk(s.I, s.q, s.D + 1) < rk(s.I, s.q, s.D))
+        return z3.Implies(inv, z3.And(rk(s.I, s.q, s.D) >= 0, issue_ok, serve_ok, drain_ok)), s.symbols("s")
+
+    def progress(e):
+        s = _State("s")
+        k = _next_bank(e, n, s.I)
+        can_issue = z3.And(s.I < n, _sel(s.q, k) < e["Q"])
+        can_serve = z3.Or([z3.And(b < e["nb"], s.q[b] > 0, s.R < e["Qr"]) for b in range(MAX_BANKS)])
+        stuck = z3.And(_inv(e, n, s.I, s.q, s.R, s.D), s.D < n,
+                       z3.Not(z3.Or(can_issue, can_serve, _drain_enabled(e, n, s, rev))))
+        return z3.Not(stuck), s.symbols("s")
+
+    def service(e):
+        j = z3.Int("j")
+        return z3.Implies(z3.And(j >= 0, j < e["Q"]), (j + 1) * e["A"] <= e["Q"] * e["A"]), {"j": j}
+
+    def completion(e):
+        s = _State("s")
+        return z3.Implies(z3.And(_inv(e, n, s.I, s.q, s.R, s.D), s.D == n),
+                          z3.And(s.I == n, s.R == 0, z3.Sum(s.q) == 0)), s.symbols("s")
+
+    ob = lambda name, cond, text, claim, prem=prog, assume=t.preconditions: local_obligation(  # noqa: E731
+        5, t, name, cond, text, prem, claim, replay, n, assume)
+    obligations = (
+        ob("initialization", "initialization", "the empty system satisfies the invariant", init),
+        ob("step_matching.issue", "step_matching", "an issue is internal and keeps the invariant", issue),
+        ob("step_matching.serve", "step_matching", "a cycle's grants use at most one port per bank and keep the invariant",
+           serve),
+        ob("step_matching.data", "step_matching", "each lane's word lives at a distinct (bank, row)", data),
+        ob("step_matching.drain", "step_matching", "a drain delivers one response and keeps the invariant", drain),
+        ob("rank", "rank", "rank 3n - 2I + sum(q) - D is a natural number and falls on every transition", rank),
+        ob("progress", "progress", "no reachable state is stuck before the wave is drained (no deadlock)",
+           progress, (*prog, *pre)),
+        ob("progress.service", "progress", "under the arbitration bound A a queued request is granted within Q*A cycles",
+           service, (*prog, "assume.arbitration")),
+        ob("completion", "completion", "when every response is drained, every request was issued and served once",
+           completion),
+        k1_obligation(5, t, p, ["flow"], n),
+        k3_obligation(5, t, p, {"nb": 1, "Q": 1, "Qr": 1, "eager": 1, "pad": 0}, n),
+    )
+    return LocalModel(t, nodes, obligations)
+
+
+def _fault_text(rev: Revision) -> str:
+    return "" if rev.fault is None else f"\nfault {rev.fault}: {FAULTS[rev.fault].doc}"
+
+
+STEP = Step(
+    number=5, name="shared resources",
+    coarse="an untimed slot access", fine="requests to banks, ports and bounded queues",
+    hard="progress: no deadlock, and service under the declared arbitration bound",
+    faults=FAULTS, variants={"program": tuple(PROGRAMS), "cost": ("default",), "premise": ("default",)},
+    assumes=ASSUMES, guarantees=GUARANTEES, model=model, doc=__doc__ or "",
+)

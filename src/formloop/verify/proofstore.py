@@ -1,0 +1,135 @@
+"""Persistent store of proof-graph nodes, checked results and stored UNSAT queries (SQLite).
+
+Two reuse levels read from it. Node reuse looks a proof node up by its content key (which already
+hashes its statement, premises, solver and checker version). Query reuse looks a solver query up by
+the hash of its normalized SMT-LIB text plus the solver context and the checker version, and only
+UNSAT answers are ever stored there. Only `proved` results are handed back for reuse: a stored
+counterexample or unresolved result is kept for the record and never returned as a proof.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from formloop.errors import InvalidInput
+from formloop.verify.outcome import ObligationResult, Verdict
+
+DEFAULT_PROOF_STORE = Path(".formloop") / "proofs.sqlite"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (
+    key TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
+    premises TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS proofs (
+    key TEXT PRIMARY KEY, name TEXT NOT NULL, verdict TEXT NOT NULL, seconds REAL NOT NULL,
+    solver TEXT NOT NULL, checker TEXT NOT NULL, result TEXT NOT NULL, stored_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS queries (
+    key TEXT PRIMARY KEY, verdict TEXT NOT NULL CHECK (verdict = 'unsat'), solver TEXT NOT NULL,
+    checker TEXT NOT NULL, seconds REAL NOT NULL, stored_at REAL NOT NULL);
+"""
+
+_COMMENT = re.compile(r";[^\n]*")
+_SPACE = re.compile(r"\s+")
+
+
+def normalize_query(smt2: str) -> str:
+    """SMT-LIB text with comments, status annotations and layout removed (what a query key hashes).
+
+    Declarations and assertions keep their order: two queries with one text are the same problem
+    for the same solver, which is all that reuse needs."""
+    text = _COMMENT.sub("", smt2)
+    text = text.replace("(set-info :status unknown)", "").replace("(check-sat)", "")
+    return _SPACE.sub(" ", text).strip()
+
+
+def query_key(normalized: str, solver_context: str, checker_version: str) -> str:
+    h = hashlib.sha256()
+    for part in (normalized, solver_context, checker_version):
+        h.update(part.encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+class ProofStore:
+    """SQLite file (or ':memory:') holding nodes, proof results and UNSAT queries.
+
+    Writes are batched in one transaction per run; call `commit()` (the checker does) to persist."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = DEFAULT_PROOF_STORE if path is None else path
+        if str(self.path) != ":memory:":
+            p = Path(self.path)
+            if p.exists() and p.is_dir():
+                raise InvalidInput("proof store path", str(p), "a file path (not a directory)")
+            p.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path), timeout=30.0)
+        self.db.executescript(_SCHEMA)
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        if row is None:
+            self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise InvalidInput("proof store schema", row[0], [SCHEMA_VERSION], fix=f"use a fresh file instead of {self.path}")
+        self.db.commit()
+
+    # -- proof nodes ------------------------------------------------------------------------
+    def proved(self, key: str) -> ObligationResult | None:
+        """The stored result for `key` if and only if it is a proof."""
+        row = self.db.execute("SELECT verdict, result FROM proofs WHERE key = ?", (key,)).fetchone()
+        if row is None or row[0] != Verdict.PROVED.value:
+            return None
+        return _result_from_json(row[1])
+
+    def result(self, key: str) -> ObligationResult | None:
+        """The stored result for `key`, whatever its verdict (for inspection, never for reuse)."""
+        row = self.db.execute("SELECT result FROM proofs WHERE key = ?", (key,)).fetchone()
+        return None if row is None else _result_from_json(row[0])
+
+    def put_result(self, key: str, name: str, result: ObligationResult, checker: str) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO proofs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, name, result.verdict.value, result.seconds, result.solver, checker,
+             json.dumps(result.as_dict(), default=str), time.time()))
+
+    def put_nodes(self, rows: Iterable[tuple[str, str, str, str, tuple[str, ...]]]) -> None:
+        """(key, name, kind, text, premise keys) per node; content-addressed, so re-puts are no-ops."""
+        self.db.executemany("INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, ?, ?)",
+                            [(k, n, kind, text, json.dumps(list(p))) for k, n, kind, text, p in rows])
+
+    # -- queries ----------------------------------------------------------------------------
+    def has_unsat(self, key: str) -> bool:
+        return self.db.execute("SELECT 1 FROM queries WHERE key = ?", (key,)).fetchone() is not None
+
+    def put_unsat(self, key: str, solver: str, checker: str, seconds: float) -> None:
+        self.db.execute("INSERT OR IGNORE INTO queries VALUES (?, 'unsat', ?, ?, ?, ?)",
+                        (key, solver, checker, seconds, time.time()))
+
+    # -- housekeeping -----------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        return {t: self.db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("nodes", "proofs", "queries")}
+
+    def commit(self) -> None:
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.commit()
+        self.db.close()
+
+    def __enter__(self) -> "ProofStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _result_from_json(text: str) -> ObligationResult:
+    d = json.loads(text)
+    d["verdict"] = Verdict(d["verdict"])
+    d["trace"] = tuple(d.get("trace", ()))
+    return ObligationResult(**d)
