@@ -110,3 +110,13 @@ def test_verdict_is_the_worst_flag():
     assert parse_verdict("torch-only") is IntegrityVerdict.TORCH_ONLY
     with pytest.raises(InvalidInput, match="clean, minor, torch-only, gaming"):
         parse_verdict("fine")
+
+
+def test_compiled_extension_counts_as_a_kernel_but_tl_load_does_not():
+    src = ("from torch.utils.cpp_extension import load_inline\nimport torch\nfrom torch import nn\n"
+           "ext = load_inline(name='e', cpp_sources='', cuda_sources='', functions=['add'])\n"
+           "class ModelNew(nn.Module):\n    def forward(self, x, y):\n        return ext.add(x, y)\n")
+    (ok,) = static_scan(src)
+    assert ok.obligation == "torch-only" and ok.verdict is Verdict.UNRESOLVED and "ext.add" in ok.reason
+    out = scan("class ModelNew(nn.Module):\n    def forward(self, x):\n        x = x.contiguous()\n        return launch(x)\n")
+    assert out["torch-only"].details["launches"] == ["k (line 12)"]

@@ -59,12 +59,8 @@ def _import_file(path: Path, kind: str):
 def resolve_problem(problem: Any) -> Any:
     """A problem object (anything with Model, get_inputs, get_init_inputs) or a path to one."""
     if isinstance(problem, (str, Path)):
-        try:
-            from formloop.sol.problem import load_problem
-        except ImportError:  # part 1 of the SOL issue not present: read the module directly
-            problem = _import_file(Path(problem), "problem")
-        else:
-            return load_problem(problem)
+        from formloop.sol.problem import load_problem
+        return load_problem(problem)
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not callable(getattr(problem, n, None))]
     if missing:
         raise StructureError(f"problem {getattr(problem, '__name__', problem)!r} lacks {', '.join(missing)}",
@@ -376,19 +372,21 @@ class HarnessResult:
                 "replay": f"formloop harness PROBLEM CANDIDATE --seed {self.seed}"}
 
 
-def sol_floor(problem: Any, chip: str, dtype: str | None = None) -> tuple[float | None, str]:
-    """The problem's SOL time floor on `chip` (automatic SOL from part 1 of the issue)."""
-    try:
-        from formloop.sol.auto import sol_for_problem
-    except ImportError:
-        return None, "SOL unavailable: formloop.sol.auto is not installed"
-    report = sol_for_problem(problem, chip, dtype=dtype)
-    return float(report.time_floor_s), f"SOL floor on {chip} (model)"
+def sol_floor(problem: Any, chip: str, dtype: str | None = None, clock_mhz: float | None = None) -> tuple[float | None, str]:
+    """The problem's SOL time floor on `chip`, counted from its reference at dispatch level."""
+    from formloop.sol.auto import sol_for_problem
+    from formloop.sol.problem import Problem
+
+    if not isinstance(problem, Problem):
+        return None, "SOL needs a problem file (formloop.sol.problem.load_problem)"
+    report = sol_for_problem(problem, chip, dtype=dtype, clock_mhz=clock_mhz)
+    return float(report.time_floor_s), (f"SOL floor on {report.chip} at {report.clock_mhz:g} MHz, "
+                                        f"{report.compute_precision or report.dtype}, {report.bound}-bound (model)")
 
 
 def evaluate(problem: Any, candidate: Any, *, sets: int = 3, seed: int | None = None, timing: bool = True,
-             chip: str | None = None, dtype: str | None = None, rtol: float | None = None,
-             session: Session | None = None) -> HarnessResult:
+             chip: str | None = None, dtype: str | None = None, clock_mhz: float | None = None,
+             rtol: float | None = None, session: Session | None = None) -> HarnessResult:
     """Correctness on `sets` fresh input sets, input immutability, then timing and SOL fraction."""
     if sets < 1:
         raise InvalidInput("sets", sets, "an integer >= 1")
@@ -413,7 +411,7 @@ def evaluate(problem: Any, candidate: Any, *, sets: int = 3, seed: int | None = 
         result.ref_time = time_callable(s.ref_model, inputs)
         result.cand_time = time_callable(s.cand_fn, clone_all(inputs))
     if chip:
-        result.sol_floor_s, result.sol_note = sol_floor(s.problem, chip, dtype)
+        result.sol_floor_s, result.sol_note = sol_floor(s.problem, chip, dtype, clock_mhz)
     return result
 
 

@@ -176,7 +176,7 @@ HEAVY_OPS = frozenset("""matmul mm bmm addmm baddbmm linear conv1d conv2d conv3d
 scaled_dot_product_attention softmax log_softmax layer_norm rms_norm group_norm batch_norm
 cross_entropy tensordot""".split())
 _TORCH_ROOTS = {"torch", "F", "nn", "functional"}
-_EXTENSION_LOADERS = {"load_inline", "load", "RawKernel", "RawModule", "ElementwiseKernel"}
+_EXTENSION_LOADERS = {"RawKernel", "RawModule", "ElementwiseKernel"}  # plus cpp_extension's load/load_inline
 _STREAM_MARKERS = {"Stream", "stream", "Thread", "ThreadPoolExecutor", "Process", "Timer"}
 
 
@@ -207,13 +207,18 @@ class _Scan(ast.NodeVisitor):
         self.extensions: set[str] = set()
         self.functions: dict[str, ast.AST] = {}
         self.classes: dict[str, ast.ClassDef] = {}
+        self.ext_imports: set[str] = set()
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         if any(_is_kernel_decorator(d) for d in node.decorator_list):
             self.kernels.add(node.name)
-        else:
-            self.functions.setdefault(node.name, node)
+            return  # a kernel body's `tl.load` is not an extension loader
+        self.functions.setdefault(node.name, node)
         self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.module and ("cpp_extension" in node.module or node.module.startswith("cupy")):
+            self.ext_imports.update(a.asname or a.name for a in node.names)
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -221,8 +226,14 @@ class _Scan(ast.NodeVisitor):
         self.classes[node.name] = node
         self.generic_visit(node)
 
+    def _is_loader(self, name: str) -> bool:
+        last = name.split(".")[-1]
+        if last in ("load", "load_inline"):
+            return "cpp_extension" in name or name in self.ext_imports
+        return last in _EXTENSION_LOADERS
+
     def visit_Assign(self, node: ast.Assign) -> None:
-        if isinstance(node.value, ast.Call) and _dotted(node.value.func).split(".")[-1] in _EXTENSION_LOADERS:
+        if isinstance(node.value, ast.Call) and self._is_loader(_dotted(node.value.func)):
             for target in node.targets:
                 self.extensions.add(_dotted(target).split(".")[-1])
         self.generic_visit(node)
