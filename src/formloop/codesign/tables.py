@@ -133,8 +133,9 @@ def plot_capacity(study: Study, rows: list[dict], path: str | Path, start: str =
                                 label="random range (seeds)")
             if r.get("trajectory"):
                 ax.plot([x for x, _ in r["trajectory"]], [y for _, y in r["trajectory"]], ":", alpha=0.6)
-            ax.plot([r["inner_problems"]], [r["evaluated"]], markers.get(r["method"], "x"), markersize=9,
-                    label=r["method"], alpha=0.85)
+            big = r["method"] == "joint reference"
+            ax.plot([r["inner_problems"]], [r["evaluated"]], markers.get(r["method"], "x"), markersize=14 if big else 9,
+                    label=r["method"], alpha=0.85, zorder=5 if big else 3, markerfacecolor="none" if big else None)
         ax.set_title(f"{objective} (start {sel[0]['start'].split(' ', 1)[1] if sel else start})")
         ax.set_xlabel("distinct inner problems")
         ax.set_ylabel("worst-scenario cycle ratio (model)")

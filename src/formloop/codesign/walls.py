@@ -167,7 +167,7 @@ def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, 
                 continue
             res = S.solve(h2)
             visited.append(res)
-            trajectory.append((len(S.problems), min(cur.L, res.L)))
+            trajectory.append((len(S.problems), cur.L))   # the incumbent's L* (Proposition 2)
             drop, added = cur.L - res.L, h2.area - h.area
             if drop > GAIN_TOL and added > 0:
                 priced.append((drop / added, added, label, res))
@@ -209,6 +209,7 @@ def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, 
                 measured = _measure(problem, cur)
                 path.append(("reclaim", h, cur.L, problem.version))
         trajectory.append((len(S.problems), cur.L))
+    trajectory.append((len(S.problems), cur.L))
     return Relaxation(objective, start, h, cur.L, measured, cur.software, visited, purchases, reclaims, events,
                       S.calls, len(S.problems), S.scenario_solves, rounds_run, len(walls), max_b, k, coupled,
                       recalibrations, trajectory, path, frozenset(S.problems))
