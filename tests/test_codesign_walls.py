@@ -8,7 +8,7 @@ import pytest
 
 from formloop.codesign.problem import CoDesignProblem, WallSpec
 from formloop.codesign.ventus_model import Cost
-from formloop.codesign.walls import InnerSolver, relax_walls
+from formloop.codesign.walls import InnerSolver, relax_walls, solve_chip
 from formloop.errors import InvalidInput
 from formloop.hw.library import Component, HardwareLibrary
 
@@ -74,6 +74,7 @@ def test_proposition1_single_wall_screen_misses_the_joint_step():
     assert S.solve(start, {"w1"}).L == pytest.approx(1.0)   # Λ1 = 0: B still blocked by w2
     assert S.solve(start, {"w2"}).L == pytest.approx(1.0)   # Λ2 = 0
     assert S.solve(start, {"w1", "w2"}).L == pytest.approx(0.1)
+    assert solve_chip(p, "s", start) == ({"s": "A"}, pytest.approx(1.0), {})   # B(h) is empty
     plain = relax_walls(p, "s", start)
     assert plain.L == pytest.approx(1.0) and not plain.purchases
     assert plain.chip == start and plain.calls == 3         # initial solve + two screens

@@ -64,6 +64,15 @@ class InnerSolver:
         return Inner(h, removed, tuple(optima))
 
 
+def solve_chip(problem: CoDesignProblem, objective: str, h: ChipConfig) -> tuple[dict, float, dict[str, float]]:
+    """SOLVE(h) -> (s*(h), L*(h), B(h)): the best programs, the worst ratio, and the walls whose
+    removal lowers L* (Λ_i > 0) with their Λ_i."""
+    S = InnerSolver(problem, objective)
+    inner = S.solve(h)
+    lam = {w.name: inner.L - S.solve(h, {w.name}).L for w in problem.open_walls}
+    return inner.software, inner.L, {k: v for k, v in lam.items() if v > GAIN_TOL}
+
+
 @dataclass(frozen=True)
 class Purchase:
     before: ChipConfig
