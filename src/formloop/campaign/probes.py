@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from formloop.campaign.compare import compare_outputs, flatten, tolerance_for
-from formloop.campaign.harness import Session, Timing, clone_all, changed_inputs, evaluate, settle
+from formloop.campaign.harness import Session, Timing, evaluate
+from formloop.campaign.memory import changed_inputs, clone_all, poisoned, settle
 from formloop.errors import InvalidInput
 from formloop.sol.integrity import (IntegrityReport, IntegrityVerdict, candidate_source, check_sol_ceiling, flag,
                                     not_applicable, passed, static_scan)
@@ -294,7 +295,6 @@ def _insensitive(ref0: Any, ref1: Any, out0: Any, out1: Any) -> dict[str, Any]:
 
 
 def probe_side_stream(s: Session, base: Any) -> list:
-    from formloop.campaign.harness import poisoned
     inputs = s.inputs(s.set_seed(1000))
     before = set(threading.enumerate())
     x = clone_all(inputs)

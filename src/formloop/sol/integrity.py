@@ -20,6 +20,7 @@ import ast
 import enum
 import inspect
 import textwrap
+from pathlib import Path
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -372,14 +373,23 @@ def _looks_like_tensor_method(name: str) -> bool:
     return name in _TENSOR_METHODS or name in HEAVY_OPS
 
 
+def code_file(obj: Any) -> str | None:
+    """The file that defines a class or function, even when its module left sys.modules."""
+    for fn in (getattr(obj, "forward", None), obj):
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            return code.co_filename
+    return None
+
+
 def candidate_source(obj: Any) -> tuple[str, str, str]:
     """(source, filename, entry) for a candidate module, class or function."""
     if inspect.ismodule(obj):
         return inspect.getsource(obj), getattr(obj, "__file__", "<module>"), "ModelNew.forward"
-    if inspect.isclass(obj):
-        module = inspect.getmodule(obj)
-        return inspect.getsource(module), getattr(module, "__file__", "<module>"), f"{obj.__name__}.forward"
-    if callable(obj):
-        module = inspect.getmodule(obj)
-        return inspect.getsource(module), getattr(module, "__file__", "<module>"), obj.__name__
+    if inspect.isclass(obj) or callable(obj):
+        entry = f"{obj.__name__}.forward" if inspect.isclass(obj) else obj.__name__
+        filename = code_file(obj)
+        if filename and Path(filename).is_file():
+            return Path(filename).read_text(), filename, entry
+        raise InvalidInput("candidate", getattr(obj, "__name__", obj), "a class or function defined in a source file")
     raise InvalidInput("candidate", type(obj).__name__, "a module, a ModelNew class or a function")
