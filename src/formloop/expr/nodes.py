@@ -271,8 +271,8 @@ def substitute(root: Expr, values: dict[str, Real]) -> Expr:
 def _to_python(v):
     import numpy as np
 
-    if isinstance(v, np.generic):
-        v = v.item()
+    if isinstance(v, (np.generic, np.ndarray)):  # numpy may return a 0-d array (e.g. np.where)
+        v = np.asarray(v).item()
     return v
 
 

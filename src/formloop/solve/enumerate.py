@@ -12,7 +12,7 @@ import numpy as np
 from formloop.errors import Infeasible, InvalidInput
 from formloop.expr import evaluate, grid_env
 from formloop.solve.explain import irreducible_conflict
-from formloop.solve.result import TIE_TOLERANCE, ModelSize, Solution, SolveStatus
+from formloop.solve.result import ModelSize, Solution, SolveStatus, tie_slack
 from formloop.template import Formulation
 
 MAX_POINTS = 5_000_000
@@ -42,7 +42,7 @@ def assignment_at(f: Formulation, flat_index: int) -> dict:
 
 def _near_min(values: np.ndarray) -> np.ndarray:
     best = values.min()
-    return np.abs(values - best) <= TIE_TOLERANCE * np.maximum(1.0, np.maximum(np.abs(values), abs(best)))
+    return values - best <= tie_slack(np.maximum(np.abs(values), abs(best)))
 
 
 def enumerate_designs(f: Formulation, *, max_points: int = MAX_POINTS) -> Solution:

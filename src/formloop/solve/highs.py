@@ -18,9 +18,10 @@ import highspy
 import numpy as np
 
 from formloop.errors import Infeasible, SolverFailure
+from formloop.expr import evaluate
 from formloop.expr.linearize import Affine, Epigraph, Key, Linearizer, Mask, Row
 from formloop.solve.explain import irreducible_conflict
-from formloop.solve.result import TIE_TOLERANCE, ModelSize, Solution, SolveStatus
+from formloop.solve.result import ModelSize, Solution, SolveStatus, tie_slack
 from formloop.template import Constraint, Formulation
 
 _STATUS = {
@@ -188,16 +189,23 @@ class MilpBuilder:
         h.passModel(lp)
         return h
 
-    def set_objective(self, h: highspy.Highs, coefs: dict[int, float]) -> None:
+    def set_objective(self, h: highspy.Highs, coefs: dict[int, float]) -> float:
+        """Minimize Σ coefs·x, scaled to unit magnitude; returns the scale to multiply back."""
+        scale = _magnitude(coefs)
         cost = np.zeros(len(self.m.lower))
         for c, v in coefs.items():
-            cost[c] = v
+            cost[c] = v / scale
         h.changeColsCost(len(cost), np.arange(len(cost), dtype=np.int32), cost)
+        return scale
 
     def cap(self, h: highspy.Highs, coefs: dict[int, float], limit: float) -> None:
-        """Add the row Σ coefs·x ≤ limit (holds a finished stage at its optimum)."""
+        """Add the row Σ coefs·x ≤ limit (holds a finished stage at its optimum).
+
+        The row is scaled to unit magnitude: HiGHS drops matrix entries below its
+        small_matrix_value (1e-9), which would silently loosen a row of tiny costs."""
+        scale = _magnitude(coefs)
         idx = np.array(list(coefs), dtype=np.int32)
-        h.addRow(-np.inf, limit, len(idx), idx, np.array([coefs[i] for i in idx], dtype=float))
+        h.addRow(-np.inf, limit / scale, len(idx), idx, np.array([coefs[i] / scale for i in idx], dtype=float))
 
     def assignment(self, values: Sequence[float]) -> dict:
         out = {}
@@ -212,8 +220,12 @@ def _run(h: highspy.Highs) -> SolveStatus:
     return _STATUS.get(h.getModelStatus(), SolveStatus.ERROR)
 
 
+def _magnitude(coefs: dict[int, float]) -> float:
+    return max((abs(v) for v in coefs.values()), default=1.0) or 1.0
+
+
 def _hold(b: MilpBuilder, h: highspy.Highs, coefs: dict[int, float], const: float, value: float) -> None:
-    b.cap(h, coefs, value + TIE_TOLERANCE * max(1.0, abs(value)) - const)
+    b.cap(h, coefs, value + tie_slack(value) - const)
 
 
 def solve_milp(f: Formulation, *, time_limit: float | None = None, break_ties: bool = True) -> Solution:
@@ -222,22 +234,25 @@ def solve_milp(f: Formulation, *, time_limit: float | None = None, break_ties: b
     b = MilpBuilder(f)
     h = b.highs(time_limit)
     objective = b.coefficients(b.objective)
-    b.set_objective(h, objective)
+    scale = b.set_objective(h, objective)
     status = _run(h)
     if status is SolveStatus.INFEASIBLE:
         raise Infeasible(f.template.name, irreducible_conflict(f.constraints, lambda cs: _feasible(f, cs)))
     if status is SolveStatus.ERROR or (status is SolveStatus.TIME_LIMIT and not h.getInfo().primal_solution_status):
         raise SolverFailure(f"HiGHS returned {h.modelStatusToString(h.getModelStatus())} on {f.template.name}")
     info = h.getInfo()
-    best, bound, gap = info.objective_function_value + b.objective.const, info.mip_dual_bound + b.objective.const, info.mip_gap
+    best = info.objective_function_value * scale + b.objective.const
+    bound, gap = info.mip_dual_bound * scale + b.objective.const, info.mip_gap
     if break_ties and status is SolveStatus.OPTIMAL:
-        _hold(b, h, objective, b.objective.const, best)
-        for _, term in b.tie_terms:
+        # Hold each finished stage at the exact cost of the design it found (evaluated, not the
+        # solver's float, which continuous factor columns may leave a few ulps low).
+        _hold(b, h, objective, b.objective.const, _exact(f.cost, b, h))
+        for (_, expr), (_, term) in zip(f.tie_break_terms(), b.tie_terms):
             coefs = b.coefficients(term)
             b.set_objective(h, coefs)
             if _run(h) is not SolveStatus.OPTIMAL:
                 raise SolverFailure(f"tie-break stage failed on {f.template.name}")
-            _hold(b, h, coefs, term.const, h.getInfo().objective_function_value + term.const)
+            _hold(b, h, coefs, term.const, _exact(expr, b, h))
         b.set_objective(h, _lexicographic(b))
         if _run(h) is not SolveStatus.OPTIMAL:
             raise SolverFailure(f"lexicographic tie-break stage failed on {f.template.name}")
@@ -249,6 +264,10 @@ def solve_milp(f: Formulation, *, time_limit: float | None = None, break_ties: b
         model=b.size(), terms=terms,
         reason="" if status is SolveStatus.OPTIMAL else f"time limit; incumbent {best:.6g}, bound {bound:.6g}",
     )
+
+
+def _exact(expr, b: MilpBuilder, h: highspy.Highs) -> float:
+    return float(evaluate(expr, b.assignment(h.getSolution().col_value)))
 
 
 def _lexicographic(b: MilpBuilder) -> dict[int, float]:

@@ -51,7 +51,14 @@ class Solution:
 
 TIE_TOLERANCE = 1e-7
 """Relative tolerance under which two objective values are one optimum (both solvers use it)."""
+TIE_FLOOR = 1e-12
+"""Absolute floor of that tolerance, so that values at zero tie only with (near) zero."""
 
 
-def tied(a: float, b: float, tol: float = TIE_TOLERANCE) -> bool:
-    return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+def tie_slack(value: float) -> float:
+    """How far above `value` a cost may lie and still tie with it."""
+    return TIE_TOLERANCE * abs(value) + TIE_FLOOR
+
+
+def tied(a: float, b: float) -> bool:
+    return abs(a - b) <= tie_slack(max(abs(a), abs(b)))
