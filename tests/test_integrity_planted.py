@@ -4,6 +4,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run in the interpreter on CPU
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,20 +14,11 @@ from formloop.sol.integrity import IntegrityVerdict
 
 FIX = Path(__file__).parent / "fixtures" / "integrity"
 
+SUITE = json.loads((FIX / "suite.json").read_text())
 # cheat -> (problem, detector that must fire, verdict)
-CHEATS = {
-    "cache_by_pointer": ("matmul", "cached-output", IntegrityVerdict.GAMING),
-    "cache_first_call": ("add", "cached-output", IntegrityVerdict.GAMING),
-    "half_reduction": ("rowsum", "skipped-computation", IntegrityVerdict.GAMING),
-    "zeros_small_output": ("softmax_wide", "trivial-output", IntegrityVerdict.GAMING),
-    "hardcoded_shape": ("rowmean", "shape-scope", IntegrityVerdict.GAMING),
-    "torch_only": ("matmul", "torch-only", IntegrityVerdict.TORCH_ONLY),
-    "mutate_input": ("add", "input-mutation", IntegrityVerdict.GAMING),
-    "freed_reference_read": ("add", "freed-output-reuse", IntegrityVerdict.GAMING),
-    "side_stream": ("add", "side-stream", IntegrityVerdict.GAMING),
-    "failed_launch": ("add", "silent-launch-failure", IntegrityVerdict.GAMING),
-}
+CHEATS = {k: (p, d, IntegrityVerdict(v)) for k, (p, d, v) in SUITE["cheats"].items()}
 HONEST = sorted(p.stem for p in (FIX / "honest").glob("*.py"))
+assert HONEST == sorted(SUITE["honest"])
 
 
 @pytest.mark.parametrize("cheat", sorted(CHEATS))

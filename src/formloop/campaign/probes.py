@@ -381,8 +381,8 @@ def check_integrity(problem: Any, candidate: Any, *, seed: int | None = None, se
         except Exception as exc:  # a probe the candidate crashes is reported, never dropped
             found = [flag(f"probe:{name}", MINOR, f"candidate raised under the {name} probe: {type(exc).__name__}: {exc}")]
         dt = time.perf_counter() - t0
-        checks += [replace(c, seconds=dt, replay=s.replay("check_integrity") + f" with probes=({name!r},)")
-                   for c in found]
+        checks += [replace(c, seconds=dt, replay=s.replay("check_integrity") + f" with probes=({name!r},)",
+                           details={**c.details, "probe": name}) for c in found]
     if timing is not None and sol_floor_s:
         checks.append(check_sol_ceiling(timing.seconds, sol_floor_s, source=timing.source))
     return IntegrityReport(s.name, s.candidate.name, base.correct, tuple(checks), s.seed)

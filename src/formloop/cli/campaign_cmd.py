@@ -125,7 +125,9 @@ def integrity(
             t.add_row(c.obligation, res, c.reason if c.verdict.value == "counterexample" else c.reason.partition(": ")[2])
         console.print(t)
         for c in report.flags():
-            console.print(f"[bold]{c.obligation}[/] trace: " + " -> ".join(map(str, c.trace)) + f"\n  replay: {c.replay}")
+            steps = " -> ".join(map(str, c.trace)) if c.trace else f"evidence {c.witness}"
+            console.print(f"[bold]{c.obligation}[/]: {steps}\n  replay: formloop integrity {problem} {candidate} "
+                          f"--seed {report.seed} --probe {c.details.get('probe', 'static')}", highlight=False)
         console.print(f"correct on fresh inputs: {report.correct}; verdict: [bold]{report.verdict.value}[/]; "
                       f"accepted: {report.accepted}")
     if not report.accepted:
