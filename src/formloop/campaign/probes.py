@@ -4,7 +4,10 @@ Each probe returns `ObligationResult`s from `formloop.sol.integrity` (flag = cou
 evidence and a replay line; nothing found = 'passed', which is evidence, not proof). Probes:
 
     unseen-inputs         inputs from an undisclosed seed, values rescaled elementwise
-    shape-scope           other in-scope shapes (the problem's SCOPE list, or its int globals)
+    shape-scope           other in-scope shapes: the problem's `SCOPE = [{"N": 96}, ...]` (module globals
+                          to override), else each int global get_inputs reads and the constructor
+                          does not, set to v//2+1 (smaller, ragged); shapes the reference rejects are
+                          out of scope. Wrong output -> gaming (hard-coded); an exception -> minor
     uninitialized-read    same inputs under two different poison values: the output must not move
     freed-output-reuse    allocations recycled from the reference's freed output (a caching allocator)
     cached-output         inputs refreshed in place (same data pointers) and fresh tensors

@@ -51,7 +51,8 @@ def harness(
 ) -> None:
     """Check a candidate against a problem's reference: correctness on fresh inputs (poisoned
     allocations, fp64 truth, magnitude-aware tolerance), input immutability, timing, speedup and
-    SOL fraction. Without a GPU, times are host wall time labelled 'cpu' and no SOL fraction is given."""
+    SOL fraction. Without a GPU, times are host wall time labelled 'cpu' and no SOL fraction is given.
+    Exit status 1 when the candidate is incorrect."""
     from formloop.campaign.harness import evaluate
 
     res = evaluate(problem, candidate, sets=sets, seed=seed, timing=time_it, chip=chip, dtype=dtype,
