@@ -53,8 +53,10 @@ FAULTS = {
     "wrong_generation": Fault("wrong_generation", 4, "the consumer reads slot (p+1) % S instead of p % S",
                               "step_matching.compute"),
     "weak_lifetime": Fault("weak_lifetime", 4, "the lifetime premise is P <= S - 1 (trailing barrier ignored)",
-                           "step_matching.compute"),
+                           "step_matching.compute", "premise"),
 }
+PREMISES = {"default": (), "strong": (Constraint("strong", beta.eq(1), "strong",
+                                                 "always keep the trailing barrier (a too-strong contract)"),)}
 ASSUMES = ("loads_land_before_barrier",)
 
 
@@ -69,6 +71,7 @@ def template(rev: Revision = Revision()) -> Template:
         constraints=(
             Constraint("capacity", S * tile_bytes <= Ms, "capacity", "the S slots fit in shared memory"),
             Constraint("lifetime", life, "schedule", "a slot is refilled only after its last read"),
+            *PREMISES[rev.premise],
         ),
         preconditions=(Constraint("pre_lifetime", life, "schedule", "generation correctness"),),
         cost=per_tile, unit="cycles per k-tile", terms={"per_tile": per_tile},
@@ -190,7 +193,7 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
         ob("progress", "progress", "every tile's load is issued in an epoch before its compute", progress),
         ob("completion", "completion", "every load is consumed by the last compute", completion),
         feasibility_obligation(4, t, p, storage.template(n, revs.get(2, Revision())), f"step2@n{n}",
-                               backward_map(n), f"{p}.backward_map", n),
+                               backward_map(n), f"{p}.backward_map", n, fine_groups=["schedule"]),
         k1_obligation(4, t, p, ["schedule"], n),
         k3_obligation(4, t, p, {"S": 1, "P": 0, "beta": 1}, n),
     )
@@ -198,13 +201,13 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
 
 
 def _fault_text(rev: Revision) -> str:
-    return "" if rev.fault is None else f"\nfault {rev.fault}: {FAULTS[rev.fault].doc}"
+    return "" if rev.fault is None else FAULTS[rev.fault].program_text()
 
 
 STEP = Step(
     number=4, name="double buffering",
     coarse="one buffer per tile", fine="generations rotating through S slots, loaded P tiles ahead",
     hard="step matching of a compute: generation correctness (P <= S - 2 + beta)",
-    faults=FAULTS, variants={"program": tuple(PROGRAMS), "cost": ("default",), "premise": ("default",)},
+    faults=FAULTS, variants={"program": tuple(PROGRAMS), "cost": ("default",), "premise": tuple(PREMISES)},
     assumes=ASSUMES, guarantees=("generation",), model=model, doc=__doc__ or "",
 )

@@ -78,6 +78,11 @@ class Fault:
     step: int
     doc: str
     caught_by: str
+    kind: str = "program"  # "program": the fine program changes; "premise": a constraint/precondition does
+
+    def program_text(self) -> str:
+        """What the fault adds to the step's program definition (nothing for a premise fault)."""
+        return f"\nfault {self.name}: {self.doc}" if self.kind == "program" else ""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from collections import Counter, defaultdict
 
 import z3
 
@@ -116,54 +115,53 @@ def _owner(rev: Revision, env, t):
 
 # -- replay: run the loop nest on one concrete design ---------------------------------------------
 
-MAX_REPLAY = 200_000
+MAX_SCAN = 4096  # replay scans every k up to this K; beyond it, the k the witness names
 
 
 def simulate(w: dict, rev: Revision) -> Timeline:
+    """Run the loop nest's membership tests for the products the witness names (every product
+    when K is small): which (group, tile) iterations add A[i,k]·B[k,j], and is that once?"""
     Rv, T, g, Kv = int(w["R"]), int(w["Tk"]), int(w["guard"]), int(w["K"])
     nt = -(-Kv // T)
     tl = Timeline()
-    if Rv * nt * T > MAX_REPLAY:
-        tl.events.append((0, "skipped", f"{Rv * nt * T} iterations exceed the replay bound"))
-        return tl
     if rev.program == "blocked":
         c = -(-nt // Rv)
         tiles = {r: range(r * c, min((r + 1) * c, nt)) for r in range(Rv)}
+        owner = lambda tile: tile // c  # noqa: E731
     else:
         stride = max(1, Rv - 1) if rev.fault == "double_count" else Rv
         tiles = {r: range(r, nt, stride) for r in range(Rv)}
+        owner = lambda tile: tile % Rv  # noqa: E731
     tests = g == 1 and rev.fault != "unguarded_tail"
-    count: Counter = Counter()
-    owners: dict[int, list] = defaultdict(list)
-    for r in range(Rv):
-        for t in tiles[r]:
-            for kk in range(T):
-                k = t * T + kk
-                if tests and k >= Kv:
-                    continue
-                count[k] += 1
-                owners[k].append((r, t))
-    for k in sorted(count):
+    focus = set(range(Kv + T)) if Kv <= MAX_SCAN else set()
+    for a, b in (("t", "kk"), ("t1", "kk1"), ("t2", "kk2")):
+        if a in w and b in w:
+            focus.add(int(w[a]) * T + int(w[b]))
+    if "k" in w:
+        focus.add(int(w["k"]))
+    flagged: set[int] = set()
+    for k in sorted(x for x in focus if x >= 0):
+        before = len(tl.defects)
+        tile = k // T
+        adders = [r for r in range(Rv) if tile in tiles[r] and not (tests and k >= Kv)]
+        for r in adders:
+            tl.events.append((k, "accumulate", {"group": r, "tile": tile, "k": k}))
         if k >= Kv:
-            tl.flag("step_matching.accumulate", f"group {owners[k][0][0]} adds A[i,{k}]*B[{k},j] but K = {Kv}")
-        elif count[k] > 1:
-            tl.flag("exact_once.unique", f"A[i,{k}]*B[{k},j] is added {count[k]} times (group, tile) = {owners[k]}")
-    missing = [k for k in range(Kv) if count[k] == 0]
-    if missing:
-        tl.flag("exact_once.cover", f"A[i,{missing[0]}]*B[{missing[0]},j] is never added")
-    c = -(-nt // Rv)
-    strays = [k for k in range(Kv) if ((k // T) // c if rev.program == "blocked" else (k // T) % Rv)
-              not in [r for r, _ in owners[k]]]
-    if strays:
-        k = strays[0]
-        tl.flag("exact_once.cover", f"A[i,{k}]*B[{k},j] is not added by the group pi assigns it "
-                                    f"(added by {[r for r, _ in owners[k]] or 'none'})")
-        missing.append(k)
-    focus = {k for k in count if count[k] != 1 or k >= Kv} | set(missing[:1])
-    for k in sorted(focus):
-        for r, t in owners[k]:
-            tl.events.append((k, "accumulate", {"group": r, "tile": t, "k": k}))
-    tl.events.append((Kv, "combine", {"terms": sum(count.values()), "coarse_terms": Kv}))
+            if adders:
+                tl.flag("step_matching.accumulate", f"group {adders[0]} adds A[i,{k}]*B[{k},j] but K = {Kv}")
+                flagged.add(k)
+            continue
+        if len(adders) > 1:
+            tl.flag("exact_once.unique", f"A[i,{k}]*B[{k},j] is added {len(adders)} times, by groups {adders} (tile {tile})")
+        if not adders:
+            tl.flag("exact_once.cover", f"A[i,{k}]*B[{k},j] is never added")
+        elif owner(tile) not in adders:
+            tl.flag("exact_once.cover", f"A[i,{k}]*B[{k},j] is not added by group {owner(tile)}, which pi assigns it "
+                                        f"(added by {adders})")
+        if len(tl.defects) > before:
+            flagged.add(k)
+    tl.events = [e for e in tl.events if e[0] in flagged] or tl.events[:16]
+    tl.events.append((Kv, "combine", {"groups": Rv, "K": Kv}))
     return tl
 
 
@@ -242,7 +240,7 @@ def model(shape: int, revs: Mapping[int, Revision]) -> LocalModel:
 
 
 def _fault_text(rev: Revision) -> str:
-    return "" if rev.fault is None else f"\nfault {rev.fault}: {FAULTS[rev.fault].doc}"
+    return "" if rev.fault is None else FAULTS[rev.fault].program_text()
 
 
 STEP = Step(

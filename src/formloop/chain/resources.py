@@ -101,10 +101,15 @@ def _row(e, r):
     return by_menu(e["nb"], nb.decision.menu, lambda c: (r * (e["stride"] + e["pad"])) / c)
 
 
-def _next_bank(e, n, I):
+def _banks(e, n):
+    """Bank of every lane's word, built once per query (formula construction dominates the cost)."""
+    return [_bank(e, r) for r in range(n)]
+
+
+def _next_bank(banks, I):
     out = z3.IntVal(0)
-    for r in reversed(range(n)):
-        out = z3.If(I == r, _bank(e, r), out)
+    for r in reversed(range(len(banks))):
+        out = z3.If(I == r, banks[r], out)
     return out
 
 
@@ -115,10 +120,11 @@ def _sel(qs, k):
     return out
 
 
-def _inv(e, n, I, qs, R, D):
+def _inv(e, banks, I, qs, R, D):
+    n = len(banks)
     facts = [I >= 0, I <= n, D >= 0, R >= 0, R <= e["Qr"], z3.Sum(qs) + R + D == I]
     for b in range(MAX_BANKS):
-        issued_b = z3.Sum([z3.If(z3.And(r < I, _bank(e, r) == b), 1, 0) for r in range(n)])
+        issued_b = z3.Sum([z3.If(z3.And(r < I, banks[r] == b), 1, 0) for r in range(n)])
         facts += [qs[b] >= 0, qs[b] <= e["Q"], z3.Implies(b >= e["nb"], qs[b] == 0), qs[b] <= issued_b]
     return z3.And(facts)
 
@@ -219,22 +225,24 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
 
     def init(e):
         zero = [z3.IntVal(0)] * MAX_BANKS
-        return _inv(e, n, z3.IntVal(0), zero, z3.IntVal(0), z3.IntVal(0))
+        return _inv(e, _banks(e, n), z3.IntVal(0), zero, z3.IntVal(0), z3.IntVal(0))
 
     def issue(e):
         s = _State("s")
-        k = _next_bank(e, n, s.I)
+        bk = _banks(e, n)
+        k = _next_bank(bk, s.I)
         enabled = z3.And(s.I < n, _sel(s.q, k) < e["Q"])
         after = [s.q[b] + z3.If(k == b, 1, 0) for b in range(MAX_BANKS)]
-        return z3.Implies(z3.And(_inv(e, n, s.I, s.q, s.R, s.D), enabled),
-                          _inv(e, n, s.I + 1, after, s.R, s.D)), s.symbols("s")
+        return z3.Implies(z3.And(_inv(e, bk, s.I, s.q, s.R, s.D), enabled),
+                          _inv(e, bk, s.I + 1, after, s.R, s.D)), s.symbols("s")
 
     def serve(e):
         s = _State("s")
+        bk = _banks(e, n)
         g = _grants(e, s.q, s.R, rev)
         after = [s.q[b] - g[b] for b in range(MAX_BANKS)]
-        return z3.Implies(_inv(e, n, s.I, s.q, s.R, s.D),
-                          z3.And(*[gb <= PORTS for gb in g], _inv(e, n, s.I, after, s.R + z3.Sum(g), s.D))), s.symbols("s")
+        return z3.Implies(_inv(e, bk, s.I, s.q, s.R, s.D),
+                          z3.And(*[gb <= PORTS for gb in g], _inv(e, bk, s.I, after, s.R + z3.Sum(g), s.D))), s.symbols("s")
 
     def data(e):
         return z3.And([z3.Or(_bank(e, r1) != _bank(e, r2),
@@ -243,14 +251,16 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
 
     def drain(e):
         s = _State("s")
-        return z3.Implies(z3.And(_inv(e, n, s.I, s.q, s.R, s.D), _drain_enabled(e, n, s, rev)),
-                          _inv(e, n, s.I, s.q, s.R - 1, s.D + 1)), s.symbols("s")
+        bk = _banks(e, n)
+        return z3.Implies(z3.And(_inv(e, bk, s.I, s.q, s.R, s.D), _drain_enabled(e, n, s, rev)),
+                          _inv(e, bk, s.I, s.q, s.R - 1, s.D + 1)), s.symbols("s")
 
     def rank(e):
         s = _State("s")
+        bk = _banks(e, n)
         rk = lambda I, qs, D: 3 * n - 2 * I + z3.Sum(qs) - D  # noqa: E731
-        k = _next_bank(e, n, s.I)
-        inv = _inv(e, n, s.I, s.q, s.R, s.D)
+        k = _next_bank(bk, s.I)
+        inv = _inv(e, bk, s.I, s.q, s.R, s.D)
         issue_ok = z3.Implies(z3.And(s.I < n, _sel(s.q, k) < e["Q"]),
                               rk(s.I + 1, [s.q[b] + z3.If(k == b, 1, 0) for b in range(MAX_BANKS)], s.D) < rk(s.I, s.q, s.D))
         serve_ok = z3.And([z3.Implies(z3.And(s.q[b] > 0, s.R < e["Qr"]),
@@ -261,10 +271,11 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
 
     def progress(e):
         s = _State("s")
-        k = _next_bank(e, n, s.I)
+        bk = _banks(e, n)
+        k = _next_bank(bk, s.I)
         can_issue = z3.And(s.I < n, _sel(s.q, k) < e["Q"])
         can_serve = z3.Or([z3.And(b < e["nb"], s.q[b] > 0, s.R < e["Qr"]) for b in range(MAX_BANKS)])
-        stuck = z3.And(_inv(e, n, s.I, s.q, s.R, s.D), s.D < n,
+        stuck = z3.And(_inv(e, bk, s.I, s.q, s.R, s.D), s.D < n,
                        z3.Not(z3.Or(can_issue, can_serve, _drain_enabled(e, n, s, rev))))
         return z3.Not(stuck), s.symbols("s")
 
@@ -274,7 +285,8 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
 
     def completion(e):
         s = _State("s")
-        return z3.Implies(z3.And(_inv(e, n, s.I, s.q, s.R, s.D), s.D == n),
+        bk = _banks(e, n)
+        return z3.Implies(z3.And(_inv(e, bk, s.I, s.q, s.R, s.D), s.D == n),
                           z3.And(s.I == n, s.R == 0, z3.Sum(s.q) == 0)), s.symbols("s")
 
     ob = lambda name, cond, text, claim, prem=prog, assume=t.preconditions: local_obligation(  # noqa: E731
@@ -300,7 +312,7 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
 
 
 def _fault_text(rev: Revision) -> str:
-    return "" if rev.fault is None else f"\nfault {rev.fault}: {FAULTS[rev.fault].doc}"
+    return "" if rev.fault is None else FAULTS[rev.fault].program_text()
 
 
 STEP = Step(

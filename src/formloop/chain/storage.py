@@ -37,7 +37,7 @@ PROGRAMS = {
 }
 FAULTS = {
     "early_overwrite": Fault("early_overwrite", 2, "the separation is declared with tau = 0: a buffer may be "
-                             "rewritten in the same step as its last read", "step_matching.read"),
+                             "rewritten in the same step as its last read", "step_matching.read", "premise"),
 }
 PREMISES = ("default",)
 

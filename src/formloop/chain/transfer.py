@@ -198,7 +198,7 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
 
 
 def _fault_text(rev: Revision) -> str:
-    return "" if rev.fault is None else f"\nfault {rev.fault}: {FAULTS[rev.fault].doc}"
+    return "" if rev.fault is None else FAULTS[rev.fault].program_text()
 
 
 STEP = Step(

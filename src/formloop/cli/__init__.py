@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "formloop.cli.run_cmd", "formloop.cli.population_cmd", "formloop.cli.mcp_cmd",
     "formloop.cli.verify_cmd",
     "formloop.cli.codesign_cmd",
+    "formloop.cli.chain_cmd",
     "formloop.cli.campaign_cmd",
 )
 

@@ -19,7 +19,7 @@ import z3
 
 from formloop.errors import InvalidInput, StructureError
 from formloop.verify.outcome import ObligationResult, Verdict
-from formloop.verify.proofstore import ProofStore, normalize_query, query_key
+from formloop.verify.proofstore import ProofStore, normalized_query, query_key
 
 NODE_KINDS = ("definition", "assumption", "statement", "proof")
 MODES = ("full", "node", "query")
@@ -166,7 +166,7 @@ class QueryLedger:
         """(result, whether it came from the store)."""
         key = None
         if self.reuse and self.store is not None:
-            key = query_key(normalize_query(solver.to_smt2()), self.context, self.version)
+            key = query_key(normalized_query(solver.assertions()), self.context, self.version)
             if self.store.has_unsat(key):
                 self.reused += 1
                 return z3.unsat, True

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sqlite3
 import time
 from collections.abc import Iterable
+
+import z3
 from pathlib import Path
 
 from formloop.errors import InvalidInput
@@ -35,18 +36,33 @@ CREATE TABLE IF NOT EXISTS queries (
     checker TEXT NOT NULL, seconds REAL NOT NULL, stored_at REAL NOT NULL);
 """
 
-_COMMENT = re.compile(r";[^\n]*")
-_SPACE = re.compile(r"\s+")
+def normalized_query(assertions) -> str:
+    """Normalized text of a Z3 query: its declarations (sorted) and, per assertion in order, a
+    structural digest of the let-free SMT-LIB term. Z3's own printer introduces let names that
+    depend on internal AST ids, so two processes print one query differently; the digest is taken
+    over the term tree (operator, sort and children's digests), which is what the query means."""
+    memo: dict[int, str] = {}
+    decls: set[str] = set()
 
+    def digest(e) -> str:
+        key = e.get_id()
+        d = memo.get(key)
+        if d is None:
+            kids = e.children() if not z3.is_quantifier(e) else [e.body()]
+            if not kids and z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+                decls.add(f"(declare-fun {e.decl().name()} () {e.sort().sexpr()})")
+            head = e.sexpr() if not kids else (e.decl().sexpr() if not z3.is_quantifier(e) else "quantifier " + e.sexpr())
+            h = hashlib.blake2b(digest_size=16)
+            h.update(head.encode())
+            h.update(e.sort().sexpr().encode())
+            for k in kids:
+                h.update(digest(k).encode())
+            d = h.hexdigest()
+            memo[key] = d
+        return d
 
-def normalize_query(smt2: str) -> str:
-    """SMT-LIB text with comments, status annotations and layout removed (what a query key hashes).
-
-    Declarations and assertions keep their order: two queries with one text are the same problem
-    for the same solver, which is all that reuse needs."""
-    text = _COMMENT.sub("", smt2)
-    text = text.replace("(set-info :status unknown)", "").replace("(check-sat)", "")
-    return _SPACE.sub(" ", text).strip()
+    asserted = [f"(assert #{digest(a)})" for a in assertions]
+    return " ".join(sorted(decls) + asserted)
 
 
 def query_key(normalized: str, solver_context: str, checker_version: str) -> str:
