@@ -39,15 +39,25 @@ def _graph_median_ms(fn, launches: int, reps: int = 7) -> float:
     return times[len(times) // 2]
 
 
-def copy_bandwidth(nbytes: int = 2 * 2**30) -> float:
+def copy_bandwidth(nbytes: int = 2**30) -> float:
     """bytes/s of a device-to-device copy (read + write counted), two buffers alternating."""
     import torch
 
     n = nbytes // 4
     src = [torch.randn(n, device="cuda") for _ in range(2)]
     dst = [torch.empty(n, device="cuda") for _ in range(2)]
-    ms = _graph_median_ms(lambda i: dst[i % 2].copy_(src[i % 2]), launches=8)
+    ms = _graph_median_ms(lambda i: dst[i % 2].copy_(src[i % 2]), launches=20, reps=11)
     return 2 * n * 4 / (ms * 1e-3)
+
+
+def read_bandwidth(nbytes: int = 2**30) -> float:
+    """bytes/s of a streaming read (a sum over a large bf16 tensor; the result is a few bytes)."""
+    import torch
+
+    x = [torch.randn(nbytes // 2, device="cuda").to(torch.bfloat16) for _ in range(2)]
+    out = [torch.empty((), device="cuda", dtype=torch.float32) for _ in range(2)]
+    ms = _graph_median_ms(lambda i: torch.sum(x[i % 2], dtype=torch.float32, out=out[i % 2]), launches=20, reps=11)
+    return nbytes / (ms * 1e-3)
 
 
 def matmul_rate(dtype: str, n: int = 8192) -> float:
@@ -63,8 +73,26 @@ def matmul_rate(dtype: str, n: int = 8192) -> float:
     return 2 * n ** 3 / (ms * 1e-3)
 
 
+def warm_up(seconds: float = 1.5) -> None:
+    """Keep the GPU busy until its clocks have ramped (an idle H200 sits at a few hundred MHz)."""
+    import time
+
+    import torch
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(20):
+            torch.matmul(a, a)
+        torch.cuda.synchronize()
+
+
 def measure() -> dict[str, float]:
-    return {"mem_bandwidth": copy_bandwidth(), "flops_bf16": matmul_rate("bf16"), "flops_tf32": matmul_rate("tf32")}
+    warm_up()
+    copies = {"copy_1GiB": copy_bandwidth(2**30), "copy_256MiB": copy_bandwidth(2**28), "read_1GiB": read_bandwidth()}
+    # The memory ceiling is the best any of them reached (each is a lower bound on what DRAM can do).
+    return {"mem_bandwidth": max(copies.values()), "flops_bf16": matmul_rate("bf16"),
+            "flops_tf32": matmul_rate("tf32"), **{f"bw_{k}": v for k, v in copies.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device: ceilings are measured on the GPU only", file=sys.stderr)
         return 2
     c = measure()
-    print(f"{torch.cuda.get_device_name()}: copy {c['mem_bandwidth'] / 1e12:.2f} TB/s (read+write), "
+    print(f"{torch.cuda.get_device_name()}: memory {c['mem_bandwidth'] / 1e12:.2f} TB/s (best of copy/read), "
           f"bf16 {c['flops_bf16'] / 1e12:.0f} TFLOP/s, tf32 {c['flops_tf32'] / 1e12:.0f} TFLOP/s (cuBLAS 8192^3, gpu)")
     if args.json:
         with open(args.json, "w") as fh:

@@ -24,6 +24,7 @@ SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 
 SKINNY = {(64, 4096, 4096), (1000, 1000, 1000), (1, 4096, 12288)}
 LARGE = {(4096, 4096, 4096), (4096, 12288, 4096), (8192, 8192, 8192), (128, 4096, 12288)}
 TF32_SHAPES = [(4096, 4096, 4096), (1000, 1000, 1000)]
+NEAR_BEST = 1.5  # calibration weighs points within 1.5x of their shape's best fully (see calibrate.fit)
 
 
 # Configurations common in practice (Triton's matmul tutorial and its Hopper autotune lists): they
@@ -35,7 +36,7 @@ PRACTICE = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4), (1
 
 
 def key_of(a) -> tuple:
-    return tuple(int(a[k]) for k in ("Tm", "Tn", "Tk", "S", "W", "KS", "G"))
+    return tuple(int(a[k]) for k in ("Tm", "Tn", "Tk", "S", "W", "KS", "G", "L"))
 
 
 def sweep_set(f, n_top: int, n_random: int, seed: int, extra_formulations=()) -> tuple[list[dict], set]:
@@ -53,8 +54,8 @@ def sweep_set(f, n_top: int, n_random: int, seed: int, extra_formulations=()) ->
     feasible = {key_of(assignment_at(f, int(i))) for i in flat}
     for tm, tn, tk, stages, warps in PRACTICE:
         for ks in ((1, 2, 4) if tm <= 64 else (1,)):
-            for g in (8,):
-                a = {"Tm": tm, "Tn": tn, "Tk": tk, "S": stages, "W": warps, "KS": ks, "G": g}
+            for path in (1, 0):
+                a = {"Tm": tm, "Tn": tn, "Tk": tk, "S": stages, "W": warps, "KS": ks, "G": 8, "L": path}
                 if key_of(a) in feasible:
                     chosen.setdefault(key_of(a), a)
     rng = np.random.default_rng(seed)
@@ -84,7 +85,8 @@ def precompile(jobs: list, workers: int) -> dict:
     seen, unique = set(), []
     for cfg, shape, dtype in jobs:
         split = cfg["KS"] > 1
-        k = (cfg["Tm"], cfg["Tn"], cfg["Tk"], cfg["S"], cfg["W"], split, dtype, shape[2] % 16 == 0 and shape[1] % 16 == 0)
+        k = (cfg["Tm"], cfg["Tn"], cfg["Tk"], cfg["S"], cfg["W"], cfg["L"], split, dtype,
+             cfg["L"] == 1 or (shape[2] % 16 == 0 and shape[1] % 16 == 0))
         if k not in seen:
             seen.add(k)
             unique.append((cfg, shape, dtype))
@@ -188,7 +190,7 @@ def main(argv=None) -> int:
         ceilings = {"mem_bandwidth": 4.3e12, "flops_bf16": 780e12, "flops_tf32": 380e12}
         result["device"] = {"device": "dry run (no GPU)"}
     result["ceilings"] = ceilings
-    chip = get_chip("h200").with_measured(**ceilings)
+    chip = get_chip("h200").with_measured(**{k: v for k, v in ceilings.items() if not k.startswith("bw_")})
     truth = {"eta_mma": 0.6, "bw_sm": 90e9, "lat": 1.2e-6, "t_tile": 2e-6, "eta_bw": 0.8} if args.dry_run else None
     prior_cal = Calibration.load(args.prior_calibration) if args.prior_calibration else None
 
@@ -234,7 +236,7 @@ def main(argv=None) -> int:
     for dtype in ("bf16", "tf32"):
         pts = points(dtype)
         if len(pts) > 20:
-            cal = fit(templates[dtype], chip, pts, chip_label="h200", device=result["device"])
+            cal = fit(templates[dtype], chip, pts, chip_label="h200", device=result["device"], near_best=NEAR_BEST)
             calibrations[dtype] = cal
             cal.save(os.path.join(args.out, f"calibration_{dtype}.json"))
             cal_reports[dtype] = report(templates[dtype], chip, pts, cal)
@@ -253,7 +255,8 @@ def main(argv=None) -> int:
             picks[label] = {"config": dict(sol.assignment), "model_us": sol.objective, "measured_us": m["latency_us"],
                             "ok": m.get("ok"), "note": note, "solve_s": sol.seconds}
         if args.loso and cal and dtype == "bf16" and time.time() < bench.deadline + 60:
-            held = fit(templates[dtype], chip, points(dtype, exclude=shape), chip_label="h200")
+            held = fit(templates[dtype], chip, points(dtype, exclude=shape), chip_label="h200", near_best=NEAR_BEST,
+                       iterations=25, starts=2)
             t_h = get_template("gemm-tiling-gpu", dtype=dtype, calibration=held.values, calibration_id=held.key)
             sol, note = solve_pick(t_h.formulate(w, chip))
             m = bench.measure(t_h, sol.assignment, shape, dtype, chip, truth)

@@ -107,8 +107,13 @@ def default_bounds(priors: Mapping[str, float]) -> dict[str, tuple[float, float]
 
 def fit(template: Template, chip: Any, points: Sequence[Point], *, names: Sequence[str] | None = None,
         bounds: Mapping[str, tuple[float, float]] | None = None, iterations: int = 60,
-        chip_label: str | None = None, device: Mapping[str, Any] | None = None) -> Calibration:
-    """Fit the named terms (default: the template's `calibrated` list) to `points`."""
+        chip_label: str | None = None, device: Mapping[str, Any] | None = None,
+        near_best: float | None = None, far_weight: float = 0.25, starts: int = 8) -> Calibration:
+    """Fit the named terms (default: the template's `calibrated` list) to `points`.
+
+    With `near_best` (e.g. 1.5), points slower than near_best × their workload's fastest point count
+    `far_weight` instead of 1: the model is then most accurate where the solver makes its choice,
+    while the slow tail still orders the menu."""
     names = tuple(names if names is not None else template.descriptor.get("calibrated", ()))
     if not names:
         raise InvalidInput("calibrated terms", names, "the names of chip-side parameters of the template",
@@ -118,19 +123,27 @@ def fit(template: Template, chip: Any, points: Sequence[Point], *, names: Sequen
         raise InvalidInput("calibration points", len(good), f"at least {len(names) + 1} measured points")
     base = template.bind(dict(good[0].workload), chip)
     priors = {n: float(base[n]) for n in names}
-    box = {**default_bounds(priors), **(bounds or {})}
+    box = {**default_bounds(priors), **template.descriptor.get("bounds", {}), **(bounds or {})}
+    box = {k: (max(lo_, 1e-12), hi_) for k, (lo_, hi_) in box.items()}  # log space: strictly positive
     lo = np.log([box[n][0] for n in names])
     hi = np.log([box[n][1] for n in names])
     measured = np.log([p.latency_us for p in good])
+    weight = np.ones(len(good))
+    if near_best is not None:
+        for idx in _groups(good).values():
+            fastest = min(good[i].latency_us for i in idx)
+            for i in idx:
+                weight[i] = 1.0 if good[i].latency_us <= near_best * fastest else far_weight
+    weight = np.sqrt(weight / weight.mean())
 
     def residual(x: np.ndarray) -> np.ndarray:
         pred = predict(template, chip, good, dict(zip(names, np.exp(x))))
-        return np.log(np.maximum(pred, 1e-12)) - measured
+        return (np.log(np.maximum(pred, 1e-12)) - measured) * weight
 
     x0 = np.clip(np.log([priors[n] for n in names]), lo, hi)
     before = float(np.sqrt(np.mean(residual(x0) ** 2)))
     best_x, best_cost = x0, before
-    for start in _starts(x0, lo, hi):
+    for start in _starts(x0, lo, hi, starts):
         x, cost = _levenberg_marquardt(residual, start, lo, hi, iterations)
         if cost < best_cost:
             best_x, best_cost = x, cost
@@ -141,9 +154,9 @@ def fit(template: Template, chip: Any, points: Sequence[Point], *, names: Sequen
                        device=dict(device or {}))
 
 
-def _starts(x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, count: int = 4) -> list[np.ndarray]:
+def _starts(x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, count: int = 12) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    return [x0] + [np.clip(x0 + rng.normal(0.0, 0.7, x0.shape), lo, hi) for _ in range(count - 1)]
+    return [x0] + [np.clip(x0 + rng.normal(0.0, 1.2, x0.shape), lo, hi) for _ in range(count - 1)]
 
 
 def _levenberg_marquardt(residual, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, iterations: int):

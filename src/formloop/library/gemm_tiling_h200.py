@@ -6,18 +6,22 @@ group. P and beta are not free here: Triton's pipeliner prefetches S−1 k-tiles
 slot only after the tensor-core read of it completed, i.e. P = S−1, beta = 1, so the seed's
 lifetime rule P ≤ S−2+beta holds for every S.
 
+L picks the load path: 1 = the copy engine (TMA tensor descriptors; edges zero-filled on read and
+clipped on write), 0 = pointer loads with masks (any layout).
+
 Walls (chip resources on the right-hand side):
   C1 smem     S·(Tm+Tn)·Tk·e ≤ Ms      (227 KiB per block; the slot size Triton 3.6 allocates on the
                                          wgmma path, read from its compile reports)
   C2 acc      256 ≤ Tm·Tn ≤ acc_regs·32·W   (fp32 accumulators per thread fit the register file)
   C3 warps    Tm·Tn ≥ 64·W              (each thread holds at least two accumulators)
   C4 split    (KS−1)·⌈⌈K/Tk⌉/KS⌉ < ⌈K/Tk⌉   (every split gets at least one k-tile)
+  C5 layout   L = 0 or K·e and N·e are multiples of 16 bytes (TMA row pitch)
 
-Cost (µs): a per-SM pipeline model under a DRAM roofline, plus launch costs. One block's k-step
-takes max(tensor time, L2→SM feed time, latency / (S−1)) + a fixed step cost (with S = 1 the three
-add up); blocks run in waves of n_sm; DRAM traffic counts A and B once per wave that needs them
-(the wave's footprint follows the swizzle G) plus C and the split-K workspace. The efficiency
-terms (eta_mma, eta_sync, bw_sm, lat, t_iter, t_issue, t_tile, eta_bw, t_launch) start at priors and are
+Cost (µs): a per-SM pipeline model against DRAM, plus launch costs. One block's k-step takes
+max(tensor time, L2→SM feed time, lat / (S−2)) + a fixed step cost (+ load issue on the pointer
+path); S ≤ 2 exposes the latency. Blocks run in waves of n_sm; DRAM traffic counts A and B once per
+wave that needs them (the wave's footprint follows the swizzle G) plus C and the split-K workspace;
+T = max(T_mem, T_comp + alpha·T_mem). The efficiency terms (CALIBRATED) start at priors and are
 fitted to measurements by `formloop.evaluate.calibrate`.
 """
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from formloop.errors import InvalidInput
-from formloop.expr import ceildiv, decision, maximum, minimum, param, where
+from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, where
 from formloop.hw.chips import Chip, get_chip
 from formloop.library import register_template
 from formloop.library.gemm_tiling import DTYPE_BYTES, workload  # noqa: F401  (workload re-exported)
@@ -39,10 +43,11 @@ US = 1e6
 Tm = decision("Tm", (16, 32, 64, 128, 256), doc="rows of the output tile a block computes (BLOCK_M)")
 Tn = decision("Tn", (16, 32, 64, 128, 256), doc="columns of the output tile a block computes (BLOCK_N)")
 Tk = decision("Tk", (32, 64, 128), doc="depth of one k-tile staged in shared memory (BLOCK_K)")
-S = decision("S", (1, 2, 3, 4, 5), doc="pipeline stages (num_stages): shared-memory slots")
+S = decision("S", (5, 4, 3, 2, 1), doc="pipeline stages (num_stages): shared-memory slots")
 W = decision("W", (4, 8), doc="warps per block (num_warps)")
 KS = decision("KS", (1, 2, 4, 8), doc="split-K: contiguous k ranges reduced by separate blocks")
 G = decision("G", (8, 1), doc="tile rows per swizzle group (grouped-M launch order)")
+L = decision("L", (1, 0), doc="load path: 1 = tensor-memory copies (TMA descriptors), 0 = pointer loads (cp.async)")
 
 M = param("M", doc="rows of A and C")
 N = param("N", doc="columns of B and C")
@@ -64,14 +69,26 @@ eta_sync = _eff("eta_sync", "achieved fraction of the tensor rate, mma.sync tile
 bw_sm = _eff("bw_sm", "bytes/s one SM pulls from L2 into shared memory")
 lat = _eff("lat", "load latency a prefetch must cover, s")
 t_iter = _eff("t_iter", "fixed cost of one k-step, s")
-t_issue = _eff("t_issue", "cost of issuing one 16-byte load per thread, s")
+t_sync = _eff("t_sync", "extra cost of one k-step on the mma.sync path (Tm < 64), s")
+t_issue = _eff("t_issue", "cost of issuing one 16-byte load per thread (pointer path), s")
 t_tile = _eff("t_tile", "fixed cost of one block (prologue, epilogue), s")
+t_epi = _eff("t_epi", "epilogue cost per accumulator a thread holds, s")
+n0 = _eff("n0", "tile width at which the tensor instructions run at half efficiency")
+f_n16 = _eff("f_n16", "feed efficiency of B tiles 16 columns wide (relative to 128 and wider)")
+f_n32 = _eff("f_n32", "feed efficiency of B tiles 32 columns wide")
+f_n64 = _eff("f_n64", "feed efficiency of B tiles 64 columns wide")
 eta_bw = _eff("eta_bw", "achieved fraction of the copy bandwidth")
+alpha = _eff("alpha", "fraction of DRAM time that compute does not hide")
 t_launch = _eff("t_launch", "cost of one kernel launch inside a CUDA graph, s")
 
-CALIBRATED = ("eta_mma", "eta_sync", "bw_sm", "lat", "t_iter", "t_issue", "t_tile", "eta_bw", "t_launch")
-PRIORS = {"eta_mma": 0.75, "eta_sync": 0.35, "bw_sm": 120e9, "lat": 0.8e-6, "t_iter": 20e-9, "t_issue": 1e-9,
-          "t_tile": 1.0e-6, "eta_bw": 0.9, "t_launch": 2.5e-6}
+CALIBRATED = ("eta_mma", "eta_sync", "n0", "f_n16", "f_n32", "f_n64", "bw_sm", "lat", "t_iter", "t_sync", "t_issue", "t_tile", "t_epi", "eta_bw", "alpha",
+              "t_launch")
+PRIORS = {"eta_mma": 0.8, "eta_sync": 0.35, "n0": 32.0, "f_n16": 0.25, "f_n32": 0.5, "f_n64": 0.8, "bw_sm": 120e9, "lat": 0.5e-6, "t_iter": 20e-9, "t_sync": 50e-9,
+          "t_issue": 1e-9, "t_tile": 1.0e-6, "t_epi": 1e-9, "eta_bw": 0.9, "alpha": 0.3, "t_launch": 2.5e-6}
+# Physical ranges the fit stays inside (the rest: 1/100..100x the prior).
+BOUNDS = {"eta_mma": (0.05, 1.2), "eta_sync": (0.05, 1.2), "eta_bw": (0.3, 1.5), "f_n16": (0.02, 1.0),
+          "f_n32": (0.02, 1.0), "f_n64": (0.02, 1.0), "lat": (0.05e-6, 3e-6),
+          "alpha": (0.0, 1.0), "n0": (1.0, 256.0)}
 ACC_REGS = 128
 
 npm = ceildiv(M, Tm)
@@ -79,24 +96,37 @@ npn = ceildiv(N, Tn)
 k_tiles = ceildiv(K, Tk)
 n_iter = ceildiv(k_tiles, KS)
 blocks = npm * npn * KS
-smem_bytes = S * (Tm + Tn) * Tk * e
-
-t_mma = 2 * Tm * Tn * Tk / (flops * where(Tm >= 64, eta_mma, eta_sync) / n_sm)
-t_feed = (Tm + Tn) * Tk * e / bw_sm
-# The W warps share the issue of the k-step's 16-byte loads.
-t_loads = (Tm + Tn) * Tk * e / (16 * 32 * W) * t_issue
-t_step = where(S.eq(1), t_mma + t_feed + lat, maximum(t_mma, t_feed, lat / maximum(S - 1, 1))) + t_iter + t_loads
-T_comp = ceildiv(blocks, n_sm) * (n_iter * t_step + t_tile) * US
+waves = ceildiv(blocks, n_sm)
+# Triton 3.6's TMA path with 4-byte operands also stages the output tile in shared memory
+# (OutOfResources seen on the H200 for 128x256x32 fp32 at S = 3 and 4); counted conservatively.
+smem_bytes = S * (Tm + Tn) * Tk * e + where((e > 2) & L.eq(1), Tm * Tn * e, 0)
 
 # One wave's footprint in tiles: G rows at a time (or more when a row is shorter than a wave).
 wave_tiles = ceildiv(n_sm, KS)
 rows_w = minimum(npm, maximum(G, ceildiv(wave_tiles, npn)))
 cols_w = minimum(npn, ceildiv(wave_tiles, rows_w))
 bytes_dram = (M * K * e * ceildiv(npn, cols_w) + K * N * e * ceildiv(npm, rows_w) + M * N * e)
+# Tensor time of one k-step; narrow tiles issue more, smaller tensor instructions (n0).
+# With 8 warps and fewer than 128 rows the two warpgroups split the columns: half-width instructions.
+Tn_wg = where((W > 4) & (Tm < 128), Tn / 2, Tn)
+t_mma = 2 * Tm * Tn * Tk / (flops * where(Tm >= 64, eta_mma, eta_sync) / n_sm) * (Tn_wg + n0) / Tn_wg
+# Narrow B tiles (short rows) feed slower than their bytes suggest: one efficiency per width.
+f_n = where(Tn.eq(16), f_n16, where(Tn.eq(32), f_n32, where(Tn.eq(64), f_n64, 1)))
+t_feed = (Tm * Tk * e + Tk * Tn * e / f_n) / bw_sm
+# Triton keeps one tensor-core group in flight, so a slot is refilled one step late: S stages hide
+# the load latency over S-2 steps; with S = 2 it is exposed once per step, with S = 1 nothing overlaps.
+t_core = where(S.eq(1), t_mma + t_feed + lat,
+               where(S.eq(2), maximum(t_mma, t_feed) + lat, maximum(t_mma, t_feed, lat / maximum(S - 2, 1)))) + t_iter + where(Tm < 64, t_sync, 0)
+# The pointer path (L = 0) issues every 16-byte load from the W warps; the copy engine (L = 1) does not.
+t_loads = (Tm + Tn) * Tk * e / (16 * 32 * W) * t_issue
+t_block = t_tile + Tm * Tn / (32 * W) * t_epi
+T_comp = (waves * n_iter * t_core + waves * n_iter * (1 - L) * t_loads + waves * t_block) * US
+
 T_mem = bytes_dram / (bw * eta_bw) * US
 # Split-K writes KS float32 partial tiles and a second launch reads them back.
 T_split = where(KS > 1, (2 * KS * M * N * 4 + M * N * e) / (bw * eta_bw) + t_launch, 0) * US
-T = maximum(T_comp, T_mem) + t_launch * US + T_split
+T = maximum(T_mem, T_comp + alpha * T_mem) + t_launch * US + T_split
+ROWS_ALIGNED = (K * e).eq(16 * floordiv(K * e, 16)) & (N * e).eq(16 * floordiv(N * e, 16))
 
 LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+beta for every S ≥ 1
 
@@ -123,9 +153,9 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
     return Template(
         name=NAME,
         doc=__doc__.strip().splitlines()[0],
-        decisions=(Tm, Tn, Tk, S, W, KS, G),
-        params=(M, N, K, e, Ms, acc_regs, n_sm, bw, flops, eta_mma, eta_sync, bw_sm, lat, t_iter, t_issue, t_tile,
-                eta_bw, t_launch),
+        decisions=(Tm, Tn, Tk, S, W, KS, G, L),
+        params=(M, N, K, e, Ms, acc_regs, n_sm, bw, flops, eta_mma, eta_sync, n0, f_n16, f_n32, f_n64, bw_sm, lat, t_iter, t_sync, t_issue, t_tile,
+                t_epi, eta_bw, alpha, t_launch),
         scope=(
             Constraint("rates_positive", (bw > 0) & (flops > 0), "scope", "the chip moves bytes and computes"),
         ),
@@ -135,19 +165,20 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
                        "the fp32 accumulator tile fits the warps' registers"),
             Constraint("C3", Tm * Tn >= 64 * W, "capacity", "every thread holds at least two accumulators"),
             Constraint("C4", (KS - 1) * n_iter < k_tiles, "schedule", "every split gets at least one k-tile"),
+            Constraint("C5", L.eq(0) | ROWS_ALIGNED, "layout", "the copy engine needs 16-byte aligned row pitches"),
         ),
         preconditions=(Constraint("lifetime", LIFETIME, "schedule",
                                   "a slot is refilled only after its last read (P = S-1, beta = 1)"),),
         cost=T,
         unit="us",
         terms={"T_comp_us": T_comp, "T_mem_us": T_mem, "T_split_us": T_split, "smem_bytes": smem_bytes},
-        tie_break=("T_comp_us", "smem_bytes"),
+        tie_break=("T_comp_us",),  # then menu order: deeper pipelines, TMA and G = 8 first
         bind_chip=lambda chip: chip_params(chip, dtype, calibration),
         program=lambda assignment, workload: program(assignment, workload, dtype),
         obligations=lambda: obligations(),
         options={"dtype": dtype, "calibration": calibration_id},
         descriptor={"algorithm": "gemm", "reuse": "shared-memory tiles", "placement": "block per output tile",
-                    "resources": ("smem", "registers"), "calibrated": CALIBRATED, "program": "triton",
+                    "resources": ("smem", "registers"), "calibrated": CALIBRATED, "bounds": BOUNDS, "program": "triton",
                     "base": "gemm-tiling"},
     )
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.jit import MockTensor
 
 from formloop.errors import InvalidInput
 
@@ -45,7 +46,7 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 @dataclass(frozen=True)
 class TileConfig:
     """The kernel-level decisions: Tm×Tn output tile, Tk k-tile, S stages, W warps, KS splits of
-    the k range, G tile rows per swizzle group."""
+    the k range, G tile rows per swizzle group, L load path (1 TMA descriptors, 0 pointers)."""
 
     Tm: int
     Tn: int
@@ -54,6 +55,7 @@ class TileConfig:
     W: int = 4
     KS: int = 1
     G: int = 8
+    L: int = 0
 
     @classmethod
     def from_assignment(cls, assignment: Mapping[str, Real]) -> "TileConfig":
@@ -71,6 +73,8 @@ class TileConfig:
         for name, lo in (("S", 1), ("W", 1), ("KS", 1), ("G", 1)):
             if getattr(self, name) < lo:
                 raise InvalidInput(name, getattr(self, name), f"an integer >= {lo}")
+        if self.L not in (0, 1):
+            raise InvalidInput("L", self.L, (0, 1))
         if self.W & (self.W - 1):
             raise InvalidInput("W", self.W, "a power of two (num_warps)")
 
@@ -144,6 +148,39 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_ok)
 
 
+@triton.jit(do_not_specialize=["M", "N", "K", "GROUP_M", "SPLIT_K"])
+def _gemm_tma_kernel(a_desc, b_desc, c_desc, M, N, K, GROUP_M, SPLIT_K,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     PRECISION: tl.constexpr, TO_WORKSPACE: tl.constexpr, WIDEN: tl.constexpr = False):
+    # The same tiles, swizzle and k split as _gemm_kernel; the copy engine (TMA) moves the tiles.
+    # It fills reads past the tensor's edge with zeros and drops writes past it, so the tails need
+    # no masks: the k tail of the last split and the M/N edge tiles are exact by construction.
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * num_pid_n
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+    per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+    k_lo = pid_k * per_split * BLOCK_K
+    k_hi = tl.minimum(K, k_lo + per_split * BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_lo, k_hi, BLOCK_K):
+        a = a_desc.load([pid_m * BLOCK_M, k])
+        b = b_desc.load([k, pid_n * BLOCK_N])
+        if WIDEN:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    if TO_WORKSPACE:
+        c_desc.store([pid_k, pid_m * BLOCK_M, pid_n * BLOCK_N], acc.reshape(1, BLOCK_M, BLOCK_N))
+    else:
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
 @triton.jit(do_not_specialize=["MN", "SPLIT_K"])
 def _split_sum_kernel(ws_ptr, c_ptr, MN, SPLIT_K, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -210,6 +247,9 @@ class GemmPlan:
                                f"A {self.M}x{self.K}, B {self.K}x{self.N}, C {self.M}x{self.N}")
         if not c.is_contiguous():
             raise InvalidInput("C layout", c.stride(), "a contiguous (row-major) output")
+        if cfg.L:
+            self._launch_tma(a, b, c, workspace)
+            return
         align = alignment(self.K, self.N, a.stride(0), b.stride(0))
         split = cfg.KS > 1
         if split and (workspace is None or tuple(workspace.shape) != self.workspace_shape):
@@ -231,8 +271,57 @@ class GemmPlan:
             _split_sum_kernel[(triton.cdiv(mn, SPLIT_SUM_BLOCK),)](workspace, c, mn, cfg.KS, BLOCK=SPLIT_SUM_BLOCK,
                                                                  num_warps=4)
 
+    def _launch_tma(self, a, b, c, workspace) -> None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        cfg = self.config
+        e = a.element_size()
+        if (a.stride(0) * e) % 16 or (b.stride(0) * e) % 16 or (c.stride(0) * c.element_size()) % 16 or \
+                a.stride(1) != 1 or b.stride(1) != 1:
+            raise InvalidInput("row pitch for the TMA path (L=1)", (a.stride(), b.stride()),
+                               "unit inner stride and 16-byte aligned row pitches", fix="use L=0")
+        split = cfg.KS > 1
+        if split and (workspace is None or tuple(workspace.shape) != self.workspace_shape):
+            raise InvalidInput("workspace", None if workspace is None else tuple(workspace.shape),
+                               f"a float32 tensor of shape {self.workspace_shape}")
+        a_d = TensorDescriptor.from_tensor(a, [cfg.Tm, cfg.Tk])
+        b_d = TensorDescriptor.from_tensor(b, [cfg.Tk, cfg.Tn])
+        c_d = TensorDescriptor.from_tensor(workspace, [1, cfg.Tm, cfg.Tn]) if split else \
+            TensorDescriptor.from_tensor(c, [cfg.Tm, cfg.Tn])
+        _gemm_tma_kernel[self.grid](
+            a_d, b_d, c_d, self.M, self.N, self.K, cfg.G, cfg.KS,
+            BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split,
+            WIDEN=INTERPRETED and self.dtype in ("bf16", "fp16"), num_warps=cfg.W, num_stages=cfg.S,
+        )
+        if split:
+            mn = self.M * self.N
+            _split_sum_kernel[(triton.cdiv(mn, SPLIT_SUM_BLOCK),)](workspace, c, mn, cfg.KS, BLOCK=SPLIT_SUM_BLOCK,
+                                                                 num_warps=4)
+
     def warmup(self, align: int) -> None:
         """Compile without launching (fills Triton's cache; used by parallel pre-compilation)."""
+        cfg = self.config
+        t = self.torch_dtype
+        split = cfg.KS > 1
+        if cfg.L:  # descriptors carry only dtype and block shape into the compile key
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            def desc(dtype, shape, block):
+                x = MockTensor(dtype, list(shape))
+                return TensorDescriptor(x, list(shape), list(x.stride()), list(block))
+
+            c_desc = desc(torch.float32, (cfg.KS, 16, 16), (1, cfg.Tm, cfg.Tn)) if split else desc(t, (16, 16), (cfg.Tm, cfg.Tn))
+            _gemm_tma_kernel.warmup(desc(t, (16, 16), (cfg.Tm, cfg.Tk)), desc(t, (16, 16), (cfg.Tk, cfg.Tn)), c_desc,
+                                    self.M, self.N, self.K, cfg.G, cfg.KS, BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn,
+                                    BLOCK_K=cfg.Tk, PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split, WIDEN=False,
+                                    num_warps=cfg.W, num_stages=cfg.S, grid=(1, 1))
+        else:
+            self._warmup_pointer(align)
+        if split:
+            _split_sum_kernel.warmup(torch.float32, t, self.M * self.N, cfg.KS, BLOCK=SPLIT_SUM_BLOCK,
+                                     num_warps=4, grid=(1,))
+
+    def _warmup_pointer(self, align: int) -> None:
         cfg = self.config
         t = self.torch_dtype
         split = cfg.KS > 1
@@ -241,9 +330,6 @@ class GemmPlan:
                             BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align,
                             PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split, WIDEN=False,
                             num_warps=cfg.W, num_stages=cfg.S, grid=(1, 1))
-        if split:
-            _split_sum_kernel.warmup(torch.float32, t, self.M * self.N, cfg.KS, BLOCK=SPLIT_SUM_BLOCK,
-                                     num_warps=4, grid=(1,))
 
 
 @dataclass
