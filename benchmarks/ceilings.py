@@ -56,7 +56,7 @@ def read_bandwidth(nbytes: int = 2**30) -> float:
 
     x = [torch.randn(nbytes // 2, device="cuda").to(torch.bfloat16) for _ in range(2)]
     out = [torch.empty((), device="cuda", dtype=torch.float32) for _ in range(2)]
-    ms = _graph_median_ms(lambda i: torch.sum(x[i % 2], dtype=torch.float32, out=out[i % 2]), launches=20, reps=11)
+    ms = _graph_median_ms(lambda i: torch.sum(x[i % 2], dim=0, dtype=torch.float32, out=out[i % 2]), launches=20, reps=11)
     return nbytes / (ms * 1e-3)
 
 
