@@ -24,7 +24,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from formloop.chain.compose import ASSUMPTIONS, ChainConfig, prove_chain
-from formloop.chain.local import Revision
 from formloop.verify.proofstore import ProofStore
 
 MODES = ("full", "node", "query")

@@ -19,7 +19,7 @@ from formloop.chain import double_buffer, partition, resources, storage, transfe
 from formloop.chain.local import Obligation, Revision, Step, check_obligation, scope_obligation
 from formloop.errors import InvalidInput, UnknownName
 from formloop.verify.outcome import ObligationResult, Verdict, z3_solver_name
-from formloop.verify.proofgraph import GraphRun, Node, ProofGraph, QueryLedger, check_graph
+from formloop.verify.proofgraph import GraphRun, Node, ProofGraph, check_graph
 from formloop.verify.proofstore import ProofStore
 
 CHAINS = ("gemm",)
@@ -327,7 +327,3 @@ def recheck_certificate(cert: Mapping) -> list[str]:
         problems.append("the composition node does not match or is not proved")
     return problems
 
-
-def ledger_for(store: ProofStore | None, reuse: bool) -> QueryLedger:
-    return QueryLedger(store=store, solver_context=f"{z3_solver_name()}; timeout_ms=20000",
-                       checker_version=CHECKER_VERSION, reuse=reuse)

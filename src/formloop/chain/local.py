@@ -352,10 +352,6 @@ def by_menu(var: z3.ExprRef, menu: Sequence[int], fn: Callable[[int], object]):
     return out
 
 
-def iff(a, b):
-    return z3.And(z3.Implies(a, b), z3.Implies(b, a))
-
-
 def pairs(n: int) -> list[tuple[int, int]]:
     return [(u, v) for u in range(n) for v in range(n) if u < v]
 

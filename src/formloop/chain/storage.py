@@ -23,7 +23,7 @@ from formloop.chain.local import (
     Fault, LocalModel, Revision, Step, Timeline, k1_obligation, k3_obligation, local_obligation, pairs,
     template_nodes,
 )
-from formloop.expr import Expr, decision, implies, param
+from formloop.expr import decision, implies, param
 from formloop.template import Constraint, Template
 from formloop.verify.proofgraph import Node
 
@@ -89,12 +89,6 @@ def template(n: int, rev: Revision = Revision()) -> Template:
         scope=(), constraints=(*sep, *seq, *cap), preconditions=tuple(pre),
         cost=l[n - 1], unit="steps", options={"n": str(n), "tau": str(tau)},
     )
-
-
-def image_design(n: int) -> dict[str, Expr]:
-    """Design names of the template at shape n (for backward maps of the steps below)."""
-    nm = names(n)
-    return {"b": nm["b"], "t": nm["t"], "l": nm["l"], "z": nm["z"]}
 
 
 # -- replay ---------------------------------------------------------------------------------------
