@@ -148,3 +148,19 @@ def test_cli_prove_chain_json_and_errors(tmp_path):
         res = runner.invoke(app, ["prove-chain", "gemm", *bad, "--store", str(tmp_path / "q.sqlite")])
         assert res.exit_code == 2, (bad, res.output)
         assert "Traceback" not in res.output
+
+
+def test_every_step_is_a_solvable_template_whose_optimum_passes_its_preconditions():
+    from formloop.chain import transfer
+
+    cases = [(partition.template(), {"K": 1000, "t_mac": 1, "t_guard": 1, "t_comb": 20}),
+             (double_buffer.template(), {"tile_bytes": 16384, "Ms": 98304, "t_load": 300, "t_comp": 200, "t_bar": 40}),
+             (resources.template(4), {"stride": 8, "A": 2, "qcap": 16})]
+    coarse = solve_milp(storage.template(3).formulate({"nbuf": 2})).assignment
+    cases.append((transfer.template(3), {**coarse, "nbuf": 2}))  # step 2's choice carried as parameters
+    for t, params in cases:
+        sol = solve_milp(t.formulate(params))
+        assert t.check(sol.assignment, params) == [], t.name
+    # Step 4 on a 96 KiB chip keeps the barrier-free three-slot pipeline the lifetime line allows.
+    s4 = solve_milp(cases[1][0].formulate(cases[1][1])).assignment
+    assert s4["P"] <= s4["S"] - 2 + s4["beta"]
