@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "formloop.cli.codesign_cmd",
     "formloop.cli.chain_cmd",
     "formloop.cli.campaign_cmd",
+    "formloop.cli.measure_cmd",
 )
 
 for _module in COMMAND_MODULES:

@@ -35,6 +35,13 @@ def solve_report(template_name: str, shape: tuple[int, ...], pre: str, solver: s
     if template_name != gemm_tiling.NAME:
         get_template(template_name)  # unknown names fail here with the list of known ones
         raise InvalidInput("template", template_name, [gemm_tiling.NAME], fix="only gemm-tiling takes --shape M,N,K")
+    if chip_name.lower() == "h200":  # the H200 contract: the Triton family's decisions and cost model
+        from formloop.cli.measure_cmd import solve_gpu_contract
+
+        if pre != "exact":
+            raise InvalidInput("contract (--pre) with --chip h200", pre, ["exact"],
+                               fix="the Triton family's schedule is fixed (P = S-1, beta = 1)")
+        return solve_gpu_contract(shape, solver, chip_name, dtype)[0]
     template = get_template(template_name, pre=pre, dtype=dtype)
     f = template.formulate(gemm_tiling.workload(shape, dtype), get_chip(chip_name))
     sol = SOLVERS[solver](f)
@@ -84,7 +91,7 @@ def solve(
     table.add_column("quantity")
     table.add_column("value", justify="right")
     rows = [
-        ("design (Tm,Tn,Tk,S,P,beta)", "(" + ", ".join(str(v) for v in d.values()) + ")"),
+        (f"design ({','.join(d)})", "(" + ", ".join(str(v) for v in d.values()) + ")"),
         ("modeled time (us, model)", f"{report['objective_us']:.1f}"),
         ("bound class (model)", report["bound_class"]),
         ("T_comp / T_mem (us, model)", f"{report['T_comp_us']:.1f} / {report['T_mem_us']:.1f}"),
