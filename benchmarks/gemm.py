@@ -97,14 +97,10 @@ def precompile(jobs: list, workers: int) -> dict:
 
 
 def solve_pick(f):
-    """The MILP's choice; if HiGHS's tie-break stage fails, the untied optimum (noted)."""
-    from formloop.errors import SolverFailure
+    """The MILP's choice (with the template's tie-break); the note is kept for the report."""
     from formloop.solve import solve_milp
 
-    try:
-        return solve_milp(f), ""
-    except SolverFailure as exc:
-        return solve_milp(f, break_ties=False), f"tie-break skipped ({exc})"
+    return solve_milp(f), ""
 
 
 def sol_floor(shape, dtype: str, chip) -> dict:

@@ -26,7 +26,7 @@ def test_run_table_then_reuse(store):
     first = invoke("run", "gemm", "--shape", "1000,1000,1000", "--store", store)
     assert first.exit_code == 0, first.output
     assert "gemm-tiling" in first.output and "(128,128,32,3,1,0)" in first.output and "53.1" in first.output
-    assert "us (model)" in first.output and "tier" in first.output and "1 proved now" in first.output
+    assert "predicted" in first.output and "(model)" in first.output and "tier" in first.output and "1 proved now" in first.output
     second = invoke("run", "gemm", "--shape", "1000,1000,1000", "--store", store, "--json")
     assert second.exit_code == 0, second.output
     rep = json.loads(second.output)

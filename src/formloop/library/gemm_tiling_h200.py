@@ -38,6 +38,7 @@ from formloop.verify.outcome import ObligationResult, Verdict, verdict_of_validi
 
 NAME = "gemm-tiling-gpu"
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
+HOPPER_CHIPS = ("h200", "h100")
 US = 1e6
 
 Tm = decision("Tm", (16, 32, 64, 128, 256), doc="rows of the output tile a block computes (BLOCK_M)")
@@ -133,6 +134,9 @@ LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+b
 
 def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
     """Chip values for the template: capacities, measured (or datasheet) rates, efficiency terms."""
+    if chip.name not in HOPPER_CHIPS:
+        raise InvalidInput("chip", chip.name, HOPPER_CHIPS,
+                           fix="the Triton family's contract assumes Hopper: TMA copies and 227 KiB of shared memory")
     precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}[dtype]
     values = {"Ms": chip.smem_per_block, "acc_regs": ACC_REGS, "n_sm": chip.sm_count,
               "bw": chip.bandwidth, "flops": chip.peak(precision), **PRIORS}
@@ -175,10 +179,12 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
         tie_break=("T_comp_us",),  # then menu order: deeper pipelines, TMA and G = 8 first
         bind_chip=lambda chip: chip_params(chip, dtype, calibration),
         program=lambda assignment, workload: program(assignment, workload, dtype),
-        obligations=lambda: obligations(),
+        obligations=lambda template: proof_plan(template, dtype, calibration),
         options={"dtype": dtype, "calibration": calibration_id},
-        descriptor={"algorithm": "gemm", "reuse": "shared-memory tiles", "placement": "block per output tile",
-                    "resources": ("smem", "registers"), "calibrated": CALIBRATED, "bounds": BOUNDS, "program": "triton",
+        descriptor={"algorithm": "gemm",
+                    "reuse": "tensor-core tiles staged by TMA or cp.async pipelines, split-K partial sums",
+                    "placement": "grouped-M swizzled blocks, KS blocks per output tile",
+                    "resources": ("smem", "registers", "tma", "tensor-cores"), "calibrated": CALIBRATED, "bounds": BOUNDS, "program": "triton",
                     "base": "gemm-tiling"},
     )
 
@@ -193,6 +199,23 @@ def program(assignment: Mapping[str, int], workload: Mapping[str, int], dtype: s
 
     return TritonGemm(GemmPlan(TileConfig.from_assignment(assignment), int(workload["M"]), int(workload["N"]),
                                int(workload["K"]), dtype))
+
+
+def proof_plan(template: Template, dtype: str, calibration: Mapping[str, float] | None = None):
+    """The verifier's plan: chip parameters fixed to the H200 contract (the walls read Ms and the
+    register budget), M, N, K symbolic; the family's own index obligations as the checks."""
+    from formloop.verify.certificate import ProofPlan
+
+    chip_values = chip_params(default_chip(), dtype, calibration)
+    fixed = {p.name: chip_values[p.name] for p in template.params if p.payload.kind == "chip"}
+    fixed["e"] = DTYPE_BYTES[dtype]
+    return ProofPlan(
+        fixed=fixed,
+        fixed_reason="the walls read the H200's shared memory and register budget and the element size; "
+                     "they are fixed to the H200 contract so K1/K3 stay decidable; M, N, K stay symbolic",
+        bounds={"index extents": "every M, N, K >= 1, one query per menu value"},
+        checks=(lambda timeout_s: obligations(int(timeout_s * 1000)),),
+    )
 
 
 def obligations(timeout_ms: int = 10_000) -> list[ObligationResult]:
