@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
-import time
 
 from rich.console import Console
 from rich.table import Table
 
+from cpu_timing import median_seconds  # this folder; `python benchmarks/...` puts it on the path
 from formloop.hw.chips import get_chip
 from formloop.library import get_template
 from formloop.library.gemm_tiling import workload
@@ -26,14 +25,6 @@ from formloop.verify import check_instance, prove_template
 
 SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000)]
 
-
-def median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

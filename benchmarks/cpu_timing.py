@@ -1,0 +1,16 @@
+"""Host wall-clock medians for the CPU benchmarks (GPU benchmarks time with CUDA events)."""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of `repeats` calls of `fn`."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
