@@ -18,7 +18,7 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
 def render_report(report) -> Table:
     """The loop's table: every number's unit and source is in its column header."""
     table = Table(title=f"formloop run · chip {report.chip}", caption=_caption(report), caption_justify="left")
-    for c in ("workload", "template", "proof", "design", "predicted us (model)", "measured us", "tier",
+    for c in ("workload", "template", "proof", "design", "predicted us (model)", "evaluated us (tier)", "tier",
               "SOL floor us (sol)", "SOL frac", "check"):
         table.add_column(c, justify="right" if "us" in c or c == "SOL frac" else "left",
                          no_wrap=c in ("workload", "template", "proof", "design"))
@@ -41,7 +41,10 @@ def _caption(report) -> str:
         if r.note and (r.template, r.note) not in seen:
             seen.add((r.template, r.note))
             lines.append(f"{r.template or r.workload}: {r.note}")
-    lines += [f"passed over {p['template']} for {p['workload']}: {p['why']}" for p in report.passed_over]
+    passed: dict[tuple[str, str], list[str]] = {}
+    for p in report.passed_over:  # one line per template and reason, not per workload
+        passed.setdefault((p["template"], p["why"]), []).append(p["workload"])
+    lines += [f"passed over {name} for {', '.join(wls)}: {why}" for (name, why), wls in passed.items()]
     return "\n".join(lines)
 
 
