@@ -6,8 +6,10 @@ refilled only after the tensor-core read of it was waited on, so the seed's P = 
 its lifetime rule P ≤ S−2+beta holds by construction); W is num_warps; G is the grouped-M swizzle
 (G consecutive tile rows walked column by column so one wave shares A rows and B columns in L2);
 KS is split-K: grid axis 1 cuts the k-tiles into KS contiguous ranges that each write a float32
-partial tile to a workspace, and a second kernel sums the KS partials in a fixed order
-(deterministic) and casts to the output type.
+partial tile to a workspace and then count themselves in on a per-tile counter (one atomic,
+acquire-release, after a block barrier); the block that arrives last sums the KS partials in split
+order (so the result does not depend on which block came last), writes C and resets the counter
+for the next launch. One launch; the partials are read back while they are still in the L2.
 
 Tails: rows and columns of A and B are wrapped (index mod M, mod N) so every load stays in
 bounds, the k tail is masked, and every store is masked by i < M, j < N. `ALIGN` is a hint, the
@@ -96,9 +98,35 @@ def swizzle(pid: int, num_pid_m: int, num_pid_n: int, G: int) -> tuple[int, int]
     return first_m + (pid % width) % rows, (pid % width) // rows
 
 
+@triton.jit
+def _split_arrive(acc, ws_ptr, cnt_ptr, tile, pid_k, rm, rn, ok, M, N):
+    # This split's float32 partial tile, then its arrival on the tile's counter. The barrier puts
+    # every thread's stores before the one release-acquire atomic; the returned count is the
+    # number of splits that arrived before this one.
+    mn = tl.full((), 0, tl.int64) + M * N  # one split's partials (64-bit: KS·M·N may pass 2^31)
+    part = ws_ptr + pid_k * mn + rm[:, None] * N + rn[None, :]
+    tl.store(part, acc, mask=ok)
+    tl.debug_barrier()
+    return tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+
+
+@triton.jit
+def _split_total(ws_ptr, cnt_ptr, tile, rm, rn, ok, M, N, SPLIT_K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Run by the last split of a tile only: the sum in split order (deterministic), read past the
+    # L1 (.cg: the partials were written by other SMs), and the counter reset for the next launch.
+    mn = tl.full((), 0, tl.int64) + M * N
+    part = ws_ptr + rm[:, None] * N + rn[None, :]
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, SPLIT_K):
+        total += tl.load(part, mask=ok, other=0.0, cache_modifier=".cg")
+        part += mn
+    tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+    return total
+
+
 @triton.jit(do_not_specialize=["M", "N", "K", "GROUP_M", "SPLIT_K"])
-def _gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                 stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
+def _gemm_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
+                 stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                  GROUP_M, SPLIT_K,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  ALIGN: tl.constexpr, PRECISION: tl.constexpr, TO_WORKSPACE: tl.constexpr,
@@ -141,15 +169,17 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         b_ptrs += BLOCK_K * stride_bk
 
     c_ok = (rm < M)[:, None] & (rn < N)[None, :]
-    c_ptrs = c_ptr + pid_k * stride_cs + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
     if TO_WORKSPACE:
-        tl.store(c_ptrs, acc, mask=c_ok)
+        if _split_arrive(acc, ws_ptr, cnt_ptr, pid, pid_k, rm, rn, c_ok, M, N) == SPLIT_K - 1:
+            total = _split_total(ws_ptr, cnt_ptr, pid, rm, rn, c_ok, M, N, SPLIT_K, BLOCK_M, BLOCK_N)
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=c_ok)
     else:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_ok)
 
 
 @triton.jit(do_not_specialize=["M", "N", "K", "GROUP_M", "SPLIT_K"])
-def _gemm_tma_kernel(a_desc, b_desc, c_desc, M, N, K, GROUP_M, SPLIT_K,
+def _gemm_tma_kernel(a_desc, b_desc, c_desc, ws_ptr, cnt_ptr, M, N, K, GROUP_M, SPLIT_K,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      PRECISION: tl.constexpr, TO_WORKSPACE: tl.constexpr, WIDEN: tl.constexpr = False):
     # The same tiles, swizzle and k split as _gemm_kernel; the copy engine (TMA) moves the tiles.
@@ -176,22 +206,16 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, M, N, K, GROUP_M, SPLIT_K,
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
     if TO_WORKSPACE:
-        c_desc.store([pid_k, pid_m * BLOCK_M, pid_n * BLOCK_N], acc.reshape(1, BLOCK_M, BLOCK_N))
+        # Partials go out as plain stores (their visibility is ordered by the atomic; a bulk
+        # tensor store would need an async-proxy fence first); the total leaves through TMA.
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        ok = (rm < M)[:, None] & (rn < N)[None, :]
+        if _split_arrive(acc, ws_ptr, cnt_ptr, pid, pid_k, rm, rn, ok, M, N) == SPLIT_K - 1:
+            total = _split_total(ws_ptr, cnt_ptr, pid, rm, rn, ok, M, N, SPLIT_K, BLOCK_M, BLOCK_N)
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], total.to(c_desc.dtype))
     else:
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
-
-
-@triton.jit(do_not_specialize=["MN", "SPLIT_K"])
-def _split_sum_kernel(ws_ptr, c_ptr, MN, SPLIT_K, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < MN
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in range(0, SPLIT_K):  # fixed order: the sum is deterministic
-        acc += tl.load(ws_ptr + s * MN + offs, mask=ok, other=0.0)
-    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=ok)
-
-
-SPLIT_SUM_BLOCK = 1024
 
 
 def alignment(*values: int) -> int:
@@ -235,9 +259,32 @@ class GemmPlan:
     def workspace_shape(self) -> tuple[int, ...] | None:
         return (self.config.KS, self.M, self.N) if self.config.KS > 1 else None
 
+    @property
+    def tiles(self) -> int:
+        return self.grid[0]
+
     def new_workspace(self, device) -> torch.Tensor | None:
+        """The float32 partial tiles of split-K, with the per-tile arrival counters (zeroed once;
+        the kernel leaves them at zero) appended as int32 words after the partials."""
         shape = self.workspace_shape
-        return None if shape is None else torch.empty(shape, device=device, dtype=torch.float32)
+        if shape is None:
+            return None
+        ws = torch.empty(self._counters_at + self.tiles, device=device, dtype=torch.float32)
+        ws[self._counters_at:].view(torch.int32).zero_()
+        return ws
+
+    @property
+    def _counters_at(self) -> int:
+        n = math.prod(self.workspace_shape)
+        return n + (-n) % 4  # 16-byte aligned, like every pointer the precompiled kernels assume
+
+    def _split_buffers(self, workspace: torch.Tensor | None):
+        """(partials, counters) views of the workspace, or the error naming what is expected."""
+        size = self._counters_at + self.tiles
+        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() != size or not workspace.is_contiguous():
+            raise InvalidInput("workspace", None if workspace is None else (workspace.dtype, tuple(workspace.shape)),
+                               f"a contiguous float32 tensor of {size} elements (GemmPlan.new_workspace)")
+        return workspace[: self._counters_at], workspace[self._counters_at:].view(torch.int32)
 
     def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, workspace: torch.Tensor | None = None) -> None:
         """C = A·B. `c` must be a contiguous M×N tensor; split-K needs the float32 workspace."""
@@ -252,24 +299,15 @@ class GemmPlan:
             return
         align = alignment(self.K, self.N, a.stride(0), b.stride(0))
         split = cfg.KS > 1
-        if split and (workspace is None or tuple(workspace.shape) != self.workspace_shape):
-            raise InvalidInput("workspace", None if workspace is None else tuple(workspace.shape),
-                               f"a float32 tensor of shape {self.workspace_shape}")
-        out = workspace if split else c
-        stride_cs = out.stride(0) if split else 0
-        stride_cm, stride_cn = (out.stride(1), out.stride(2)) if split else (c.stride(0), c.stride(1))
+        ws, cnt = self._split_buffers(workspace) if split else (c, c)
         _gemm_kernel[self.grid](
-            a, b, out, self.M, self.N, self.K,
-            a.stride(0), a.stride(1), b.stride(0), b.stride(1), stride_cs, stride_cm, stride_cn,
+            a, b, c, ws, cnt, self.M, self.N, self.K,
+            a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
             cfg.G, cfg.KS,
             BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align,
             PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split, WIDEN=INTERPRETED and self.dtype in ("bf16", "fp16"),
             num_warps=cfg.W, num_stages=cfg.S,
         )
-        if split:
-            mn = self.M * self.N
-            _split_sum_kernel[(triton.cdiv(mn, SPLIT_SUM_BLOCK),)](workspace, c, mn, cfg.KS, BLOCK=SPLIT_SUM_BLOCK,
-                                                                 num_warps=4)
 
     def _launch_tma(self, a, b, c, workspace) -> None:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -281,22 +319,15 @@ class GemmPlan:
             raise InvalidInput("row pitch for the TMA path (L=1)", (a.stride(), b.stride()),
                                "unit inner stride and 16-byte aligned row pitches", fix="use L=0")
         split = cfg.KS > 1
-        if split and (workspace is None or tuple(workspace.shape) != self.workspace_shape):
-            raise InvalidInput("workspace", None if workspace is None else tuple(workspace.shape),
-                               f"a float32 tensor of shape {self.workspace_shape}")
+        ws, cnt = self._split_buffers(workspace) if split else (c, c)
         a_d = TensorDescriptor.from_tensor(a, [cfg.Tm, cfg.Tk])
         b_d = TensorDescriptor.from_tensor(b, [cfg.Tk, cfg.Tn])
-        c_d = TensorDescriptor.from_tensor(workspace, [1, cfg.Tm, cfg.Tn]) if split else \
-            TensorDescriptor.from_tensor(c, [cfg.Tm, cfg.Tn])
+        c_d = TensorDescriptor.from_tensor(c, [cfg.Tm, cfg.Tn])
         _gemm_tma_kernel[self.grid](
-            a_d, b_d, c_d, self.M, self.N, self.K, cfg.G, cfg.KS,
+            a_d, b_d, c_d, ws, cnt, self.M, self.N, self.K, cfg.G, cfg.KS,
             BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split,
             WIDEN=INTERPRETED and self.dtype in ("bf16", "fp16"), num_warps=cfg.W, num_stages=cfg.S,
         )
-        if split:
-            mn = self.M * self.N
-            _split_sum_kernel[(triton.cdiv(mn, SPLIT_SUM_BLOCK),)](workspace, c, mn, cfg.KS, BLOCK=SPLIT_SUM_BLOCK,
-                                                                 num_warps=4)
 
     def warmup(self, align: int) -> None:
         """Compile without launching (fills Triton's cache; used by parallel pre-compilation)."""
@@ -310,23 +341,21 @@ class GemmPlan:
                 x = MockTensor(dtype, list(shape))
                 return TensorDescriptor(x, list(shape), list(x.stride()), list(block))
 
-            c_desc = desc(torch.float32, (cfg.KS, 16, 16), (1, cfg.Tm, cfg.Tn)) if split else desc(t, (16, 16), (cfg.Tm, cfg.Tn))
-            _gemm_tma_kernel.warmup(desc(t, (16, 16), (cfg.Tm, cfg.Tk)), desc(t, (16, 16), (cfg.Tk, cfg.Tn)), c_desc,
-                                    self.M, self.N, self.K, cfg.G, cfg.KS, BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn,
+            ws, cnt = (torch.float32, torch.int32) if split else (t, t)
+            _gemm_tma_kernel.warmup(desc(t, (16, 16), (cfg.Tm, cfg.Tk)), desc(t, (16, 16), (cfg.Tk, cfg.Tn)),
+                                    desc(t, (16, 16), (cfg.Tm, cfg.Tn)), ws, cnt, self.M, self.N, self.K, cfg.G, cfg.KS, BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn,
                                     BLOCK_K=cfg.Tk, PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split, WIDEN=False,
                                     num_warps=cfg.W, num_stages=cfg.S, grid=(1, 1))
         else:
             self._warmup_pointer(align)
-        if split:
-            _split_sum_kernel.warmup(torch.float32, t, self.M * self.N, cfg.KS, BLOCK=SPLIT_SUM_BLOCK,
-                                     num_warps=4, grid=(1,))
 
     def _warmup_pointer(self, align: int) -> None:
         cfg = self.config
         t = self.torch_dtype
         split = cfg.KS > 1
-        _gemm_kernel.warmup(t, t, torch.float32 if split else t, self.M, self.N, self.K,
-                            self.K, 1, self.N, 1, self.M * self.N if split else 0, self.N, 1, cfg.G, cfg.KS,
+        ws, cnt = (torch.float32, torch.int32) if split else (t, t)
+        _gemm_kernel.warmup(t, t, t, ws, cnt, self.M, self.N, self.K,
+                            self.K, 1, self.N, 1, self.N, 1, cfg.G, cfg.KS,
                             BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align,
                             PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split, WIDEN=False,
                             num_warps=cfg.W, num_stages=cfg.S, grid=(1, 1))
@@ -383,14 +412,14 @@ class TritonGemm:
 
     def poison(self, case: GemmCase) -> None:
         poison(case.c)
-        if case.workspace is not None:
-            poison(case.workspace)
+        if case.workspace is not None:  # the partials, not the counters (the kernel keeps those at zero)
+            poison(case.workspace[: math.prod(self.plan.workspace_shape)])
 
     @property
     def case_bytes(self) -> int:
         p = self.plan
         e = torch.empty((), dtype=p.torch_dtype).element_size()
-        ws = 0 if p.workspace_shape is None else 4 * math.prod(p.workspace_shape)
+        ws = 0 if p.workspace_shape is None else 4 * (p._counters_at + p.tiles)
         return e * (p.M * p.K + p.K * p.N + p.M * p.N) + ws
 
 
