@@ -32,7 +32,10 @@ NEAR_BEST = 1.5  # calibration weighs points within 1.5x of their shape's best f
 PRACTICE = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4), (128, 128, 64, 4, 8),
             (128, 128, 128, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 256, 32, 4, 4),
             (128, 32, 32, 4, 4), (64, 64, 64, 4, 4), (64, 32, 64, 5, 4), (32, 64, 128, 4, 4),
-            (16, 64, 128, 4, 4), (16, 128, 128, 3, 4), (16, 32, 128, 5, 4), (64, 64, 128, 3, 4)]
+            (16, 64, 128, 4, 4), (16, 128, 128, 3, 4), (16, 32, 128, 5, 4), (64, 64, 128, 3, 4),
+            # wide, split tiles for skinny shapes (split-K reduces in the same launch)
+            (16, 256, 128, 3, 4), (16, 128, 128, 5, 4), (64, 128, 128, 4, 4), (64, 256, 64, 4, 8),
+            (32, 128, 128, 4, 4), (128, 128, 128, 3, 8), (128, 64, 128, 4, 4)]
 
 
 def key_of(a) -> tuple:
@@ -53,7 +56,7 @@ def sweep_set(f, n_top: int, n_random: int, seed: int, extra_formulations=()) ->
             chosen.setdefault(key_of(a), a)
     feasible = {key_of(assignment_at(f, int(i))) for i in flat}
     for tm, tn, tk, stages, warps in PRACTICE:
-        for ks in ((1, 2, 4) if tm <= 64 else (1,)):
+        for ks in ((1, 2, 4, 8) if tm <= 64 else (1, 2)):
             for path in (1, 0):
                 a = {"Tm": tm, "Tn": tn, "Tk": tk, "S": stages, "W": warps, "KS": ks, "G": 8, "L": path}
                 if key_of(a) in feasible:
@@ -94,6 +97,15 @@ def precompile(jobs: list, workers: int) -> dict:
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         errors = [e for e in pool.map(_compile_one, unique, chunksize=4) if e]
     return {"kernels": len(unique), "seconds": time.time() - start, "errors": errors[:10], "error_count": len(errors)}
+
+
+def top_designs(f, n: int) -> list[dict]:
+    """The formulation's n cheapest feasible designs (model order)."""
+    from formloop.solve.enumerate import assignment_at, feasible_mask, term_grid
+
+    flat = np.flatnonzero(feasible_mask(f))
+    cost = term_grid(f, f.cost).ravel()[flat]
+    return [assignment_at(f, int(i)) for i in flat[np.argsort(cost, kind="stable")[:n]]]
 
 
 def solve_pick(f):
@@ -164,6 +176,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--prior-calibration", help="calibration JSON from an earlier run: its top picks join the sweep")
     p.add_argument("--loso", action="store_true", help="also pick each shape with a fit that never saw it")
+    p.add_argument("--refine", type=int, default=1,
+                   help="rounds of: fit, measure each shape's calibrated top --refine-top, refit from there")
+    p.add_argument("--refine-top", type=int, default=10)
     p.add_argument("--dry-run", action="store_true", help="no GPU: a perturbed model stands in for measurements")
     p.add_argument("--shapes", type=int, default=len(SHAPES), help="first N shapes only (smoke runs)")
     args = p.parse_args(argv)
@@ -229,13 +244,41 @@ def main(argv=None) -> int:
                 if d == dtype and s != exclude and r.get("ok")]
 
     calibrations, cal_reports = {}, {}
+    result["refine"] = []
     for dtype in ("bf16", "tf32"):
         pts = points(dtype)
-        if len(pts) > 20:
-            cal = fit(templates[dtype], chip, pts, chip_label="h200", device=result["device"], near_best=NEAR_BEST)
-            calibrations[dtype] = cal
-            cal.save(os.path.join(args.out, f"calibration_{dtype}.json"))
-            cal_reports[dtype] = report(templates[dtype], chip, pts, cal)
+        if len(pts) <= 20:
+            continue
+        cal = first = fit(templates[dtype], chip, pts, chip_label="h200", device=result["device"], near_best=NEAR_BEST)
+        for round_ in range(args.refine):
+            # Active refinement: the designs the fitted model now rates best are measured too (a
+            # model is least trusted where it has seen nothing), then the fit restarts from itself.
+            t_cal = get_template("gemm-tiling-gpu", dtype=dtype, calibration=cal.values, calibration_id=cal.key)
+            new = []
+            for shape, d in shapes:
+                if d != dtype:
+                    continue
+                fc = t_cal.formulate(workload(shape, dtype), chip)
+                for a in [solve_pick(fc)[0].assignment] + top_designs(fc, args.refine_top):
+                    if (shape, dtype, key_of(a)) not in bench.records:
+                        new.append((a, shape, dtype))
+            if bench.gpu is not None and new:
+                precompile(new, args.workers)
+            for a, shape, d in new:
+                bench.measure(templates[dtype], a, shape, d, chip, truth)
+            pts = points(dtype)
+            cal = fit(t_cal, chip, pts, chip_label="h200", device=result["device"], near_best=NEAR_BEST,
+                      iterations=40, starts=3)
+            # Report against the template's own priors (the refit started from the previous fit).
+            cal = Calibration(**{**cal.__dict__, "priors": first.priors, "template_hash": first.template_hash,
+                                 "rms_log_error_before": first.rms_log_error_before})
+            result["refine"].append({"dtype": dtype, "round": round_ + 1, "new_points": len(new),
+                                     "rms_log_error_after": cal.rms_log_error_after})
+            print(f"refine {dtype} round {round_ + 1}: {len(new)} new designs measured, rms log error "
+                  f"{cal.rms_log_error_after:.3f}", flush=True)
+        calibrations[dtype] = cal
+        cal.save(os.path.join(args.out, f"calibration_{dtype}.json"))
+        cal_reports[dtype] = report(templates[dtype], chip, pts, cal)
     result["calibration"] = {d: c.__dict__ for d, c in calibrations.items()}
 
     rows = []
@@ -272,10 +315,12 @@ def main(argv=None) -> int:
         entry["spearman_all"] = rep
         cub = entry["cublas"]["latency_us"]
         pick = picks["calibrated"]["measured_us"]
-        rows.append({"shape": "x".join(map(str, shape)), "dtype": dtype, "sol_us": entry["sol"]["floor_us"],
+        rows.append({"shape": "x".join(map(str, shape)), "dtype": dtype,
+                     "pick_config": key_of(picks["calibrated"]["config"]), "best_config": best_key[2] if best_key else None, "sol_us": entry["sol"]["floor_us"],
                      "bound": entry["sol"]["bound"], "cublas_us": cub, "best_us": best["latency_us"],
                      "prior_us": picks["prior"]["measured_us"], "pick_us": pick,
                      "pick_vs_best": pick / best["latency_us"] if best["latency_us"] else math.nan,
+                     "held_vs_best": (picks["held_out"]["measured_us"] / best["latency_us"]) if "held_out" in picks else math.nan,
                      "speedup": cub / pick if pick else math.nan,
                      "rho": entry.get("spearman_random_after", rep.get("spearman_after", math.nan)),
                      "checked": f"{len(good)}/{len(mine)}",
@@ -297,15 +342,19 @@ def print_table(result: dict, chip) -> None:
     print(f"\ndevice {result['device'].get('device')}: copy {chip.bandwidth / 1e12:.2f} TB/s, bf16 {chip.peak('bf16') / 1e12:.0f} "
           f"TFLOP/s, tf32 {chip.peak('tf32') / 1e12:.0f} TFLOP/s (measured ceilings, gpu); all times us, median, gpu")
     hdr = (f"{'shape':>16} {'dtype':>5} {'SOL':>8} {'bound':>7} {'cuBLAS':>8} {'best':>8} {'prior':>8} {'pick':>8} "
-           f"{'pick/best':>9} {'vs cuBLAS':>9} {'rho':>5} {'%peak':>6} {'%bw':>5} {'checked':>8}")
+           f"{'pick/best':>9} {'held/best':>9} {'vs cuBLAS':>9} {'rho':>5} {'%peak':>6} {'%bw':>5} {'checked':>8}")
     print(hdr)
     for r in result["rows"]:
         print(f"{r['shape']:>16} {r['dtype']:>5} {r['sol_us']:8.1f} {r['bound']:>7} {r['cublas_us']:8.1f} {r['best_us']:8.1f} "
-              f"{r['prior_us']:8.1f} {r['pick_us']:8.1f} {r['pick_vs_best']:9.3f} {r['speedup']:9.3f} {r['rho']:5.2f} "
+              f"{r['prior_us']:8.1f} {r['pick_us']:8.1f} {r['pick_vs_best']:9.3f} {r.get('held_vs_best', math.nan):9.3f} {r['speedup']:9.3f} {r['rho']:5.2f} "
               f"{100 * r['compute_frac']:6.1f} {100 * r['memory_frac']:5.1f} {r['checked']:>8}")
     sp = [r["speedup"] for r in bf if r["speedup"] > 0]
     if sp:
         print(f"geomean speedup vs cuBLAS, bf16 shapes: {math.exp(sum(map(math.log, sp)) / len(sp)):.3f}x")
+    for r in result.get("refine", []):
+        print(f"refine {r['dtype']} round {r['round']}: {r['new_points']} designs the fit rated best were measured and refitted")
+    for r in result["rows"]:
+        print(f"  {r['shape']} {r['dtype']} pick {r.get('pick_config')}")
     for d, c in result.get("calibration", {}).items():
         print(f"calibration {d}: {c['points']} points, rms log error {c['rms_log_error_before']:.3f} -> "
               f"{c['rms_log_error_after']:.3f}; " + ", ".join(f"{k}={v:.3g}" for k, v in c["values"].items()))
