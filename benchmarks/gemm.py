@@ -293,7 +293,7 @@ def main(argv=None) -> int:
             m = bench.measure(t, sol.assignment, shape, dtype, chip, truth)
             picks[label] = {"config": dict(sol.assignment), "model_us": sol.objective, "measured_us": m["latency_us"],
                             "ok": m.get("ok"), "note": note, "solve_s": sol.seconds}
-        if args.loso and cal and dtype == "bf16" and time.time() < bench.deadline + 60:
+        if args.loso and cal and dtype == "bf16" and time.time() < bench.deadline + 240:
             held = fit(templates[dtype], chip, points(dtype, exclude=shape), chip_label="h200", near_best=NEAR_BEST,
                        iterations=25, starts=2)
             t_h = get_template("gemm-tiling-gpu", dtype=dtype, calibration=held.values, calibration_id=held.key)

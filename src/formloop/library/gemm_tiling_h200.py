@@ -23,9 +23,13 @@ path); S ≤ 2 exposes the latency. Blocks run in waves of n_sm; DRAM traffic co
 wave that needs them (the wave's footprint follows the swizzle G), or once in all when the operand
 stays in a quarter of the L2, plus C, plus the split-K partials when they do not stay in the L2.
 Rows of a tile narrower than 128 bytes fetch DRAM less efficiently (d32, d64), and an SM pulls at
-most bw_smd from DRAM, so a grid of fewer blocks than SMs cannot reach the chip's bandwidth.
+most its prefetched bytes per DRAM latency (lat_m), so small grids and shallow pipelines cannot
+reach the chip's bandwidth.
 Split-K reduces in the same launch: the last split of each tile reads the KS partials back from
-the L2 (t_fix: the arrival atomic and the extra pass). T = max(T_mem, T_comp + alpha·T_mem). The efficiency terms (CALIBRATED) start at priors and are
+the L2 (t_fix: the arrival atomic and the extra pass); the L2 writes the partials back to DRAM.
+The prefetch covers the L2 latency, plus DRAM's in the measure that the shape is memory-bound.
+T = max(T_mem, T_comp) + alpha·min(T_mem, T_comp) + t_launch: the shorter side is hidden but for
+a fraction alpha. The efficiency terms (CALIBRATED) start at priors and are
 fitted to measurements by `formloop.evaluate.calibrate`.
 """
 from __future__ import annotations
@@ -88,18 +92,19 @@ alpha = _eff("alpha", "fraction of DRAM time that compute does not hide")
 t_launch = _eff("t_launch", "cost of one kernel launch inside a CUDA graph, s")
 d32 = _eff("d32", "DRAM efficiency of tile rows 32 bytes wide (relative to 128 and wider)")
 d64 = _eff("d64", "DRAM efficiency of tile rows 64 bytes wide")
-bw_smd = _eff("bw_smd", "bytes/s one SM can pull from DRAM (bytes in flight over the latency)")
+lat_m = _eff("lat_m", "DRAM latency an SM's loads in flight must cover (its pull = bytes in flight / lat_m), s")
 t_fix = _eff("t_fix", "split-K: the last split's arrival atomic and reduction start, s")
+lat_d = _eff("lat_d", "extra load latency when the tiles come from DRAM rather than the L2, s")
 
 CALIBRATED = ("eta_mma", "eta_sync", "n0", "f_n16", "f_n32", "f_n64", "bw_sm", "lat", "t_iter", "t_sync", "t_issue", "t_tile", "t_epi", "eta_bw", "alpha",
-              "t_launch", "d32", "d64", "bw_smd", "t_fix")
-PRIORS = {"d32": 0.5, "d64": 0.8, "bw_smd": 40e9, "t_fix": 1e-6, "eta_mma": 0.8, "eta_sync": 0.35, "n0": 32.0, "f_n16": 0.25, "f_n32": 0.5, "f_n64": 0.8, "bw_sm": 120e9, "lat": 0.5e-6, "t_iter": 20e-9, "t_sync": 50e-9,
+              "t_launch", "d32", "d64", "lat_m", "t_fix", "lat_d")
+PRIORS = {"lat_d": 0.6e-6, "d32": 0.5, "d64": 0.8, "lat_m": 1e-6, "t_fix": 1e-6, "eta_mma": 0.8, "eta_sync": 0.35, "n0": 32.0, "f_n16": 0.25, "f_n32": 0.5, "f_n64": 0.8, "bw_sm": 120e9, "lat": 0.5e-6, "t_iter": 20e-9, "t_sync": 50e-9,
           "t_issue": 1e-9, "t_tile": 1.0e-6, "t_epi": 1e-9, "eta_bw": 0.9, "alpha": 0.3, "t_launch": 2.5e-6}
 # Physical ranges the fit stays inside (the rest: 1/100..100x the prior).
 # eta_bw stays at or below the measured streaming read (a GEMM cannot beat it); round 1 let it
 # reach 1.34 to make up for A re-reads the L2 absorbs, and then rated pure streams too fast.
 BOUNDS = {"eta_mma": (0.05, 1.2), "eta_sync": (0.05, 1.2), "eta_bw": (0.3, 1.02), "d32": (0.1, 1.0),
-          "d64": (0.1, 1.0), "bw_smd": (10e9, 200e9), "t_fix": (1e-8, 1e-5), "f_n16": (0.02, 1.0),
+          "d64": (0.1, 1.0), "lat_m": (0.1e-6, 5e-6), "t_fix": (1e-8, 1e-5), "lat_d": (0.02e-6, 3e-6), "f_n16": (0.02, 1.0),
           "f_n32": (0.02, 1.0), "f_n64": (0.02, 1.0), "lat": (0.05e-6, 3e-6),
           "alpha": (0.0, 1.0), "n0": (1.0, 256.0)}
 ACC_REGS = 128
@@ -127,10 +132,11 @@ def _row_eff(row_bytes):
     return where(row_bytes <= 32, d32, where(row_bytes <= 64, d64, 1))
 
 
-# Split-K partials: written once and read once by the last split; DRAM only if they spill the L2.
+# Split-K partials: the last split reads them back from the L2, but the L2 writes back: every
+# partial written reaches DRAM once (read back from DRAM too only if they spill the L2).
 ws_bytes = where(KS > 1, KS * M * N * 4, 0)
 bytes_dram = (M * K * e * reads_a / _row_eff(Tk * e) + K * N * e * reads_b / _row_eff(Tn * e) + M * N * e
-              + where(ws_bytes * 2 > l2, 2 * ws_bytes, 0))
+              + ws_bytes + where(ws_bytes * 2 > l2, ws_bytes, 0))
 # Tensor time of one k-step; narrow tiles issue more, smaller tensor instructions (n0).
 # With 8 warps and fewer than 128 rows the two warpgroups split the columns: half-width instructions.
 Tn_wg = where((W > 4) & (Tm < 128), Tn / 2, Tn)
@@ -138,10 +144,15 @@ t_mma = 2 * Tm * Tn * Tk / (flops * where(Tm >= 64, eta_mma, eta_sync) / n_sm) *
 # Narrow B tiles (short rows) feed slower than their bytes suggest: one efficiency per width.
 f_n = where(Tn.eq(16), f_n16, where(Tn.eq(32), f_n32, where(Tn.eq(64), f_n64, 1)))
 t_feed = (Tm * Tk * e + Tk * Tn * e / f_n) / bw_sm
+# The latency a prefetch must cover: the L2's, plus DRAM's in the measure that the problem streams
+# from DRAM (its SOL memory time over its SOL tensor time, capped at 1; a shape property, so the
+# term reads no more decisions than before).
+dram_share = minimum(1, (M * K + K * N + M * N) * e / bw / (2 * M * N * K / flops))
+lat_eff = lat + lat_d * dram_share
 # Triton keeps one tensor-core group in flight, so a slot is refilled one step late: S stages hide
 # the load latency over S-2 steps; with S = 2 it is exposed once per step, with S = 1 nothing overlaps.
-t_core = where(S.eq(1), t_mma + t_feed + lat,
-               where(S.eq(2), maximum(t_mma, t_feed) + lat, maximum(t_mma, t_feed, lat / maximum(S - 2, 1)))) + t_iter + where(Tm < 64, t_sync, 0)
+t_core = where(S.eq(1), t_mma + t_feed + lat_eff,
+               where(S.eq(2), maximum(t_mma, t_feed) + lat_eff, maximum(t_mma, t_feed, lat_eff / maximum(S - 2, 1)))) + t_iter + where(Tm < 64, t_sync, 0)
 # The pointer path (L = 0) issues every 16-byte load from the W warps; the copy engine (L = 1) does not.
 t_loads = (Tm + Tn) * Tk * e / (16 * 32 * W) * t_issue
 t_block = t_tile + Tm * Tn / (32 * W) * t_epi
@@ -149,10 +160,14 @@ t_block = t_tile + Tm * Tn / (32 * W) * t_epi
 t_split = where(KS > 1, Tm * Tn * 4 * (KS + 1) / bw_sm + t_fix, 0)
 T_comp = (waves * n_iter * t_core + waves * n_iter * (1 - L) * t_loads + waves * (t_block + t_split)) * US
 
-# Fewer blocks than SMs leave SMs idle: each SM pulls at most bw_smd from DRAM.
-T_mem = bytes_dram / minimum(bw * eta_bw, minimum(blocks, n_sm) * bw_smd) * US
+# An SM pulls from DRAM at most what its S−1 prefetched k-tiles hold per latency (Little's law);
+# fewer blocks than SMs, or shallow pipelines of small tiles, cannot reach the chip's bandwidth.
+pull_sm = maximum(S - 1, 1) * (Tm + Tn) * Tk * e / lat_m
+T_mem = bytes_dram / minimum(bw * eta_bw, minimum(blocks, n_sm) * pull_sm) * US
 T_split = t_split * waves * US
-T = maximum(T_mem, T_comp + alpha * T_mem) + t_launch * US
+# The shorter of the two is hidden but for a fraction alpha: max + alpha·min, written as
+# (1−alpha)·max + alpha·sum so the MILP keeps a convex max (alpha ≤ 1).
+T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
 ROWS_ALIGNED = (K * e).eq(16 * floordiv(K * e, 16)) & (N * e).eq(16 * floordiv(N * e, 16))
 
 LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+beta for every S ≥ 1
@@ -185,7 +200,7 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
         doc=__doc__.strip().splitlines()[0],
         decisions=(Tm, Tn, Tk, S, W, KS, G, L),
         params=(M, N, K, e, Ms, acc_regs, n_sm, bw, flops, l2, eta_mma, eta_sync, n0, f_n16, f_n32, f_n64, bw_sm, lat, t_iter, t_sync, t_issue, t_tile,
-                t_epi, eta_bw, alpha, t_launch, d32, d64, bw_smd, t_fix),
+                t_epi, eta_bw, alpha, t_launch, d32, d64, lat_m, t_fix, lat_d),
         scope=(
             Constraint("rates_positive", (bw > 0) & (flops > 0), "scope", "the chip moves bytes and computes"),
         ),
