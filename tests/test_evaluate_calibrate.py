@@ -90,3 +90,27 @@ def test_chip_walls_bind_the_menu():
         a = assignment_at(f, int(i))
         assert a["S"] * (a["Tm"] + a["Tn"]) * a["Tk"] * 2 <= values["Ms"]
         assert a["Tm"] * a["Tn"] <= 128 * 32 * a["W"]
+
+
+def test_memory_terms_match_a_hand_count():
+    # M = 1 GEMV-like shape, 16x128 tiles, split 4 ways: A (24 KiB) stays in the L2 and is read once,
+    # B is read once, C once, and the float32 partials (4·1·4096·4 bytes) are written back once.
+    chip = get_chip("h200")
+    values = {"eta_bw": 1.0, "lat_m": 1e-9, "d32": 0.5, "d64": 0.8}
+    t = get_template("gemm-tiling-gpu", dtype="bf16", calibration=values)
+    w = workload((1, 4096, 12288), "bf16")
+    env = t.bind(w, chip)
+    a = {"Tm": 16, "Tn": 128, "Tk": 128, "S": 4, "W": 4, "KS": 4, "G": 8, "L": 1}
+    nbytes = 1 * 12288 * 2 + 12288 * 4096 * 2 + 1 * 4096 * 2 + 4 * 1 * 4096 * 4
+    assert t.evaluate_terms(a, env)["T_mem_us"] == pytest.approx(nbytes / chip.bandwidth * 1e6, rel=1e-12)
+    # 32-column tiles: B rows are 64 bytes wide, fetched at d64 of the bandwidth; no split, no partials.
+    narrow = {**a, "Tn": 32, "KS": 1}
+    nbytes = 1 * 12288 * 2 + 12288 * 4096 * 2 / 0.8 + 1 * 4096 * 2
+    assert t.evaluate_terms(narrow, env)["T_mem_us"] == pytest.approx(nbytes / chip.bandwidth * 1e6, rel=1e-12)
+    # A shallow pipeline on few SMs is held by Little's law: 32 blocks, one 16x128x128 k-tile in flight.
+    slow = {**narrow, "Tn": 128, "S": 2}
+    lat_m = 1e-6
+    t2 = get_template("gemm-tiling-gpu", dtype="bf16", calibration={**values, "lat_m": lat_m})
+    pull = 32 * 1 * (16 + 128) * 128 * 2 / lat_m
+    nbytes = 1 * 12288 * 2 + 12288 * 4096 * 2 + 1 * 4096 * 2
+    assert t2.evaluate_terms(slow, t2.bind(w, chip))["T_mem_us"] == pytest.approx(nbytes / pull * 1e6, rel=1e-12)
