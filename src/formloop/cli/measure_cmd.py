@@ -34,7 +34,8 @@ def solve_gpu_contract(shape: tuple[int, ...], solver: str, chip_name: str, dtyp
     """Solve gemm-tiling's GPU contract; returns (report, template, chip, workload)."""
     from formloop.hw.chips import get_chip
     from formloop.library import gemm_tiling_h200 as gpu
-    from formloop.solve import SOLVERS, enumerate_designs
+    from formloop.cli.solve_cmd import design_report
+    from formloop.solve import SOLVERS
 
     if chip_name.lower() not in gpu.HOPPER_CHIPS:
         raise InvalidInput("chip", chip_name, gpu.HOPPER_CHIPS, fix="the Triton family's contract is written for Hopper")
@@ -44,17 +45,9 @@ def solve_gpu_contract(shape: tuple[int, ...], solver: str, chip_name: str, dtyp
     chip = get_chip(chip_name)
     workload = gpu.workload(shape, "bf16" if dtype == "bf16" else dtype)
     f = template.formulate(workload, chip)
-    sol = SOLVERS[solver](f)
-    ties = sol.ties if sol.ties is not None else enumerate_designs(f).ties
-    report = {
-        "template": template.name, "template_hash": template.content_hash, "contract": "gpu (Triton family)",
-        "chip": chip_name, "shape": {"M": shape[0], "N": shape[1], "K": shape[2]}, "dtype": dtype,
-        "calibration": cal.key if cal else "priors", "solver": sol.solver, "status": sol.status.value,
-        "design": dict(sol.assignment), "objective_us": sol.objective, "bound_us": sol.bound, "gap": sol.gap,
-        "ties": len(ties), "bound_class": gpu.bound_class(sol.terms), "smem_bytes": int(sol.terms["smem_bytes"]),
-        "T_comp_us": sol.terms["T_comp_us"], "T_mem_us": sol.terms["T_mem_us"], "solve_seconds": sol.seconds,
-        "model": sol.model.as_dict(), "source": "model",
-    }
+    report = design_report(f, SOLVERS[solver](f), shape=shape, chip=chip_name, dtype=dtype,
+                           contract="gpu (Triton family)", bound_class=gpu.bound_class,
+                           calibration=cal.key if cal else "priors")
     return report, template, chip, workload
 
 

@@ -35,38 +35,33 @@ def solve_report(template_name: str, shape: tuple[int, ...], pre: str, solver: s
     if template_name != gemm_tiling.NAME:
         get_template(template_name)  # unknown names fail here with the list of known ones
         raise InvalidInput("template", template_name, [gemm_tiling.NAME], fix="only gemm-tiling takes --shape M,N,K")
-    if chip_name.lower() == "h200":  # the H200 contract: the Triton family's decisions and cost model
+    from formloop.library.gemm_tiling_h200 import HOPPER_CHIPS
+
+    if chip_name.lower() in HOPPER_CHIPS:  # the Hopper contract: the Triton family's decisions and cost model
         from formloop.cli.measure_cmd import solve_gpu_contract
 
         if pre != "exact":
-            raise InvalidInput("contract (--pre) with --chip h200", pre, ["exact"],
+            raise InvalidInput(f"contract (--pre) with --chip {chip_name}", pre, ["exact"],
                                fix="the Triton family's schedule is fixed (P = S-1, beta = 1)")
         return solve_gpu_contract(shape, solver, chip_name, dtype)[0]
     template = get_template(template_name, pre=pre, dtype=dtype)
     f = template.formulate(gemm_tiling.workload(shape, dtype), get_chip(chip_name))
-    sol = SOLVERS[solver](f)
+    return design_report(f, SOLVERS[solver](f), shape=shape, chip=chip_name, dtype=dtype, contract=pre,
+                         bound_class=gemm_tiling.bound_class)
+
+
+def design_report(f, sol, *, shape, chip: str, dtype: str, contract: str, bound_class, **extra) -> dict:
+    """What `solve` (and `measure`) report about one solved GEMM formulation; `source` says every
+    time in it is the model's."""
     ties = sol.ties if sol.ties is not None else enumerate_designs(f).ties
     return {
-        "template": template_name,
-        "template_hash": template.content_hash,
-        "contract": pre,
-        "chip": chip_name,
-        "shape": {"M": shape[0], "N": shape[1], "K": shape[2]},
-        "dtype": dtype,
-        "solver": sol.solver,
-        "status": sol.status.value,
-        "design": dict(sol.assignment),
-        "objective_us": sol.objective,
-        "bound_us": sol.bound,
-        "gap": sol.gap,
-        "ties": len(ties),
-        "bound_class": gemm_tiling.bound_class(sol.terms),
-        "smem_bytes": int(sol.terms["smem_bytes"]),
-        "T_comp_us": sol.terms["T_comp_us"],
-        "T_mem_us": sol.terms["T_mem_us"],
-        "solve_seconds": sol.seconds,
-        "model": sol.model.as_dict(),
-        "source": "model",
+        "template": f.template.name, "template_hash": f.template.content_hash, "contract": contract,
+        "chip": chip, "shape": {"M": shape[0], "N": shape[1], "K": shape[2]}, "dtype": dtype, **extra,
+        "solver": sol.solver, "status": sol.status.value, "design": dict(sol.assignment),
+        "objective_us": sol.objective, "bound_us": sol.bound, "gap": sol.gap, "ties": len(ties),
+        "bound_class": bound_class(sol.terms), "smem_bytes": int(sol.terms["smem_bytes"]),
+        "T_comp_us": sol.terms["T_comp_us"], "T_mem_us": sol.terms["T_mem_us"],
+        "solve_seconds": sol.seconds, "model": sol.model.as_dict(), "source": "model",
     }
 
 
