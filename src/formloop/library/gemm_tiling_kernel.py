@@ -124,6 +124,22 @@ def _split_total(ws_ptr, cnt_ptr, tile, rm, rn, ok, M, N, SPLIT_K, BLOCK_M: tl.c
     return total
 
 
+@triton.jit
+def _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The output tile (grouped-M launch order) and k range of one program; both kernels share it,
+    and the swizzle-bijection and split-K obligations of the template are proved about it."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * num_pid_n
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+    per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+    return pid_m, pid_n, pid_k * per_split * BLOCK_K, per_split
+
+
 @triton.jit(do_not_specialize=["M", "N", "K", "GROUP_M", "SPLIT_K"])
 def _gemm_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
@@ -133,16 +149,7 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
                  WIDEN: tl.constexpr = False):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    width = GROUP_M * num_pid_n
-    first_m = (pid // width) * GROUP_M
-    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % rows
-    pid_n = (pid % width) // rows
-
-    per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
-    k_lo = pid_k * per_split * BLOCK_K
+    pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K)
     # The hints below are true because the host picks ALIGN dividing K, N and the strides; they
     # keep the k-tail mask and the row offsets vector-friendly so both loads are pipelined.
     k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)
@@ -187,15 +194,7 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, ws_ptr, cnt_ptr, M, N, K, GROUP_M, 
     # no masks: the k tail of the last split and the M/N edge tiles are exact by construction.
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    width = GROUP_M * num_pid_n
-    first_m = (pid // width) * GROUP_M
-    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % rows
-    pid_n = (pid % width) // rows
-    per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
-    k_lo = pid_k * per_split * BLOCK_K
+    pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K)
     k_hi = tl.minimum(K, k_lo + per_split * BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(k_lo, k_hi, BLOCK_K):
