@@ -144,7 +144,7 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     t = template(rev)
     p = f"step4@n{n}"
     nodes = (*template_nodes(p, t),
-             Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n}" + _fault_text(rev)),
+             Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n}" + rev.fault_text(FAULTS)),
              Node(f"{p}.backward_map", "definition", "pi: b[q] = q % S, t[q] = load epoch of q, l[q] = compute epoch of q, "
                                                      "z = tile order, nbuf = S"))
     prog = (f"{p}.program", f"{p}.decisions", f"step3@n{n}.program")
@@ -198,10 +198,6 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
         k3_obligation(4, t, p, {"S": 1, "P": 0, "beta": 1}, n),
     )
     return LocalModel(t, nodes, obligations)
-
-
-def _fault_text(rev: Revision) -> str:
-    return "" if rev.fault is None else FAULTS[rev.fault].program_text()
 
 
 STEP = Step(

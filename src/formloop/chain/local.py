@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import z3
 
@@ -96,6 +97,10 @@ class Revision:
 
     def text(self) -> str:
         return f"program={self.program} cost={self.cost} premise={self.premise} fault={self.fault}"
+
+    def fault_text(self, faults: Mapping[str, Any]) -> str:
+        """The injected fault's program text (empty without a fault): part of the program node."""
+        return "" if self.fault is None else faults[self.fault].program_text()
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ def model(shape: int, revs: Mapping[int, Revision]) -> LocalModel:
     rev = revs.get(1, Revision())
     t = template(rev)
     p = "step1"
-    nodes = (*template_nodes(p, t), Node(f"{p}.program", "definition", PROGRAMS[rev.program] + _fault_text(rev)),
+    nodes = (*template_nodes(p, t), Node(f"{p}.program", "definition", PROGRAMS[rev.program] + rev.fault_text(FAULTS)),
              Node(f"{p}.backward_map", "definition", "pi(k) = (group owner(k // Tk), tile k // Tk, offset k % Tk)"))
     prog = (f"{p}.program", f"{p}.decisions", "workload.contract")
     pre = (f"{p}.pre",)
@@ -237,10 +237,6 @@ def model(shape: int, revs: Mapping[int, Revision]) -> LocalModel:
         k3_obligation(1, t, p, {"R": 1, "Tk": 8, "guard": 1}, None),
     ]
     return LocalModel(t, nodes, tuple(obligations))
-
-
-def _fault_text(rev: Revision) -> str:
-    return "" if rev.fault is None else FAULTS[rev.fault].program_text()
 
 
 STEP = Step(

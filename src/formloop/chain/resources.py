@@ -218,7 +218,7 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     t = template(n, rev)
     p = f"step5@n{n}"
     nodes = (*template_nodes(p, t),
-             Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n} ports={PORTS}" + _fault_text(rev)))
+             Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n} ports={PORTS}" + rev.fault_text(FAULTS)))
     prog = (f"{p}.program", f"{p}.decisions", f"step4@n{n}.program")
     pre = (f"{p}.pre",)
     replay = lambda w: simulate(w, n, rev).replay()  # noqa: E731
@@ -309,10 +309,6 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
         k3_obligation(5, t, p, {"nb": 1, "Q": 1, "Qr": 1, "eager": 1, "pad": 0}, n),
     )
     return LocalModel(t, nodes, obligations)
-
-
-def _fault_text(rev: Revision) -> str:
-    return "" if rev.fault is None else FAULTS[rev.fault].program_text()
 
 
 STEP = Step(

@@ -138,7 +138,7 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     t = template(n, rev)
     p, cp = f"step3@n{n}", f"step2@n{n}"
     nodes = (*template_nodes(p, t),
-             Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n}" + _fault_text(rev)),
+             Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n}" + rev.fault_text(FAULTS)),
              Node(f"{p}.backward_map", "definition", "pi: t[v] := i[v] + lat(mech); b, l, z kept"))
     prog = (f"{p}.program", f"{p}.decisions", f"{cp}.program")
     pre = (f"{p}.pre",)
@@ -195,10 +195,6 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
         k3_obligation(3, t, p, {"mech": 2, **{f"i{v}": coarse_write(v) - 1 for v in range(n)}}, n),
     )
     return LocalModel(t, nodes, obligations)
-
-
-def _fault_text(rev: Revision) -> str:
-    return "" if rev.fault is None else FAULTS[rev.fault].program_text()
 
 
 STEP = Step(
