@@ -34,7 +34,10 @@ fitted to measurements by `formloop.evaluate.calibrate`.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+
+import z3
 
 from formloop.errors import InvalidInput
 from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, where
@@ -272,18 +275,20 @@ def obligations(timeout_ms: int = 10_000) -> list[ObligationResult]:
     return out
 
 
-def _z3_ceil(z3, s, name, a, b):
+def _z3_ceil(s, name, a, b):
     """A fresh z3 integer constrained to ⌈a / b⌉ (b a positive integer constant or term)."""
     q = z3.Int(name)
     s.add(b * (q - 1) < a, a <= b * q)
     return q
 
 
+def _solver(timeout_ms: int) -> z3.Solver:
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    return s
+
+
 def _result(name: str, s, query_vars, start: float) -> ObligationResult:
-    import time
-
-    import z3
-
     res = s.check()
     verdict = verdict_of_validity(res)
     witness = None
@@ -297,17 +302,11 @@ def _result(name: str, s, query_vars, start: float) -> ObligationResult:
 
 def _split_k_partition(tk: int, ks: int, timeout_ms: int, *, floor_split: bool = False) -> ObligationResult:
     """`floor_split` injects the floor-divided split size fault (the last k-tiles are dropped)."""
-    import time
-
-    import z3
-
-    start = time.perf_counter()
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
+    start, s = time.perf_counter(), _solver(timeout_ms)
     K_, k = z3.Int("K"), z3.Int("k")
     s.add(K_ >= 1, k >= 0, k < K_)
-    tiles = _z3_ceil(z3, s, "k_tiles", K_, tk)
-    per = tiles / ks if floor_split else _z3_ceil(z3, s, "per_split", tiles, ks)
+    tiles = _z3_ceil(s, "k_tiles", K_, tk)
+    per = tiles / ks if floor_split else _z3_ceil(s, "per_split", tiles, ks)
     count = 0
     for split in range(ks):
         lo = z3.If(K_ < split * per * tk, K_, split * per * tk)
@@ -318,16 +317,10 @@ def _split_k_partition(tk: int, ks: int, timeout_ms: int, *, floor_split: bool =
 
 
 def _tile_cover(t: int, timeout_ms: int) -> ObligationResult:
-    import time
-
-    import z3
-
-    start = time.perf_counter()
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
+    start, s = time.perf_counter(), _solver(timeout_ms)
     M_, i, p, q = z3.Ints("M i p q")
     s.add(M_ >= 1, i >= 0, i < M_)
-    grid = _z3_ceil(z3, s, "grid", M_, t)
+    grid = _z3_ceil(s, "grid", M_, t)
     # Block p stores row p*t + r for r in [0, t) when the row is < M. The claim: the one p with
     # p*t <= i < p*t + t is inside the grid, and no other block q stores row i.
     covers = lambda b: z3.And(b >= 0, b < grid, b * t <= i, i < b * t + t)  # noqa: E731
@@ -337,13 +330,7 @@ def _tile_cover(t: int, timeout_ms: int) -> ObligationResult:
 
 
 def _swizzle_bijective(g: int, timeout_ms: int) -> ObligationResult:
-    import time
-
-    import z3
-
-    start = time.perf_counter()
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
+    start, s = time.perf_counter(), _solver(timeout_ms)
     npm_, npn_, a, b = z3.Ints("num_pid_m num_pid_n pid_a pid_b")
     s.add(npm_ >= 1, npn_ >= 1)
 
