@@ -17,7 +17,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from formloop.campaign.probes import check_integrity  # noqa: E402
+from formloop.measure.probes import check_integrity  # noqa: E402
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "integrity"
 

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from formloop.chain.compose import STEPS, ChainConfig, prove_chain, with_fault
+from formloop.library.chain.compose import STEPS, ChainConfig, prove_chain, with_fault
 from formloop.verify.proofstore import ProofStore
 
 PAPER = {1: (25.5, 26.3, 8, 8, 0.97), 2: (73.8, 48.7, 23, 15, 1.51), 3: (289.0, 200.6, 43, 20, 1.50),

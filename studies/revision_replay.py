@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from formloop.chain.compose import ASSUMPTIONS, ChainConfig, prove_chain
+from formloop.library.chain.compose import ASSUMPTIONS, ChainConfig, prove_chain
 from formloop.verify.proofstore import ProofStore
 
 MODES = ("full", "node", "query")

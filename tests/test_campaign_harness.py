@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from formloop.campaign.compare import TOLERANCES, compare_outputs, compare_tensor
-from formloop.campaign.harness import Session, evaluate, load_candidate
+from formloop.measure.compare import TOLERANCES, compare_outputs, compare_tensor
+from formloop.measure.harness import Session, evaluate, load_candidate
 from formloop.errors import FormloopError, InvalidInput, StructureError
 
 FIX = Path(__file__).parent / "fixtures" / "integrity"

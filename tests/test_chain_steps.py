@@ -8,9 +8,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from formloop.chain import double_buffer, partition, resources, storage
-from formloop.chain.compose import STEPS, ChainConfig, parse_fault, prove_chain, recheck_certificate, with_fault
-from formloop.chain.local import Revision
+from formloop.library.chain import double_buffer, partition, resources, storage
+from formloop.library.chain.compose import STEPS, ChainConfig, parse_fault, prove_chain, recheck_certificate, with_fault
+from formloop.verify.local import Revision
 from formloop.cli import app
 from formloop.errors import InvalidInput
 from formloop.expr import evaluate
@@ -151,7 +151,7 @@ def test_cli_prove_chain_json_and_errors(tmp_path):
 
 
 def test_every_step_is_a_solvable_template_whose_optimum_passes_its_preconditions():
-    from formloop.chain import transfer
+    from formloop.library.chain import transfer
 
     cases = [(partition.template(), {"K": 1000, "t_mac": 1, "t_guard": 1, "t_comb": 20}),
              (double_buffer.template(), {"tile_bytes": 16384, "Ms": 98304, "t_load": 300, "t_comp": 200, "t_bar": 40}),

@@ -11,7 +11,7 @@ from formloop.evaluate.calibrate import Calibration, Point, fit, predict, report
 from formloop.hw.chips import get_chip
 from formloop.library import get_template
 from formloop.library.gemm_tiling import workload
-from formloop.library.gemm_tiling_h200 import _split_k_partition, obligations
+from formloop.library.gemm_tiling_gpu import _split_k_partition, obligations
 from formloop.solve import enumerate_designs, solve_milp
 from formloop.solve.enumerate import assignment_at, feasible_mask
 from formloop.verify.outcome import Verdict

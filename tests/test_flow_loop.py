@@ -12,7 +12,7 @@ from formloop.hw.chips import get_chip
 from formloop.library import get_template
 from formloop.population import Population
 from formloop.solve import enumerate_designs
-from formloop.usertemplate import file_origin, load_user_template
+from formloop.library.user import file_origin, load_user_template
 from formloop.verify import prove_template
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "templates" / "rownorm.py"

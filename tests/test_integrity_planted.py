@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from formloop.campaign.probes import check_integrity
-from formloop.sol.integrity import IntegrityVerdict
+from formloop.measure.probes import check_integrity
+from formloop.measure.integrity import IntegrityVerdict
 
 FIX = Path(__file__).parent / "fixtures" / "integrity"
 

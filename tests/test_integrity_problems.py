@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from formloop.campaign.probes import check_integrity
-from formloop.sol.integrity import IntegrityVerdict
+from formloop.measure.probes import check_integrity
+from formloop.measure.integrity import IntegrityVerdict
 from formloop.sol.problem import load_problem
 
 PROBLEMS = sorted((Path(__file__).parents[1] / "problems").glob("*.py"))

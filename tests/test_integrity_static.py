@@ -2,7 +2,7 @@
 import pytest
 
 from formloop.errors import InvalidInput, StructureError
-from formloop.sol.integrity import (IntegrityReport, IntegrityVerdict, check_sol_ceiling, flag, generous_floor_s,
+from formloop.measure.integrity import (IntegrityReport, IntegrityVerdict, check_sol_ceiling, flag, generous_floor_s,
                                     parse_verdict, passed, static_scan, verdict_of)
 from formloop.verify.outcome import Verdict
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import z3
 
-from formloop.chain import double_buffer
-from formloop.chain.compose import ChainConfig, prove_chain
-from formloop.chain.local import Revision
+from formloop.library.chain import double_buffer
+from formloop.library.chain.compose import ChainConfig, prove_chain
+from formloop.verify.local import Revision
 from formloop.errors import StructureError
 from formloop.verify.outcome import ObligationResult, Verdict
 from formloop.verify.proofgraph import CycleError, Node, ProofGraph, QueryLedger, check_graph

@@ -9,7 +9,7 @@ import pytest
 from formloop.errors import InvalidInput, StructureError
 from formloop.hw.chips import get_chip
 from formloop.solve import enumerate_designs, solve_milp
-from formloop.usertemplate import file_origin, load_origin, load_user_template, parse_spec
+from formloop.library.user import file_origin, load_origin, load_user_template, parse_spec
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "templates" / "rownorm.py"
 

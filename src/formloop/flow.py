@@ -25,7 +25,7 @@ from formloop.population.certify import missing_kinds, obligation_failures
 from formloop.settings import Settings, load_settings
 from formloop.solve import solve_milp
 from formloop.template import Template
-from formloop.usertemplate import library_origin, source_text
+from formloop.library.user import library_origin, source_text
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 OP_AXES = {"gemm": ("M", "N", "K")}

@@ -74,7 +74,7 @@ class Tools:
         """A library name (with factory options) or a user template path/to/file.py:NAME."""
         from formloop.flow import Candidate
         from formloop.library import get_template
-        from formloop.usertemplate import file_origin, library_origin, load_user_template
+        from formloop.library.user import file_origin, library_origin, load_user_template
 
         if not isinstance(template, str) or not template:
             raise InvalidInput("template", template, "a library template name or path/to/file.py:NAME")

@@ -1,18 +1,14 @@
-"""formloop.campaign: the problem harness, integrity probes, SOL-guided budget scheduling and metrics.
+"""formloop.campaign: SOL-guided budget scheduling over problem attempts, and campaign metrics.
 
-    evaluate(problem, candidate)          correctness on fresh inputs, timing, speedup, SOL fraction
-    check_integrity(problem, candidate)   verdict clean | minor | torch-only | gaming, with evidence
     load_log(path) / replay / sweep       the SOL-gap and no-progress stop rules on an attempt log
     summary(log)                          fast-p, geomean/median, SOL score, filtered vs unfiltered
 
-Modules import torch lazily through the harness, so scheduling and metrics work without it."""
+The harness and the integrity probes that produce attempts live in `formloop.measure`."""
 from __future__ import annotations
 
 from importlib import import_module
 
 _EXPORTS = {
-    "evaluate": "harness", "Session": "harness", "HarnessResult": "harness", "load_candidate": "harness",
-    "check_integrity": "probes", "PROBES": "probes",
     "load_log": "replaylog", "parse_log": "replaylog", "AttemptLog": "replaylog",
     "Policy": "schedule", "replay": "schedule", "sweep": "schedule", "pareto_front": "schedule", "best_policy": "schedule",
     "summary": "metrics", "fast_p": "metrics", "signed_area": "metrics", "best_speedups": "metrics",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from formloop.errors import InvalidInput
-from formloop.sol.integrity import ACCEPTED, SOL_CEILING_MARGIN, IntegrityVerdict, parse_verdict
+from formloop.measure.integrity import ACCEPTED, SOL_CEILING_MARGIN, IntegrityVerdict, parse_verdict
 
 STATUSES = ("correct", "incorrect", "error")
 

@@ -53,7 +53,7 @@ def harness(
     allocations, fp64 truth, magnitude-aware tolerance), input immutability, timing, speedup and
     SOL fraction. Without a GPU, times are host wall time labelled 'cpu' and no SOL fraction is given.
     Exit status 1 when the candidate is incorrect."""
-    from formloop.campaign.harness import evaluate
+    from formloop.measure.harness import evaluate
 
     res = evaluate(problem, candidate, sets=sets, seed=seed, timing=time_it, chip=chip, dtype=dtype,
                    clock_mhz=clock_mhz, rtol=rtol)
@@ -101,9 +101,9 @@ def integrity(
     every detector: static torch-only scan, cached or hard-coded results, skipped computation, input
     mutation, uninitialized or recycled memory, work after return, swallowed launch failures and
     (with --chip and a GPU) the SOL ceiling. Exit status 1 when the attempt is not accepted."""
-    from formloop.campaign.harness import evaluate
-    from formloop.campaign.probes import check_integrity
-    from formloop.sol.integrity import generous_floor_s
+    from formloop.measure.harness import evaluate
+    from formloop.measure.probes import check_integrity
+    from formloop.measure.integrity import generous_floor_s
 
     timing = floor = None
     if chip:

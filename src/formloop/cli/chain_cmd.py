@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from formloop.chain.compose import CHAINS, STEPS, ChainConfig, parse_fault, prove_chain, with_fault
+from formloop.library.chain.compose import CHAINS, STEPS, ChainConfig, parse_fault, prove_chain, with_fault
 from formloop.cli import app
 from formloop.cli.common import console, friendly, print_json
 from formloop.errors import InvalidInput

@@ -33,7 +33,7 @@ def solve_gpu_contract(shape: tuple[int, ...], solver: str, chip_name: str, dtyp
                        calibration: str | None = None) -> tuple[dict, object, object, dict]:
     """Solve gemm-tiling's GPU contract; returns (report, template, chip, workload)."""
     from formloop.hw.chips import get_chip
-    from formloop.library import gemm_tiling_h200 as gpu
+    from formloop.library import gemm_tiling_gpu as gpu
     from formloop.cli.solve_cmd import design_report
     from formloop.solve import SOLVERS
 

@@ -134,7 +134,7 @@ def add(spec: str = typer.Argument(..., help="a user template path/to/file.py:NA
     """Prove a user template and admit it if K1-K3 hold; refuse it with the counterexample if not."""
     from formloop.flow import Candidate, admit, default_prover
     from formloop.settings import load_settings
-    from formloop.usertemplate import file_origin, load_user_template
+    from formloop.library.user import file_origin, load_user_template
 
     settings = load_settings()
     c = Candidate(load_user_template(spec), file_origin(spec))

@@ -63,7 +63,7 @@ def run(
     """Draw covering templates, prove or reuse, solve, check, evaluate, store and report."""
     from formloop.flow import Candidate, run_loop, workloads_from
     from formloop.settings import load_settings
-    from formloop.usertemplate import file_origin, load_user_template
+    from formloop.library.user import file_origin, load_user_template
 
     user = [Candidate(load_user_template(spec), file_origin(spec)) for spec in template or ()]
     workloads = workloads_from(workload, shape or (), dtype, [c.template for c in user])

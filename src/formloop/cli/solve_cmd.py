@@ -35,7 +35,7 @@ def solve_report(template_name: str, shape: tuple[int, ...], pre: str, solver: s
     if template_name != gemm_tiling.NAME:
         get_template(template_name)  # unknown names fail here with the list of known ones
         raise InvalidInput("template", template_name, [gemm_tiling.NAME], fix="only gemm-tiling takes --shape M,N,K")
-    from formloop.library.gemm_tiling_h200 import HOPPER_CHIPS
+    from formloop.library.gemm_tiling_gpu import HOPPER_CHIPS
 
     if chip_name.lower() in HOPPER_CHIPS:  # the Hopper contract: the Triton family's decisions and cost model
         from formloop.cli.measure_cmd import solve_gpu_contract

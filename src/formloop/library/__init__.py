@@ -8,7 +8,7 @@ from formloop.errors import UnknownName
 from formloop.template import Template
 
 _REGISTRY: dict[str, Callable[..., Template]] = {}
-_MODULES = ("formloop.library.gemm_tiling", "formloop.library.gemm_tiling_h200",)
+_MODULES = ("formloop.library.gemm_tiling", "formloop.library.gemm_tiling_gpu",)
 
 
 def register_template(name: str):

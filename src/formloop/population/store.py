@@ -309,7 +309,7 @@ class Population:
 
         Returns (covering, passed_over): each stored template is loaded again from its origin; one
         whose source changed since it was proved (its hash differs) is passed over with the reason."""
-        from formloop.usertemplate import load_origin  # the loader reaches the library and user files
+        from formloop.library.user import load_origin  # the loader reaches the library and user files
 
         hits, skipped = [], []
         for rec in self.templates(status="proved"):

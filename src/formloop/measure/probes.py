@@ -1,6 +1,6 @@
 """Dynamic integrity probes: run the candidate the way a cheat would not expect.
 
-Each probe returns `ObligationResult`s from `formloop.sol.integrity` (flag = counterexample with
+Each probe returns `ObligationResult`s from `formloop.measure.integrity` (flag = counterexample with
 evidence and a replay line; nothing found = 'passed', which is evidence, not proof). Probes:
 
     unseen-inputs         inputs from an undisclosed seed, values rescaled elementwise
@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
-from formloop.campaign.compare import compare_outputs, flatten, tolerance_for
-from formloop.campaign.harness import Session, Timing, evaluate
-from formloop.campaign.memory import changed_inputs, clone_all, poisoned, settle
+from formloop.measure.compare import compare_outputs, flatten, tolerance_for
+from formloop.measure.harness import Session, Timing, evaluate
+from formloop.measure.memory import changed_inputs, clone_all, poisoned, settle
 from formloop.errors import InvalidInput
-from formloop.sol.integrity import (IntegrityReport, IntegrityVerdict, candidate_source, check_sol_ceiling, flag,
+from formloop.measure.integrity import (IntegrityReport, IntegrityVerdict, candidate_source, check_sol_ceiling, flag,
                                     not_applicable, passed, static_scan)
 
 GAMING, MINOR = IntegrityVerdict.GAMING, IntegrityVerdict.MINOR

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from formloop.campaign.compare import Comparison, compare_outputs, flatten
-from formloop.campaign.memory import POISON, changed_inputs, clone_all, poisoned, settle
+from formloop.measure.compare import Comparison, compare_outputs, flatten
+from formloop.measure.memory import POISON, changed_inputs, clone_all, poisoned, settle
 from formloop.errors import InvalidInput, StructureError
-from formloop.sol.integrity import code_file
+from formloop.measure.integrity import code_file
 
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import z3
 
-from formloop.chain.local import (
+from formloop.verify.local import (
     Fault, LocalModel, Obligation, Revision, Step, Timeline, by_menu, k1_obligation, k3_obligation,
     local_obligation, template_nodes,
 )

@@ -12,7 +12,7 @@ run says why ('not applicable: ...'). `details['severity']` tells what a flag co
                 inputs, uninitialized reads, work outside the timed region, faster than SOL)
 
 This module holds the verdict algebra, the static torch-only detector and the SOL-ceiling detector;
-the dynamic probes that run a candidate live in `formloop.campaign.probes` (they need the harness).
+the dynamic probes that run a candidate live in `formloop.measure.probes` (they need the harness).
 """
 from __future__ import annotations
 
@@ -329,7 +329,7 @@ def static_scan(source: str, *, entry: str = "ModelNew.forward", filename: str =
                         + (f"; it calls PyTorch operators: {', '.join(sorted({n for n, _ in torch_ops}))}" if torch_ops else ""),
                         evidence={"kernels_defined": sorted(scan.kernels), "extensions": sorted(scan.extensions),
                                   "torch_ops": [f"{n} (line {ln})" for n, ln in torch_ops]},
-                        replay=f"formloop.sol.integrity.static_scan(source, entry={entry!r})"))
+                        replay=f"formloop.measure.integrity.static_scan(source, entry={entry!r})"))
     else:
         out.append(passed("torch-only", f"launches {', '.join(sorted({n for n, _ in launches}))}",
                           details={"launches": [f"{n} (line {ln})" for n, ln in launches]}))

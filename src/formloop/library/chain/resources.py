@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import z3
 
-from formloop.chain.local import (
+from formloop.verify.local import (
     Fault, LocalModel, Revision, Step, Timeline, by_menu, k1_obligation, k3_obligation, local_obligation, template_nodes,
 )
 from formloop.expr import ceildiv, decision, floordiv, minimum, param, where

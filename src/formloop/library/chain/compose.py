@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from formloop.chain import double_buffer, partition, resources, storage, transfer
-from formloop.chain.local import Obligation, Revision, Step, check_obligation, scope_obligation
+from formloop.library.chain import double_buffer, partition, resources, storage, transfer
+from formloop.verify.local import Obligation, Revision, Step, check_obligation, scope_obligation
 from formloop.errors import InvalidInput, UnknownName
 from formloop.verify.outcome import ObligationResult, Verdict, z3_solver_name
 from formloop.verify.proofgraph import GraphRun, Node, ProofGraph, check_graph

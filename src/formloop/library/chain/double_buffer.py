@@ -24,8 +24,8 @@ from functools import lru_cache
 
 import z3
 
-from formloop.chain import storage
-from formloop.chain.local import (
+from formloop.library.chain import storage
+from formloop.verify.local import (
     Fault, LocalModel, Revision, Step, Timeline, by_menu, feasibility_obligation, k1_obligation, k3_obligation,
     local_obligation, pairs, template_nodes,
 )

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import z3
 
-from formloop.chain.local import (
+from formloop.verify.local import (
     Fault, LocalModel, Revision, Step, Timeline, k1_obligation, k3_obligation, local_obligation, pairs,
     template_nodes,
 )

@@ -1,3 +1,0 @@
-"""The five-step GEMM refinement chain (seed 000 §2.3.2): reduction partition, physical storage,
-asynchronous transfer, double buffering, shared resources — each a template with local
-obligations — and their composition (`formloop.chain.compose.prove_chain`)."""
