@@ -20,7 +20,7 @@ import numpy as np
 
 from formloop.errors import NotTabulable, StructureError
 from formloop.expr.evaluate import evaluate, grid_env
-from formloop.expr.nodes import Expr, decisions_of
+from formloop.expr.nodes import Expr, Op, decisions_of
 
 Key = tuple[str, ...]
 
@@ -108,27 +108,27 @@ class Linearizer:
     def affine(self, node: Expr, *, sign: float = 1.0, objective: bool = False) -> Affine:
         """`node` as an Affine. With `objective`, a max under a non-negative sign becomes an epigraph."""
         op = node.op
-        if op == "const":
+        if op is Op.CONST:
             return Affine(float(node.payload))
-        if op == "param":
+        if op is Op.PARAM:
             raise StructureError(f"parameter {node.name} was not folded before linearization")
-        if op == "add":
+        if op is Op.ADD:
             return self.affine(node.args[0], sign=sign, objective=objective).plus(
                 self.affine(node.args[1], sign=sign, objective=objective))
-        if op == "sub":
+        if op is Op.SUB:
             return self.affine(node.args[0], sign=sign, objective=objective).plus(
                 self.affine(node.args[1], sign=-sign, objective=objective).scaled(-1.0))
-        if op == "neg":
+        if op is Op.NEG:
             return self.affine(node.args[0], sign=-sign, objective=objective).scaled(-1.0)
-        if op in ("mul", "div"):
+        if op in (Op.MUL, Op.DIV):
             a, b = node.args
-            if op == "mul" and a.op == "const":
+            if op is Op.MUL and a.op is Op.CONST:
                 c = float(a.payload)
                 return self.affine(b, sign=sign * np.sign(c), objective=objective).scaled(c)
-            if b.op == "const":
-                c = float(b.payload) if op == "mul" else 1.0 / float(b.payload)
+            if b.op is Op.CONST:
+                c = float(b.payload) if op is Op.MUL else 1.0 / float(b.payload)
                 return self.affine(a, sign=sign * np.sign(c), objective=objective).scaled(c)
-        if op == "max" and objective and sign >= 0 and self.key_of(node):
+        if op is Op.MAX and objective and sign >= 0 and self.key_of(node):
             args = tuple(self.affine(a, sign=1.0, objective=objective) for a in node.args)
             name = f"epi{len(self.epigraphs)}"
             self.epigraphs.append(Epigraph(name, args))
@@ -139,12 +139,12 @@ class Linearizer:
         """Rows or masks equivalent to boolean `node` on the one-hot encoding."""
         if not node.is_boolean:
             raise StructureError(f"constraint {name} is not boolean: {node}")
-        if node.op == "and":
+        if node.op is Op.AND:
             return [part for arg in node.args for part in self.constraint(name, arg)]
-        if node.op in ("le", "ge", "eq"):
+        if node.op in (Op.LE, Op.GE, Op.EQ):
             diff = self.affine(node.args[0]).plus(self.affine(node.args[1]).scaled(-1.0))
             if not diff.is_constant:
-                lo, hi = {"le": (-np.inf, 0.0), "ge": (0.0, np.inf), "eq": (0.0, 0.0)}[node.op]
+                lo, hi = {Op.LE: (-np.inf, 0.0), Op.GE: (0.0, np.inf), Op.EQ: (0.0, 0.0)}[node.op]
                 return [Row(name, Affine(0.0, diff.tables), lo - diff.const, hi - diff.const)]
         table = self.tabulate(node)
         if table.is_constant:

@@ -1,9 +1,9 @@
 """Lowering of expressions to Z3 terms, parameters left symbolic.
 
 Decisions become Int (or Real) constants restricted to their menu, parameters become constants
-restricted to their declared domain; `domain_constraints` states both. Integer division follows
-Z3's semantics, which equals floor division for the positive divisors templates use (a divisor's
-positivity is part of the template's scope)."""
+restricted to their declared domain; `domain_constraints` states both. Integer division and
+remainder follow Z3's semantics, which equal floor division and Python's % for the positive
+divisors templates use (a divisor's positivity is part of the template's scope)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -11,11 +11,11 @@ from collections.abc import Mapping
 import z3
 
 from formloop.errors import UnsupportedOp
-from formloop.expr.nodes import Expr, decisions_of, params_of, postorder
+from formloop.expr.nodes import Expr, Op, decisions_of, params_of, postorder
 
 
 def _is_int_leaf(node: Expr) -> bool:
-    if node.op == "var":
+    if node.op is Op.VAR:
         return all(isinstance(v, int) for v in node.decision.menu)
     return bool(node.payload.integer)  # type: ignore[union-attr]
 
@@ -56,15 +56,17 @@ def _ceil(a, b):
 
 
 _BINARY = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a / b,
-    "ceildiv": _ceil,
-    "le": lambda a, b: a <= b, "lt": lambda a, b: a < b, "ge": lambda a, b: a >= b,
-    "gt": lambda a, b: a > b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
-    "implies": z3.Implies,
+    Op.ADD: lambda a, b: a + b,
+    Op.SUB: lambda a, b: a - b,
+    Op.MUL: lambda a, b: a * b,
+    Op.FLOORDIV: lambda a, b: a / b,
+    Op.CEILDIV: _ceil,
+    Op.MOD: lambda a, b: a % b,
+    Op.LE: lambda a, b: a <= b, Op.LT: lambda a, b: a < b, Op.GE: lambda a, b: a >= b,
+    Op.GT: lambda a, b: a > b, Op.EQ: lambda a, b: a == b, Op.NE: lambda a, b: a != b,
+    Op.IMPLIES: z3.Implies,
 }
+_INTEGER_ONLY = (Op.FLOORDIV, Op.CEILDIV, Op.MOD)
 
 
 def to_z3(root: Expr, env: Mapping[str, z3.ExprRef]) -> z3.ExprRef:
@@ -72,33 +74,33 @@ def to_z3(root: Expr, env: Mapping[str, z3.ExprRef]) -> z3.ExprRef:
     memo: dict[int, object] = {}
     for node in postorder(root):
         op = node.op
-        if op == "const":
+        if op is Op.CONST:
             v = node.payload
             value = z3.BoolVal(v) if isinstance(v, bool) else (z3.IntVal(v) if isinstance(v, int) else z3.RealVal(v))
-        elif op in ("var", "param"):
+        elif op in (Op.VAR, Op.PARAM):
             value = env[node.name]
         else:
             args = [memo[id(a)] for a in node.args]
             if op in _BINARY:
-                if op in ("floordiv", "ceildiv") and not all(z3.is_int(a) for a in args):
+                if op in _INTEGER_ONLY and not all(z3.is_int(a) for a in args):
                     raise UnsupportedOp(op, "z3", node, fix="integer division needs integer operands")
                 value = _BINARY[op](*args)
-            elif op == "div":
+            elif op is Op.DIV:
                 value = z3.ToReal(args[0]) / z3.ToReal(args[1]) if all(z3.is_int(a) for a in args) else args[0] / args[1]
-            elif op == "neg":
+            elif op is Op.NEG:
                 value = -args[0]
-            elif op == "not":
+            elif op is Op.NOT:
                 value = z3.Not(args[0])
-            elif op == "and":
+            elif op is Op.AND:
                 value = z3.And(*args)
-            elif op == "or":
+            elif op is Op.OR:
                 value = z3.Or(*args)
-            elif op == "where":
+            elif op is Op.WHERE:
                 value = z3.If(*args)
-            elif op in ("max", "min"):
+            elif op in (Op.MAX, Op.MIN):
                 value = args[0]
                 for a in args[1:]:
-                    value = z3.If(a > value, a, value) if op == "max" else z3.If(a < value, a, value)
+                    value = z3.If(a > value, a, value) if op is Op.MAX else z3.If(a < value, a, value)
             else:
                 raise UnsupportedOp(op, "z3", node)
         memo[id(node)] = value
