@@ -11,7 +11,8 @@ from formloop.evaluate.calibrate import Calibration, Point, fit, predict, report
 from formloop.hw.chips import get_chip
 from formloop.library import get_template
 from formloop.library.gemm_tiling import workload
-from formloop.library.gemm_tiling_gpu import _split_k_partition, obligations
+from formloop.library.gemm_tiling_gpu import obligations
+from formloop.library.gemm_tiling_index import split_k_partition
 from formloop.solve import enumerate_designs, solve_milp
 from formloop.solve.enumerate import assignment_at, feasible_mask
 from formloop.verify.outcome import Verdict
@@ -71,9 +72,9 @@ def test_tma_path_needs_aligned_rows():
 
 
 def test_obligations_proved_and_fault_refuted():
-    results = obligations(timeout_ms=20_000)
+    results = obligations(timeout_s=20.0)
     assert results and all(r.verdict is Verdict.PROVED for r in results)
-    bad = _split_k_partition(64, 4, 20_000, floor_split=True)
+    bad = split_k_partition(64, 4, floor_split=True, timeout_s=20.0)
     assert bad.verdict is Verdict.COUNTEREXAMPLE
     K, k = bad.witness["K"], bad.witness["k"]
     # replay the witness with the floor-divided split: k is reduced by no split

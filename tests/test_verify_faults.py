@@ -1,12 +1,14 @@
 """The six injected faults, each rejected by the obligation responsible with a replayed defect,
 and index obligations against brute-force replay of the loop nest."""
+from dataclasses import replace
+
 import pytest
 
 from formloop.errors import InvalidInput
 from formloop.library.gemm_tiling_program import FAULTS, PROVED_DESIGN, check_design, check_fault, program
 from formloop.verify import Verdict
 from formloop.verify.replay import AxisLoop, replay_tiling
-from formloop.verify.smt import check_index
+from formloop.verify import check_index
 
 EXPECTED = {  # fault -> {obligation: verdict}; unlisted obligations must be proved
     "floor-grid": {"coverage": Verdict.COUNTEREXAMPLE},
@@ -59,11 +61,8 @@ VARIANTS = {"ok": {}, "floor": {"floor": True}, "shrink": {"shrink": 1}, "unguar
 @pytest.mark.parametrize("tile", [4, 5, 8])
 def test_index_verdicts_match_brute_force_over_extents(variant, tile):
     """Z3's verdict for every extent against replaying the loop nest at extents 1..4T."""
-    from dataclasses import replace
-
-    from formloop.library.gemm_tiling_program import _leaves
     spec = replace(program({"Tm": tile, "Tn": 16, "Tk": 8, "S": 2, "P": 0, "beta": 1}).axis("M"), **VARIANTS[variant])
-    axis = spec.expr(_leaves())
+    axis = spec.expr()
     one = AxisLoop(1, 1, 1, 1)
     seen = {"missing": False, "duplicate": False, "outside": False}
     for X in range(1, 4 * tile + 1):

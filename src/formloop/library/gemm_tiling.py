@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from formloop.errors import InvalidInput
 from formloop.expr import ceildiv, decision, maximum, param, where
-from formloop.hw.chips import Chip
+from formloop.hw.chips import Chip, get_chip
 from formloop.library import gemm_tiling_program, register_template
 from formloop.template import Constraint, Template
 
@@ -68,6 +68,13 @@ def chip_params(chip: Chip, dtype: str = "fp32") -> dict[str, float]:
     }
 
 
+def fixed_parameters(template: Template) -> dict[str, float]:
+    """What the proof fixes by default: the illustrative chip's parameters and the element size of
+    the template's dtype."""
+    dtype = template.options.get("dtype", "fp32")
+    return {**chip_params(get_chip("illustrative"), dtype), "e": DTYPE_BYTES[dtype]}
+
+
 def workload(shape: tuple[int, int, int] | Mapping[str, int], dtype: str = "fp32") -> dict[str, int]:
     """Parameter values for a GEMM of `shape` (M, N, K) in `dtype`."""
     if dtype not in DTYPE_BYTES:
@@ -104,7 +111,7 @@ def gemm_tiling(pre: str = "exact", dtype: str = "fp32") -> Template:
         tie_break=("T_comp_us", "smem_bytes"),
         bind_chip=lambda chip: chip_params(chip, dtype),
         program=gemm_tiling_program.program,
-        obligations=gemm_tiling_program.obligations,
+        obligations=lambda template: gemm_tiling_program.obligations(template, fixed_parameters(template)),
         options={"pre": pre, "dtype": dtype},
         descriptor={"algorithm": "gemm", "reuse": "shared-memory tiles", "placement": "block per output tile",
                     "resources": ("smem", "accumulators")},

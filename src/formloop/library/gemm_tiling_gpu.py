@@ -34,22 +34,23 @@ fitted to measurements by `formloop.evaluate.calibrate`.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
-
-import z3
 
 from formloop.errors import InvalidInput
 from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, where
 from formloop.hw.chips import Chip, get_chip
+from formloop.library import gemm_tiling_index as index
 from formloop.library import register_template
 from formloop.library.gemm_tiling import DTYPE_BYTES, workload  # noqa: F401  (workload re-exported)
 from formloop.template import Constraint, Template
-from formloop.verify.outcome import ObligationResult, Verdict, verdict_of_validity, z3_solver_name
+from formloop.verify.certificate import ProofPlan
+from formloop.verify.outcome import ObligationResult
 
 NAME = "gemm-tiling-gpu"
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
-HOPPER_CHIPS = ("h200", "h100")
+# The chips whose specs this contract is written for (TMA copies, 227 KiB of shared memory a block).
+CONTRACT_CHIPS = ("h200", "h100")
+HOPPER_CHIPS = CONTRACT_CHIPS  # the former name, kept until cli/ reads CONTRACT_CHIPS
 US = 1e6
 
 Tm = decision("Tm", (16, 32, 64, 128, 256), doc="rows of the output tile a block computes (BLOCK_M)")
@@ -178,8 +179,8 @@ LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+b
 
 def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
     """Chip values for the template: capacities, measured (or datasheet) rates, efficiency terms."""
-    if chip.name not in HOPPER_CHIPS:
-        raise InvalidInput("chip", chip.name, HOPPER_CHIPS,
+    if chip.name not in CONTRACT_CHIPS:
+        raise InvalidInput("chip", chip.name, CONTRACT_CHIPS,
                            fix="the Triton family's contract assumes Hopper: TMA copies and 227 KiB of shared memory")
     precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}[dtype]
     values = {"Ms": chip.smem_per_block, "acc_regs": ACC_REGS, "n_sm": chip.sm_count,
@@ -233,119 +234,51 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
     )
 
 
-def default_chip() -> Chip:
+def proof_chip() -> Chip:
+    """The chip the proof fixes by default (its walls read Ms and the register budget)."""
     return get_chip("h200")
 
 
 def program(assignment: Mapping[str, int], workload: Mapping[str, int], dtype: str):
     """The instance as a Triton program (imports triton/torch only here)."""
-    from formloop.library.gemm_tiling_kernel import GemmPlan, TileConfig, TritonGemm
+    from formloop.library.gemm_tiling_kernel import GemmPlan, TileConfig, TritonGemm  # noqa: PLC0415 (triton, torch)
 
     return TritonGemm(GemmPlan(TileConfig.from_assignment(assignment), int(workload["M"]), int(workload["N"]),
                                int(workload["K"]), dtype))
 
 
-def proof_plan(template: Template, dtype: str, calibration: Mapping[str, float] | None = None):
-    """The verifier's plan: chip parameters fixed to the H200 contract (the walls read Ms and the
-    register budget), M, N, K symbolic; the family's own index obligations as the checks."""
-    from formloop.verify.certificate import ProofPlan
-
-    chip_values = chip_params(default_chip(), dtype, calibration)
+def proof_plan(template: Template, dtype: str, calibration: Mapping[str, float] | None = None) -> ProofPlan:
+    """The verifier's plan: chip parameters fixed to the proof chip's contract unless the proof keeps
+    them symbolic (the walls read Ms and the register budget), M, N, K symbolic; the family's own
+    index obligations as the checks."""
+    chip_values = chip_params(proof_chip(), dtype, calibration)
     fixed = {p.name: chip_values[p.name] for p in template.params if p.payload.kind == "chip"}
     fixed["e"] = DTYPE_BYTES[dtype]
     return ProofPlan(
         fixed=fixed,
-        fixed_reason="the walls read the H200's shared memory and register budget and the element size; "
-                     "they are fixed to the H200 contract so K1/K3 stay decidable; M, N, K stay symbolic",
+        fixed_reason=f"the walls read the {proof_chip().name} contract's shared memory and register budget and the "
+                     "element size; they are fixed so K1/K3 stay decidable unless the proof is asked to keep chip "
+                     "parameters symbolic; M, N, K stay symbolic",
         bounds={"index extents": "every M, N, K >= 1, one query per menu value"},
-        checks=(lambda timeout_s: obligations(int(timeout_s * 1000)),),
+        checks=(lambda run: obligations(run.timeout_s),),
     )
 
 
-def obligations(timeout_ms: int = 10_000) -> list[ObligationResult]:
-    """The index obligations of the kernel family, proved for every M, N, K >= 1 (Z3).
+def obligations(timeout_s: float = 10.0) -> list[ObligationResult]:
+    """The index obligations of the kernel family (declared in `gemm_tiling_index`), proved for
+    every M, N, K >= 1 (Z3).
 
     split_k_partition: the KS ranges [k_lo, k_hi) the kernel computes cover [0, K) exactly once,
       so summing the KS partial tiles is the full reduction (the split-K reduction obligation).
-    tile_cover: every output element (i, j) is stored by exactly one block and its store mask holds.
+    coverage / exact-once / no-phantom on M and N: every output element (i, j) is stored by exactly
+      one tile and its store mask holds; no store lands outside C.
     swizzle_bijective: the grouped-M launch order maps the programs one-to-one onto the tiles."""
-    out = [_split_k_partition(tk, ks, timeout_ms) for tk in Tk.decision.menu for ks in KS.decision.menu]
-    out += [_tile_cover(t, timeout_ms) for t in sorted(set(Tm.decision.menu) | set(Tn.decision.menu))]
-    out += [_swizzle_bijective(g, timeout_ms) for g in G.decision.menu]
+    out = [index.split_k_partition(tk, ks, timeout_s=timeout_s) for tk in Tk.decision.menu for ks in KS.decision.menu]
+    for axis, tiles in zip(index.OUTPUT_AXES, (Tm.decision.menu, Tn.decision.menu)):
+        for t in tiles:
+            out += index.tile_cover(axis, t, timeout_s=timeout_s)
+    out += [index.swizzle_bijective(g, timeout_s=timeout_s) for g in G.decision.menu]
     return out
-
-
-def _z3_ceil(s, name, a, b):
-    """A fresh z3 integer constrained to ⌈a / b⌉ (b a positive integer constant or term)."""
-    q = z3.Int(name)
-    s.add(b * (q - 1) < a, a <= b * q)
-    return q
-
-
-def _solver(timeout_ms: int) -> z3.Solver:
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    return s
-
-
-def _result(name: str, s, query_vars, start: float) -> ObligationResult:
-    res = s.check()
-    verdict = verdict_of_validity(res)
-    witness = None
-    if verdict is Verdict.COUNTEREXAMPLE:
-        m = s.model()
-        witness = {str(v): m.eval(v, model_completion=True).as_long() for v in query_vars}
-    return ObligationResult(obligation=name, verdict=verdict, seconds=time.perf_counter() - start,
-                            solver=z3_solver_name(), query=s.sexpr(), witness=witness,
-                            reason="" if verdict is not Verdict.UNRESOLVED else str(s.reason_unknown()))
-
-
-def _split_k_partition(tk: int, ks: int, timeout_ms: int, *, floor_split: bool = False) -> ObligationResult:
-    """`floor_split` injects the floor-divided split size fault (the last k-tiles are dropped)."""
-    start, s = time.perf_counter(), _solver(timeout_ms)
-    K_, k = z3.Int("K"), z3.Int("k")
-    s.add(K_ >= 1, k >= 0, k < K_)
-    tiles = _z3_ceil(s, "k_tiles", K_, tk)
-    per = tiles / ks if floor_split else _z3_ceil(s, "per_split", tiles, ks)
-    count = 0
-    for split in range(ks):
-        lo = z3.If(K_ < split * per * tk, K_, split * per * tk)
-        hi = z3.If(K_ < split * per * tk + per * tk, K_, split * per * tk + per * tk)
-        count = count + z3.If(z3.And(lo <= k, k < hi), 1, 0)
-    s.add(count != 1)
-    return _result(f"split_k_partition[Tk={tk},KS={ks}]", s, (K_, k), start)
-
-
-def _tile_cover(t: int, timeout_ms: int) -> ObligationResult:
-    start, s = time.perf_counter(), _solver(timeout_ms)
-    M_, i, p, q = z3.Ints("M i p q")
-    s.add(M_ >= 1, i >= 0, i < M_)
-    grid = _z3_ceil(s, "grid", M_, t)
-    # Block p stores row p*t + r for r in [0, t) when the row is < M. The claim: the one p with
-    # p*t <= i < p*t + t is inside the grid, and no other block q stores row i.
-    covers = lambda b: z3.And(b >= 0, b < grid, b * t <= i, i < b * t + t)  # noqa: E731
-    s.add(z3.Or(z3.Not(z3.Exists([p], covers(p))),
-                z3.Exists([p, q], z3.And(covers(p), covers(q), p != q))))
-    return _result(f"tile_cover[T={t}]", s, (M_, i), start)
-
-
-def _swizzle_bijective(g: int, timeout_ms: int) -> ObligationResult:
-    start, s = time.perf_counter(), _solver(timeout_ms)
-    npm_, npn_, a, b = z3.Ints("num_pid_m num_pid_n pid_a pid_b")
-    s.add(npm_ >= 1, npn_ >= 1)
-
-    def decode(pid):
-        width = g * npn_
-        first = (pid / width) * g
-        rows = z3.If(npm_ - first < g, npm_ - first, g)
-        return first + (pid % width) % rows, (pid % width) / rows
-
-    s.add(a >= 0, a < npm_ * npn_, b >= 0, b < npm_ * npn_)
-    (am, an), (bm, bn) = decode(a), decode(b)
-    out_of_range = z3.Or(am < 0, am >= npm_, an < 0, an >= npn_)
-    collision = z3.And(a != b, am == bm, an == bn)
-    s.add(z3.Or(out_of_range, collision))
-    return _result(f"swizzle_bijective[G={g}]", s, (npm_, npn_, a, b), start)
 
 
 def bound_class(terms: Mapping[str, float]) -> str:

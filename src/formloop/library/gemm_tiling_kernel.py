@@ -33,6 +33,7 @@ import triton.language as tl
 from triton.runtime.jit import MockTensor
 
 from formloop.errors import InvalidInput
+from formloop.library.gemm_tiling_index import k_split, swizzle  # noqa: F401  (the kernels' index rules, evaluated)
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
 # How tl.dot treats float32 operands: "ieee" is true fp32 (FMA), "tf32" the tensor-core mode.
@@ -84,20 +85,6 @@ class TileConfig:
         return asdict(self)
 
 
-def k_split(K: int, Tk: int, KS: int) -> list[tuple[int, int]]:
-    """The [k_lo, k_hi) range of each split, exactly as the kernel computes it."""
-    per_split = -(-(-(-K // Tk)) // KS)
-    return [(min(K, s * per_split * Tk), min(K, s * per_split * Tk + per_split * Tk)) for s in range(KS)]
-
-
-def swizzle(pid: int, num_pid_m: int, num_pid_n: int, G: int) -> tuple[int, int]:
-    """(pid_m, pid_n) of program `pid`, exactly as the kernel computes it."""
-    width = G * num_pid_n
-    first_m = (pid // width) * G
-    rows = min(num_pid_m - first_m, G)
-    return first_m + (pid % width) % rows, (pid % width) // rows
-
-
 @triton.jit
 def _split_arrive(acc, ws_ptr, cnt_ptr, tile, pid_k, rm, rn, ok, M, N):
     # This split's float32 partial tile, then its arrival on the tile's counter. The barrier puts
@@ -127,8 +114,9 @@ def _split_total(ws_ptr, cnt_ptr, tile, rm, rn, ok, M, N, SPLIT_K, BLOCK_M: tl.c
 @triton.jit
 def _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The output tile (grouped-M launch order) and k range of one program; both kernels share it,
-    and the swizzle-bijection and split-K obligations of the template are proved about it."""
+    """The output tile (grouped-M launch order) and k range of one program; both kernels share it.
+    It is the jit copy of the rules declared in `gemm_tiling_index` (GRID, SWIZZLE, SPLIT), which
+    the template's obligations are proved about; tests/test_index_rules.py checks the two agree."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     width = GROUP_M * num_pid_n

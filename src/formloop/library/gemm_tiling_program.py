@@ -6,8 +6,9 @@ The program a design (Tm, Tn, Tk, S, P, beta) stands for, in the terms the verif
   guards      an access at row, column or k index x happens only if x < M, N or K
   backward π  index x belongs to tile x // T at offset x mod T
   schedule    S slots, prefetch distance P, leading barrier, trailing barrier if beta = 1
-The same data gives Z3 expressions (formloop.verify.smt) and plain numbers (the replay
-interpreter), so a fault changes one field and both readers see it.
+The tiling rule of each axis is declared once (`gemm_tiling_index.AxisSpec`); the same data gives
+Z3 expressions (formloop.verify.index) and plain numbers (the replay interpreter), so a fault
+changes one field and both readers see it.
 
 Faults (each a plausible implementation mistake, checked on the proved 1000³ design):
   floor-grid                 grid and k-loop use ⌊X/T⌋: the tail is never computed
@@ -24,14 +25,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from formloop.errors import InvalidInput
-from formloop.expr import Expr, ceildiv, const, floordiv, param
-from formloop.hw.chips import get_chip
+from formloop.library.gemm_tiling_index import AxisSpec
 from formloop.template import Template
-from formloop.verify.certificate import ProofPlan, overall
+from formloop.verify.certificate import ProofPlan, ProofRun, overall
 from formloop.verify.events import Schedule, check_schedule
+from formloop.verify.index import INDEX_CONFIRMS, INDEX_OBLIGATIONS, check_index
 from formloop.verify.outcome import ObligationResult, Verdict
 from formloop.verify.replay import AxisLoop, replay_tiling, replay_trace
-from formloop.verify.smt import INDEX_CONFIRMS, INDEX_OBLIGATIONS, IndexAxis, admitted, check_index
+from formloop.verify.smt import admitted
 
 FAULTS = {
     "floor-grid": ("floor-divided grid and k-loop (tail uncovered)", ("coverage",)),
@@ -47,31 +48,6 @@ PROVED_DESIGN = {"Tm": 128, "Tn": 128, "Tk": 32, "S": 3, "P": 1, "beta": 0}
 PROVED_SHAPE = (1000, 1000, 1000)
 WARPS, PHASES = 2, 5
 AXES = (("M", "Tm"), ("N", "Tn"), ("K", "Tk"))
-INDEX = param("x", lower=None, doc="an index along one axis (the subject of an index obligation)")
-
-
-@dataclass(frozen=True)
-class AxisSpec:
-    """How one axis is tiled: `floor` grid instead of ceil, tiles start at b·(T − shrink),
-    `guarded` accesses."""
-
-    extent: str
-    tile: str
-    floor: bool = False
-    shrink: int = 0
-    guarded: bool = True
-
-    def expr(self, leaves: Mapping[str, Expr]) -> IndexAxis:
-        X, T = leaves[self.extent], leaves[self.tile]
-        stride = T - self.shrink if self.shrink else T
-        blocks = floordiv(X, T) if self.floor else ceildiv(X, stride)
-        guard = INDEX < X if self.guarded else const(True)
-        return IndexAxis(self.extent, X, T, blocks, stride, guard, floordiv(INDEX, T), INDEX)
-
-    def loop(self, extent: int, tile: int) -> AxisLoop:
-        stride = tile - self.shrink
-        blocks = extent // tile if self.floor else -(-extent // stride)
-        return AxisLoop(extent=extent, tile=tile, stride=stride, blocks=blocks, guarded=self.guarded)
 
 
 @dataclass(frozen=True)
@@ -89,12 +65,6 @@ class TilingProgram:
     def loops(self, M: int, N: int, K: int) -> tuple[AxisLoop, AxisLoop, AxisLoop]:
         ext = {"M": M, "N": N, "K": K}
         return tuple(a.loop(ext[a.extent], self.design[a.tile]) for a in self.axes)  # type: ignore[return-value]
-
-
-def _leaves() -> dict[str, Expr]:
-    from formloop.library import gemm_tiling as gt  # the template module registers this one's hooks
-
-    return {"M": gt.M, "N": gt.N, "K": gt.K, "Tm": gt.Tm, "Tn": gt.Tn, "Tk": gt.Tk}
 
 
 def program(assignment: Mapping[str, int], fault: str | None = None, *, warps: int = WARPS,
@@ -151,11 +121,11 @@ def check_index_axes(prog: TilingProgram, *, shape: Sequence[int] | None = None,
                      menus: Mapping[str, Sequence[int]] | None = None) -> list[ObligationResult]:
     """Coverage, exact-once and no-phantom on every axis, at the design's tile sizes (or at every
     size of `menus`), each for every extent."""
-    leaves, out = _leaves(), []
+    out = []
     replay = index_replayer(prog, shape)
     prefer = dict(zip(("M", "N", "K"), shape)) if shape is not None else {}
     for spec in prog.axes:
-        axis = spec.expr(leaves)
+        axis = spec.expr()
         for tile in (menus[spec.tile] if menus else (prog.design[spec.tile],)):
             for ob in INDEX_OBLIGATIONS:
                 out.append(check_index(axis, ob, int(tile), replay=replay, prefer_extent=prefer.get(spec.extent),
@@ -210,34 +180,27 @@ def verify_schedule(S: int, P: int, beta: int, *, warps: int = WARPS, phases: in
     return check_schedule(s, replay=schedule_replayer(s), timeout_s=timeout_s)
 
 
-def fixed_parameters(template: Template) -> dict[str, Any]:
-    """Chip parameters of the illustrative chip and the element size of the template's dtype."""
-    from formloop.library import gemm_tiling as gt
-
-    dtype = template.options.get("dtype", "fp32")
-    return {**gt.chip_params(get_chip("illustrative"), dtype), "e": gt.DTYPE_BYTES[dtype]}
-
-
-def obligations(template: Template) -> ProofPlan:
+def obligations(template: Template, fixed: Mapping[str, Any]) -> ProofPlan:
     """The obligations hook: index obligations at every menu tile size and schedule obligations
-    for every (S, P, beta) the template's constraints admit, chip fixed to the illustrative chip."""
-    fixed = fixed_parameters(template)
+    for every (S, P, beta) the template's constraints admit under the proof's scope; by default the
+    chip is `fixed` (the gemm-tiling module passes the illustrative chip and the dtype's size)."""
     menus = {d.name: d.decision.menu for d in template.decisions}
 
-    def index_checks(timeout_s: float) -> list[ObligationResult]:
+    def index_checks(run: ProofRun) -> list[ObligationResult]:
         base = program({n: menus[n][0] for n in ("Tm", "Tn", "Tk", "S", "P", "beta")})
-        return check_index_axes(base, shape=None, timeout_s=timeout_s, menus=menus)
+        return check_index_axes(base, shape=None, timeout_s=run.timeout_s, menus=menus)
 
-    def schedule_checks(timeout_s: float) -> list[ObligationResult]:
+    def schedule_checks(run: ProofRun) -> list[ObligationResult]:
         out = []
-        for sched in admitted(template, ("S", "P", "beta"), fixed=fixed, timeout_s=timeout_s):
-            out += verify_schedule(sched["S"], sched["P"], sched["beta"], timeout_s=timeout_s)
+        for sched in admitted(template, ("S", "P", "beta"), scope=run.scope, timeout_s=run.timeout_s):
+            out += verify_schedule(sched["S"], sched["P"], sched["beta"], timeout_s=run.timeout_s)
         return out
 
     return ProofPlan(
-        fixed=fixed,
+        fixed=dict(fixed),
         fixed_reason=("C1 and C2 read chip capacities (Ms, R_acc) and the element size e; they are fixed to the "
-                      "illustrative chip and the template's dtype so K1/K3 stay decidable; M, N, K stay symbolic"),
+                      "illustrative chip and the template's dtype so K1/K3 stay decidable, unless the proof is asked "
+                      "to keep chip parameters symbolic; M, N, K stay symbolic"),
         bounds={"warps": WARPS, "phases": PHASES, "index extents": "every extent >= 1, one query per menu tile size"},
         checks=(index_checks, schedule_checks),
     )

@@ -1,35 +1,51 @@
 """Certificates: a template's proof as re-checkable JSON, and `prove_template`, which makes one.
 
 A certificate names the template (name, options, content hash), what the proof fixed for
-decidability and the bounds of its bounded models, and every obligation with its query, solver
-and version, verdict and time. Its verdict is proved only if every obligation is proved, a
-counterexample if any obligation has one, else unresolved. `recheck` re-runs the proof on the
-template as it is now and reports what changed."""
+decidability, which chip parameters it kept symbolic (within ranges or menus a hardware library
+offers) and the bounds of its bounded models, and every obligation with its query, solver and
+version, verdict and time. Its verdict is proved only if every obligation is proved, a
+counterexample if any obligation has one, else unresolved. `covers` says whether a given chip
+lies inside what was proved; `recheck` re-runs the proof on the template as it is now (the
+caller passes it: the template library is a later layer) and reports what changed."""
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import importlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from numbers import Real
 from typing import Any
 
 from formloop.errors import InvalidInput, StructureError
+from formloop.expr import params_of
 from formloop.template import Template
+from formloop.verify.lowering import ParamScope
 from formloop.verify.outcome import ObligationResult, Verdict, z3_solver_name
 from formloop.verify.smt import check_k1, check_k3
 
 FORMAT = "formloop-certificate/1"
-CheckFn = Callable[[float], Sequence[ObligationResult]]
+ChipRanges = Mapping[str, "tuple[Real, Real] | Sequence[Real]"]
+
+
+@dataclass(frozen=True)
+class ProofRun:
+    """What a plan's checks run under: this proof's parameter scope (fixed values, symbolic chip
+    ranges and menus) and its timeout per query."""
+
+    scope: ParamScope
+    timeout_s: float
+
+
+CheckFn = Callable[[ProofRun], Sequence[ObligationResult]]
 
 
 @dataclass(frozen=True)
 class ProofPlan:
     """What a template's `obligations` hook returns: parameters fixed for decidability (and why),
-    the bounds of its bounded models, and its own obligations (each run with a timeout)."""
+    the bounds of its bounded models, and its own obligations (each run under the proof's scope)."""
 
     fixed: Mapping[str, Real] = field(default_factory=dict)
     fixed_reason: str = ""
@@ -57,9 +73,8 @@ def overall(results: Sequence[ObligationResult]) -> Verdict:
 
 def _formloop_version() -> str:
     try:
-        from importlib.metadata import version
         return version("formloop")
-    except Exception:  # noqa: BLE001 - an uninstalled checkout still certifies
+    except PackageNotFoundError:  # an uninstalled checkout still certifies
         return "unknown"
 
 
@@ -72,6 +87,7 @@ class Certificate:
     fixed: Mapping[str, Real] = field(default_factory=dict)
     fixed_reason: str = ""
     bounds: Mapping[str, Any] = field(default_factory=dict)
+    chip: Mapping[str, Any] = field(default_factory=dict)
     timeout_s: float = 10.0
     solver: str = ""
     formloop_version: str = ""
@@ -93,7 +109,7 @@ class Certificate:
             "format": FORMAT, "template": self.template, "template_hash": self.template_hash,
             "options": dict(self.options), "verdict": self.verdict.value, "counts": self.counts(),
             "fixed": dict(self.fixed), "fixed_reason": self.fixed_reason, "bounds": dict(self.bounds),
-            "timeout_s": self.timeout_s, "solver": self.solver, "formloop_version": self.formloop_version,
+            "chip": dict(self.chip), "timeout_s": self.timeout_s, "solver": self.solver, "formloop_version": self.formloop_version,
             "created": self.created, "seconds": self.seconds,
             "obligations": [_result_dict(r) for r in self.obligations],
         }
@@ -116,18 +132,60 @@ class Certificate:
             for o in d["obligations"])
         return cls(template=d["template"], template_hash=d["template_hash"], options=d["options"],
                    obligations=obligations, fixed=d.get("fixed", {}), fixed_reason=d.get("fixed_reason", ""),
-                   bounds=d.get("bounds", {}), timeout_s=d.get("timeout_s", 10.0), solver=d.get("solver", ""),
+                   bounds=d.get("bounds", {}), chip=d.get("chip", {}), timeout_s=d.get("timeout_s", 10.0),
+                   solver=d.get("solver", ""),
                    formloop_version=d.get("formloop_version", ""), created=d.get("created", ""),
                    seconds=d.get("seconds", 0.0))
 
-    def recheck(self, template: Template | None = None, *, timeout_s: float | None = None) -> "Recheck":
-        """Prove the template again and compare. Without `template`, it is looked up in the
-        template library by the certificate's name and options."""
-        if template is None:
-            # The library is a later layer; it is reached by name at call time only.
-            library = importlib.import_module("formloop.library")
-            template = library.get_template(self.template, **dict(self.options))
-        fresh = prove_template(template, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
+    # -- which chips the proof covers ------------------------------------------------------------
+    def chip_statement(self) -> str:
+        """What the proof assumed of the chip, in words: a fixed chip, or symbolic over ranges/menus."""
+        c = self.chip
+        if not c:
+            return "chip: not recorded (certificate older than chip scopes)"
+        fixed = ", ".join(f"{k}={v}" for k, v in c.get("fixed", {}).items())
+        unread = f"; not read by any obligation: {', '.join(c['unread'])}" if c.get("unread") else ""
+        if c.get("mode") == "symbolic":
+            kinds = c.get("kinds", {})
+            sym = ", ".join(f"{k} in [{v[0]}, {v[1]}]" if kinds.get(k) == "range" else
+                            f"{k} in {{{', '.join(str(x) for x in v)}}}" for k, v in c["symbolic"].items())
+            return f"chip: symbolic over {sym}" + (f"; fixed {fixed}" if fixed else "") + unread
+        return f"chip: fixed ({fixed or 'no chip parameter is read'})" + unread
+
+    def uncovered(self, chip_values: Mapping[str, Real]) -> list[str]:
+        """Why the chip with parameter values `chip_values` (a template's `bind_chip(chip)`) lies
+        outside this proof; empty when it is covered. Parameters no obligation reads are free."""
+        c = self.chip
+        if not c:
+            return ["the certificate records no chip scope; prove the template again"]
+        out = []
+        for name in c.get("read", ()):
+            if name not in chip_values:
+                out.append(f"{name}: no value given")
+                continue
+            v = chip_values[name]
+            if name in c.get("fixed", {}):
+                if v != c["fixed"][name]:
+                    out.append(f"{name}={v}, but the proof fixed {name}={c['fixed'][name]}")
+            elif c.get("kinds", {}).get(name) == "range":
+                lo, hi = c["symbolic"][name]
+                if not lo <= v <= hi:
+                    out.append(f"{name}={v} lies outside the proved range [{lo}, {hi}]")
+            elif name in c.get("symbolic", {}) and v not in c["symbolic"][name]:
+                out.append(f"{name}={v} is not on the proved menu {list(c['symbolic'][name])}")
+        return out
+
+    def covers(self, chip_values: Mapping[str, Real]) -> bool:
+        return not self.uncovered(chip_values)
+
+    def recheck(self, template: Template, *, timeout_s: float | None = None) -> "Recheck":
+        """Prove `template` again (the caller looks it up, e.g. by this certificate's name and
+        options) under the same chip scope, and compare."""
+        c = self.chip
+        kinds = c.get("kinds", {})
+        ranges = {k: (tuple(v) if kinds.get(k) == "range" else list(v)) for k, v in c.get("symbolic", {}).items()}
+        fresh = prove_template(template, timeout_s=self.timeout_s if timeout_s is None else timeout_s,
+                               chip=c.get("fixed") if c.get("pinned") else None, chip_ranges=ranges or None)
         return Recheck(self, fresh, diff(self, fresh))
 
 
@@ -164,7 +222,8 @@ def diff(old: Certificate, new: Certificate) -> tuple[str, ...]:
         out.append(f"template {old.template} -> {new.template}")
     if old.template_hash != new.template_hash:
         out.append(f"template content hash {old.template_hash} -> {new.template_hash} (the contract changed)")
-    for label, a, b in (("fixed parameters", dict(old.fixed), dict(new.fixed)), ("bounds", dict(old.bounds), dict(new.bounds))):
+    for label, a, b in (("fixed parameters", dict(old.fixed), dict(new.fixed)), ("bounds", dict(old.bounds), dict(new.bounds)),
+                        ("chip scope", dict(old.chip), dict(new.chip))):
         if a != b:
             out.append(f"{label} {a} -> {b}")
     before = {r.obligation: r for r in old.obligations}
@@ -184,19 +243,68 @@ def diff(old: Certificate, new: Certificate) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def prove_template(template: Template, *, timeout_s: float = 10.0) -> Certificate:
-    """K1, K3 and the template's own obligations (its `obligations` hook), once for the family."""
+def chip_scope(template: Template, plan: ProofPlan, chip: Mapping[str, Real] | None = None,
+               chip_ranges: ChipRanges | None = None) -> ParamScope:
+    """The parameter scope of a proof: the plan's fixed values, with the chip parameters of `chip`
+    (a mapping of values, e.g. `template.bind_chip(c)`) fixed instead, and those named in
+    `chip_ranges` symbolic: a (lo, hi) tuple is a closed range, a list (set, range) a menu."""
+    chip_params = {p.name for p in template.params if p.payload.kind == "chip"}
+    fixed = dict(plan.fixed)
+    if chip is not None:
+        fixed.update({k: v for k, v in chip.items() if k in chip_params})
+    ranges, menus = {}, {}
+    for name, spec in (chip_ranges or {}).items():
+        if name not in chip_params:
+            raise InvalidInput(f"chip_ranges parameter of {template.name}", name, sorted(chip_params))
+        if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(x, Real) for x in spec):
+            ranges[name] = spec
+        elif isinstance(spec, (list, set, frozenset, range)) and all(isinstance(x, Real) for x in spec):
+            menus[name] = tuple(sorted(spec))
+        else:
+            raise InvalidInput(f"chip_ranges[{name}]", spec, "a (lo, hi) tuple or a list of values")
+    scope = ParamScope(fixed, ranges, menus).without([*ranges, *menus])
+    scope.check_names(template)
+    return scope
+
+
+def _chip_record(template: Template, scope: ParamScope, pinned: bool) -> dict[str, Any]:
+    """The chip part of a certificate: which chip parameters K1/K3 (and the checks they gate) read,
+    and for each whether it was fixed or symbolic."""
+    chip_params = [p.name for p in template.params if p.payload.kind == "chip"]
+    read: set[str] = set()
+    for c in (*template.scope, *template.constraints, *template.preconditions):
+        read |= set(params_of(c.expr))
+    kinds = {**{k: "range" for k in scope.ranges}, **{k: "menu" for k in scope.menus}}
+    return {
+        "mode": "symbolic" if kinds else "fixed", "pinned": pinned,
+        "read": [n for n in chip_params if n in read],
+        "unread": [n for n in chip_params if n not in read],
+        "fixed": {n: scope.fixed[n] for n in chip_params if n in read and n in scope.fixed},
+        "symbolic": scope.symbolic, "kinds": kinds,
+    }
+
+
+def prove_template(template: Template, *, timeout_s: float = 10.0, chip: Mapping[str, Real] | None = None,
+                   chip_ranges: ChipRanges | None = None) -> Certificate:
+    """K1, K3 and the template's own obligations (its `obligations` hook), once for the family.
+
+    By default the chip parameters are those the template's proof plan fixes. `chip` fixes them to
+    another chip's values (prove a purchased chip before it is scored); `chip_ranges` keeps the
+    named ones symbolic within a (lo, hi) range or over a menu, so one certificate covers every
+    chip in them (`Certificate.covers`)."""
     start = time.perf_counter()
     plan = plan_of(template)
-    results = [check_k1(template, fixed=plan.fixed, timeout_s=timeout_s),
-               check_k3(template, fixed=plan.fixed, timeout_s=timeout_s)]
+    scope = chip_scope(template, plan, chip, chip_ranges)
+    results = [check_k1(template, scope=scope, timeout_s=timeout_s),
+               check_k3(template, scope=scope, timeout_s=timeout_s)]
+    run = ProofRun(scope, timeout_s)
     for check in plan.checks:
-        results += list(check(timeout_s))
+        results += list(check(run))
     return Certificate(
         template=template.name, template_hash=template.content_hash, options=dict(template.options),
-        obligations=tuple(results), fixed=dict(plan.fixed), fixed_reason=plan.fixed_reason,
-        bounds=dict(plan.bounds), timeout_s=timeout_s, solver=z3_solver_name(),
-        formloop_version=_formloop_version(),
+        obligations=tuple(results), fixed=dict(scope.fixed), fixed_reason=plan.fixed_reason,
+        bounds=dict(plan.bounds), chip=_chip_record(template, scope, chip is not None), timeout_s=timeout_s,
+        solver=z3_solver_name(), formloop_version=_formloop_version(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         seconds=time.perf_counter() - start,
     )

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import z3
 
 from formloop.errors import InvalidInput
-from formloop.verify.smt import query_text
 from formloop.verify.outcome import ObligationResult, Verdict, verdict_of_validity, z3_solver_name
+from formloop.verify.solver import new_optimizer, new_solver, query_text
 
 Event = tuple
 SCHEDULE_OBLIGATIONS = ("readiness", "lifetime")
@@ -140,18 +140,22 @@ CONFIRMS = {"readiness": frozenset({"uninitialized", "stale"}), "lifetime": froz
 """Which replayed defect kinds witness which obligation's failure."""
 
 
-def _clearest_trace(model: EventModel, atom: z3.BoolRef) -> tuple[Event, ...]:
+def _clearest_trace(model: EventModel, atom: z3.BoolRef, timeout_s: float) -> tuple[Event, ...]:
     """An interleaving with the chosen violation and as few other violations as the solver can
     manage (soft constraints), so the replayed trace shows one defect, not a cascade."""
-    opt = z3.Optimize()
+    opt = new_optimizer(timeout_s)
     opt.add(*model.facts, atom)
     for ob in SCHEDULE_OBLIGATIONS:
         for _, other in model.violations(ob):
             if not other.eq(atom):
                 opt.add_soft(z3.Not(other))
-    if opt.check() != z3.sat:  # unreachable: `atom` alone was satisfiable
+    if opt.check() == z3.sat:
+        return model.trace(opt.model())
+    s = new_solver(timeout_s)  # the optimizer gave up (timeout): any interleaving with the violation
+    s.add(*model.facts, atom)
+    if s.check() != z3.sat:
         raise RuntimeError("a satisfiable violation has no interleaving")
-    return model.trace(opt.model())
+    return model.trace(s.model())
 
 
 def check_schedule_obligation(s: Schedule, obligation: str, *, replay: Replayer | None = None,
@@ -164,8 +168,7 @@ def check_schedule_obligation(s: Schedule, obligation: str, *, replay: Replayer 
     start = time.perf_counter()
     model = EventModel(s)
     atoms = model.violations(obligation)
-    solver = z3.Solver()
-    solver.set("timeout", int(timeout_s * 1000))
+    solver = new_solver(timeout_s)
     solver.add(*model.facts)
     solver.add(z3.Or([a for _, a in atoms]) if atoms else z3.BoolVal(False))
     query = query_text(solver)
@@ -178,7 +181,7 @@ def check_schedule_obligation(s: Schedule, obligation: str, *, replay: Replayer 
     if verdict is Verdict.UNRESOLVED:
         return ObligationResult(verdict=verdict, seconds=time.perf_counter() - start,
                                 reason=f"z3: {solver.reason_unknown()}", **common)
-    solver = z3.Solver()
+    solver = new_solver(timeout_s)
     solver.add(*model.facts)
     for where, atom in atoms:
         solver.push()
@@ -186,7 +189,7 @@ def check_schedule_obligation(s: Schedule, obligation: str, *, replay: Replayer 
         found = solver.check() == z3.sat
         solver.pop()
         if found:
-            trace = _clearest_trace(model, atom)
+            trace = _clearest_trace(model, atom, timeout_s)
             witness = {**s.as_dict(), **where}
             break
     else:  # the disjunction was satisfiable, so one disjunct is

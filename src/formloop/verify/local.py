@@ -6,46 +6,34 @@ on every step without coarse progress, all over a bounded model; the template ad
 K3 (C is non-empty over the scope) and the composition side condition that the backward map sends
 feasible fine designs to feasible coarse ones.
 
-Every obligation is one validity question put to Z3 as "is the negation satisfiable?": UNSAT is a
-proof; a model is decoded into a concrete design and replayed by the step's own interpreter, and
-only a replay that shows the defect makes it a counterexample (otherwise it stays unresolved).
+Every obligation is one validity question put to Z3 as "is the negation satisfiable?" and decided
+by `formloop.verify.solver.decide`: UNSAT is a proof; a model is decoded into a concrete design and
+replayed by the step's own interpreter, and only a replay that shows the defect makes it a
+counterexample (otherwise it stays unresolved). Steps state their claims as expressions over the
+template's names (`formloop.expr`), never as raw Z3; K1 and K3 are the template checks of
+`formloop.verify.smt`, one implementation for template proofs and chain steps.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import z3
 
 from formloop.errors import InvalidInput
-from formloop.expr import Expr, evaluate, render
-from formloop.expr.to_z3 import domain_constraints, to_z3
+from formloop.expr import Expr, const, evaluate, param, render, where
+from formloop.expr.to_z3 import domain_constraints
 from formloop.template import Constraint, Template
-from formloop.verify.outcome import ObligationResult, Verdict, z3_solver_name
+from formloop.verify.lowering import TemplateLowering
+from formloop.verify.outcome import ObligationResult
 from formloop.verify.proofgraph import Node, QueryLedger
+from formloop.verify.smt import k1_query, k1_replay, k3_query, k3_replay
+from formloop.verify.solver import Decision, Query, Replay, decide
 
 CONDITIONS = ("initialization", "step_matching", "progress", "completion", "rank", "feasibility", "K1", "K3")
 TIMEOUT_MS = 20_000
-
-
-@dataclass(frozen=True)
-class Replay:
-    """What the step's interpreter saw when it ran a witness: `defects` names the failed checks."""
-
-    defects: tuple[str, ...]
-    trace: tuple
-    account: str
-
-
-@dataclass(frozen=True)
-class Query:
-    """Assertions whose satisfiability refutes the claim, and how to read a model back."""
-
-    assertions: Sequence[z3.BoolRef]
-    symbols: Mapping[str, z3.ExprRef]
+Claim = Callable[[Mapping[str, Expr]], "Expr | tuple[Expr, Mapping[str, Expr]]"]
 
 
 @dataclass(frozen=True)
@@ -138,70 +126,23 @@ class Step:
             raise InvalidInput(f"fault of step {self.number} ({self.name})", rev.fault, sorted(self.faults))
 
 
-# -- Z3 plumbing -------------------------------------------------------------------------------
+# -- checking -----------------------------------------------------------------------------------
 
-def z3_symbols(t: Template, suffix: str = "") -> dict[str, z3.ExprRef]:
-    """One Z3 constant per decision and parameter of `t` (Int, or Real for real parameters)."""
-    out: dict[str, z3.ExprRef] = {}
-    for d in t.decisions:
-        out[d.name] = z3.Int(d.name + suffix)
-    for p in t.params:
-        out[p.name] = z3.Int(p.name + suffix) if p.payload.integer else z3.Real(p.name + suffix)
-    return out
+def leaves(t: Template) -> dict[str, Expr]:
+    """The template's decisions and parameters by name: what a claim is written over."""
+    return {**{d.name: d for d in t.decisions}, **{p.name: p for p in t.params}}
 
 
-def domain(t: Template, env: Mapping[str, z3.ExprRef]) -> list[z3.BoolRef]:
-    """Menus of the decisions, declared lower bounds of the parameters and the template's scope."""
-    facts = domain_constraints(tuple(t.decisions) + tuple(t.params), env)
-    facts += [to_z3(c.expr, env) for c in t.scope]
-    return facts
-
-
-def holds(rules: Sequence[Constraint], env: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
-    return z3.And([to_z3(c.expr, env) for c in rules]) if rules else z3.BoolVal(True)
-
-
-def decode(model: z3.ModelRef, symbols: Mapping[str, z3.ExprRef]) -> dict:
-    """Python values for every symbol (integers stay integers, reals become fractions or floats)."""
-    out: dict = {}
-    for name, sym in symbols.items():
-        v = model.eval(sym, model_completion=True)
-        if z3.is_int_value(v):
-            out[name] = v.as_long()
-        elif z3.is_rational_value(v):
-            f = Fraction(v.numerator_as_long(), v.denominator_as_long())
-            out[name] = int(f) if f.denominator == 1 else float(f)
-        elif z3.is_true(v) or z3.is_false(v):
-            out[name] = z3.is_true(v)
-        else:
-            out[name] = str(v)
-    return out
+def variables(names: str) -> tuple[Expr, ...]:
+    """Bound integer variables of a claim (no menu, no lower bound): states, indices, iterations."""
+    return tuple(param(n, lower=None, doc="a bound variable of a local claim") for n in names.split())
 
 
 def check_obligation(ob: Obligation, ledger: QueryLedger, *, timeout_ms: int = TIMEOUT_MS) -> ObligationResult:
     """Check one obligation: UNSAT proves it; a model is replayed before it counts as a counterexample."""
-    start = time.perf_counter()
-    q = ob.build()
-    solver = z3.Solver()
-    solver.set(timeout=timeout_ms)
-    solver.add(*q.assertions)
-    result, from_store = ledger.check(solver)
-    details = {"queries": 0 if from_store else 1, "condition": ob.condition, "shape": ob.shape}
-    if result == z3.unsat:
-        return ObligationResult(ob.node, Verdict.PROVED, time.perf_counter() - start, z3_solver_name(),
-                                details={**details, "query_reused": from_store})
-    if result == z3.unknown:
-        return ObligationResult(ob.node, Verdict.UNRESOLVED, time.perf_counter() - start, z3_solver_name(),
-                                reason=f"z3 unknown: {solver.reason_unknown()}", details=details)
-    witness = decode(solver.model(), q.symbols)
-    rep = ob.replay(witness)
-    if ob.name in rep.defects:
-        return ObligationResult(ob.node, Verdict.COUNTEREXAMPLE, time.perf_counter() - start, z3_solver_name(),
-                                witness=witness, trace=tuple(rep.trace), replay=rep.account, details=details)
-    return ObligationResult(ob.node, Verdict.UNRESOLVED, time.perf_counter() - start, z3_solver_name(),
-                            witness=witness, trace=tuple(rep.trace),
-                            reason=f"solver witness not reproduced by the replay (saw {list(rep.defects) or 'no defect'})",
-                            details=details)
+    how = Decision(ob.node, ob.name, timeout_ms / 1000, keep_query=False,
+                   details={"condition": ob.condition, "shape": ob.shape})
+    return decide(ob.build(), ob.replay, how, ledger=ledger)
 
 
 # -- graph nodes of a template ---------------------------------------------------------------
@@ -241,60 +182,37 @@ def in_groups(t: Template, names: Sequence[str]) -> tuple[Constraint, ...]:
 
 def k1_obligation(step: int, t: Template, prefix: str, used: Sequence[str], shape: int | None) -> Obligation:
     """K1: the solver's constraints (the groups in `used`) imply the verifier's preconditions."""
-    rules = in_groups(t, used)
-
-    def build() -> Query:
-        env = z3_symbols(t)
-        return Query([*domain(t, env), holds(rules, env), z3.Not(holds(t.preconditions, env))], env)
-
-    def replay(w: dict) -> Replay:
-        c_ok = all(bool(evaluate(c.expr, w)) for c in rules)
-        bad = [c.name for c in t.preconditions if not bool(evaluate(c.expr, w))]
-        defects = ("K1",) if c_ok and bad else ()
-        return Replay(defects, (("design", dict(w)),), f"constraints {[c.name for c in rules]} hold but precondition(s) {bad} fail")
-
     return Obligation(step, "K1", "K1", f"groups {list(used)} of {t.name} imply its preconditions",
-                      (f"{prefix}.pre", *(f"{prefix}.C.{g}" for g in used)), build, replay, shape)
+                      (f"{prefix}.pre", *(f"{prefix}.C.{g}" for g in used)),
+                      lambda: k1_query(TemplateLowering(t), used), k1_replay(t, used), shape)
 
 
-def k3_obligation(step: int, t: Template, prefix: str, witness: Mapping[str, Expr], shape: int | None) -> Obligation:
+def k3_obligation(step: int, t: Template, prefix: str, witness: Mapping[str, Expr | int], shape: int | None
+                  ) -> Obligation:
     """K3: for every parameter in scope, the design `witness` (expressions over parameters) is feasible."""
-    def build() -> Query:
-        env = z3_symbols(t)
-        params = {p.name: env[p.name] for p in t.params}
-        design = {k: to_z3(v, params) if isinstance(v, Expr) else z3.IntVal(v) for k, v in witness.items()}
-        scope = domain_constraints(tuple(t.params), env) + [to_z3(c.expr, env) for c in t.scope]
-        return Query([*scope, z3.Not(holds(t.constraints, {**params, **design}))], params)
-
-    def replay(w: dict) -> Replay:
-        design = {k: (evaluate(v, w) if isinstance(v, Expr) else v) for k, v in witness.items()}
-        design = {k: int(v) for k, v in design.items()}
-        bad = [c.name for c in t.constraints if not bool(evaluate(c.expr, {**w, **design}))]
-        return Replay(("K3",) if bad else (), (("params", dict(w)), ("design", design)),
-                      f"the witness design {design} breaks {bad} at these parameters")
-
     text = ", ".join(f"{k}={render(v) if isinstance(v, Expr) else v}" for k, v in witness.items())
     return Obligation(step, "K3", "K3", f"{t.name} is non-empty over its scope, witnessed by {text}",
-                      tuple(f"{prefix}.C.{g}" for g in groups(t)), build, replay, shape)
+                      tuple(f"{prefix}.C.{g}" for g in groups(t)),
+                      lambda: k3_query(TemplateLowering(t), [witness]), k3_replay(t, witness), shape)
 
 
 def feasibility_obligation(step: int, fine: Template, fine_prefix: str, coarse: Template, coarse_prefix: str,
-                           pi: Mapping[str, Expr], map_node: str, shape: int | None,
+                           pi: Mapping[str, Expr | int], map_node: str, shape: int | None,
                            fine_groups: Sequence[str] | None = None) -> Obligation:
     """Side condition of composition: π maps every feasible fine design to a feasible coarse one."""
     rules = fine.constraints if fine_groups is None else in_groups(fine, fine_groups)
     used = groups(fine) if fine_groups is None else list(fine_groups)
 
     def build() -> Query:
-        env = z3_symbols(fine)
-        cenv = {k: to_z3(v, env) if isinstance(v, Expr) else z3.IntVal(v) for k, v in pi.items()}
+        low = TemplateLowering(fine)
+        image = {k: low.z(v) for k, v in pi.items()}
         for leaf in (*coarse.decisions, *coarse.params):
-            if leaf.name not in cenv:
-                if leaf.name not in env:
+            if leaf.name not in image:
+                if leaf.name not in low.env:
                     raise InvalidInput(f"backward map of step {step}", leaf.name, "a value for every coarse name")
-                cenv[leaf.name] = env[leaf.name]
-        image_ok = z3.And(holds(coarse.constraints, cenv), *domain_constraints(tuple(coarse.decisions), cenv))
-        return Query([*domain(fine, env), holds(rules, env), z3.Not(image_ok)], env)
+                image[leaf.name] = low.env[leaf.name]
+        image_ok = z3.And(low.holds(coarse.constraints, env=pi), *domain_constraints(tuple(coarse.decisions), image))
+        return Query([*low.in_scope(), low.holds(rules), z3.Not(image_ok)], low.symbols_of(leaves(fine)))
 
     def replay(w: dict) -> Replay:
         image = {k: (evaluate(v, w) if isinstance(v, Expr) else v) for k, v in pi.items()}
@@ -307,8 +225,8 @@ def feasibility_obligation(step: int, fine: Template, fine_prefix: str, coarse: 
 
     return Obligation(step, "feasibility", "feasibility",
                       f"pi maps designs of {fine.name} satisfying {used} into the feasible set of {coarse.name}",
-                      (map_node, *(f"{fine_prefix}.C.{g}" for g in used), *(f"{coarse_prefix}.C.{g}" for g in groups(coarse))),
-                      build, replay, shape)
+                      (map_node, *(f"{fine_prefix}.C.{g}" for g in used),
+                       *(f"{coarse_prefix}.C.{g}" for g in groups(coarse))), build, replay, shape)
 
 
 def scope_obligation(step: int, fine: Template, coarse: Template, coarse_prefix: str, fine_prefix: str,
@@ -316,12 +234,11 @@ def scope_obligation(step: int, fine: Template, coarse: Template, coarse_prefix:
     """Side condition of composition: every feasible coarse design lies in the fine template's
     scope, so the fine step's proof covers every design the coarse solver can hand it."""
     def build() -> Query:
-        env = z3_symbols(coarse)
-        fenv = dict(env)
-        for p in fine.params:
-            fenv.setdefault(p.name, z3.Int(p.name) if p.payload.integer else z3.Real(p.name))
-        inside = z3.And(*[to_z3(c.expr, fenv) for c in fine.scope], *domain_constraints(tuple(fine.params), fenv))
-        return Query([*domain(coarse, env), holds(coarse.constraints, env), z3.Not(inside)], fenv)
+        low = TemplateLowering(coarse)
+        fine_params = {p.name: low.z(p) for p in fine.params}
+        inside = z3.And(*[low.z(c.expr) for c in fine.scope], *domain_constraints(tuple(fine.params), low.env))
+        names = {**low.symbols_of(leaves(coarse)), **fine_params}
+        return Query([*low.in_scope(), low.holds(coarse.constraints), z3.Not(inside)], names)
 
     def replay(w: dict) -> Replay:
         c_ok = all(bool(evaluate(c.expr, w)) for c in coarse.constraints)
@@ -334,26 +251,29 @@ def scope_obligation(step: int, fine: Template, coarse: Template, coarse_prefix:
 
 
 def local_obligation(step: int, t: Template, name: str, condition: str, statement: str, premises: Sequence[str],
-                     claim: Callable[[dict], object], replay: Callable[[dict], Replay], shape: int | None,
+                     claim: Claim, replay: Callable[[dict], Replay], shape: int | None,
                      assume: Sequence[Constraint] = ()) -> Obligation:
-    """An obligation over the template's decisions and parameters: `claim(env)` must hold for every
-    design in the menus and scope that satisfies `assume`. `claim` returns a Z3 formula, or a pair
-    (formula, extra symbols) when it reads state variables of the bounded model."""
+    """An obligation over the template's decisions and parameters: `claim(leaves)` must hold for
+    every design in the menus and scope that satisfies `assume`. `claim` returns a boolean
+    expression, or a pair (expression, {witness key: bound variable}) when it reads variables of
+    the bounded model (see `variables`)."""
     def build() -> Query:
-        env = z3_symbols(t)
-        out = claim(env)
+        low = TemplateLowering(t)
+        out = claim(leaves(t))
         formula, extra = out if isinstance(out, tuple) else (out, {})
-        return Query([*domain(t, env), holds(assume, env), z3.Not(formula)], {**env, **extra})
+        negated = z3.Not(low.z(formula))
+        names = {**low.symbols_of(leaves(t)), **{k: low.env[v.name] for k, v in extra.items()}}
+        return Query([*low.in_scope(), low.holds(assume), negated], names)
 
     return Obligation(step, name, condition, statement, tuple(premises), build, replay, shape)
 
 
-def by_menu(var: z3.ExprRef, menu: Sequence[int], fn: Callable[[int], object]):
-    """fn(var) as an If-chain over var's menu: division and remainder by a menu value become
+def by_menu(var: Expr, menu: Sequence[int], fn: Callable[[int], object]) -> Expr:
+    """fn(var) as a case split over var's menu: division and remainder by a menu value become
     division by a constant, which keeps queries in linear arithmetic."""
-    out = fn(menu[-1])
+    out = const(fn(menu[-1]))
     for v in reversed(menu[:-1]):
-        out = z3.If(var == v, fn(v), out)
+        out = where(var.eq(v), fn(v), out)
     return out
 
 

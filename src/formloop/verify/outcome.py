@@ -46,11 +46,19 @@ class ObligationResult:
 
 
 def z3_solver_name() -> str:
+    """The solver and its version, as every result and proof key records it."""
     return f"z3 {z3.get_version_string()}"
 
 
+def toolchain() -> str:
+    """The verifier's toolchain for cache keys and provenance (callers outside verify/ use this
+    instead of importing z3)."""
+    return z3_solver_name()
+
+
 def verdict_of_validity(result: z3.CheckSatResult) -> Verdict:
-    """Verdict for a validity query posed as 'is the negation satisfiable?'."""
+    """Verdict for a validity query posed as 'is the negation satisfiable?'. Z3's `unknown` (a
+    timeout, an incomplete theory) is unresolved: it is never read as a proof."""
     if result == z3.unsat:
         return Verdict.PROVED
     if result == z3.sat:

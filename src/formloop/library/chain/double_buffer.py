@@ -22,15 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
-import z3
-
+from formloop.expr import all_of, decision, floordiv, implies, maximum, param, where
 from formloop.library.chain import storage
+from formloop.template import Constraint, Template
 from formloop.verify.local import (
     Fault, LocalModel, Revision, Step, Timeline, by_menu, feasibility_obligation, k1_obligation, k3_obligation,
     local_obligation, pairs, template_nodes,
 )
-from formloop.expr import decision, floordiv, maximum, param, where
-from formloop.template import Constraint, Template
 from formloop.verify.proofgraph import Node
 
 S = decision("S", (1, 2, 3), doc="shared-memory slots (pipeline stages)")
@@ -90,10 +88,10 @@ def backward_map(n: int) -> dict:
     return out
 
 
-# -- the schedule in Z3 (S, P, beta symbolic) ---------------------------------------------------------
+# -- the schedule as expressions (S, P, beta symbolic) ---------------------------------------------
 
 def _load_epoch(e, q):
-    return z3.If(e["P"] > q, 0, (1 + e["beta"]) * (q - e["P"]))
+    return where(e["P"] > q, 0, (1 + e["beta"]) * (q - e["P"]))
 
 
 def _comp_epoch(e, p):
@@ -154,30 +152,30 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     RS = lambda e, q: _read_slot(e, q, rev)  # noqa: E731
 
     def init(e):
-        return z3.And([z3.Implies(z3.And(q2 < e["P"]), SL(e, q1) != SL(e, q2)) for q1, q2 in pairs(n)])
+        return all_of(*[implies(q2 < e["P"], SL(e, q1).ne(SL(e, q2))) for q1, q2 in pairs(n)])
 
     def load(e):
-        return z3.And([z3.Implies(RS(e, p) == SL(e, q), CE(e, p) < LE(e, q)) for q in range(n) for p in range(q)])
+        return all_of(*[implies(RS(e, p).eq(SL(e, q)), CE(e, p) < LE(e, q)) for q in range(n) for p in range(q)])
 
     def compute(e):
         out = []
         for p in range(n):
-            others = [z3.Not(z3.And(SL(e, q) == RS(e, p), LE(e, p) <= LE(e, q), LE(e, q) <= CE(e, p)))
+            others = [~all_of(SL(e, q).eq(RS(e, p)), LE(e, p) <= LE(e, q), LE(e, q) <= CE(e, p))
                       for q in range(n) if q != p]
-            out.append(z3.And(SL(e, p) == RS(e, p), LE(e, p) < CE(e, p), *others))
-        return z3.And(out)
+            out.append(all_of(SL(e, p).eq(RS(e, p)), LE(e, p) < CE(e, p), *others))
+        return all_of(*out)
 
     def barrier(e):
         return 1 + e["beta"] >= 1
 
     def rank(e):
-        return z3.And([CE(e, q) < CE(e, q + 1) for q in range(n - 1)] + [CE(e, 0) >= 0])
+        return all_of(*[CE(e, q) < CE(e, q + 1) for q in range(n - 1)], CE(e, 0) >= 0)
 
     def progress(e):
-        return z3.And([LE(e, q) < CE(e, q) for q in range(n)])
+        return all_of(*[LE(e, q) < CE(e, q) for q in range(n)])
 
     def completion(e):
-        return z3.And([LE(e, q) <= CE(e, n - 1) for q in range(n)])
+        return all_of(*[LE(e, q) <= CE(e, n - 1) for q in range(n)])
 
     ob = lambda name, cond, text, claim, prem=prog, assume=t.preconditions: local_obligation(  # noqa: E731
         4, t, name, cond, text, prem, claim, replay, n, assume)

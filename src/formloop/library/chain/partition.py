@@ -11,15 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-
-import z3
-
+from formloop.expr import all_of, any_of, ceildiv, const, decision, floordiv, implies, mod, param
+from formloop.template import Constraint, Template
 from formloop.verify.local import (
     Fault, LocalModel, Obligation, Revision, Step, Timeline, by_menu, k1_obligation, k3_obligation,
-    local_obligation, template_nodes,
+    local_obligation, template_nodes, variables,
 )
-from formloop.expr import ceildiv, decision, floordiv, param
-from formloop.template import Constraint, Template
 from formloop.verify.proofgraph import Node
 
 R = decision("R", (1, 2, 4, 8), doc="groups the reduction is split into; their partial sums are combined")
@@ -68,13 +65,13 @@ def template(rev: Revision = Revision()) -> Template:
     )
 
 
-# -- the program's iteration space in Z3 ----------------------------------------------------------
+# -- the program's iteration space as expressions ------------------------------------------------
 
 TK_MENU, R_MENU = Tk.decision.menu, R.decision.menu
 
 
 def _n_tiles(env):
-    return by_menu(env["Tk"], TK_MENU, lambda c: (env["K"] + c - 1) / c)
+    return by_menu(env["Tk"], TK_MENU, lambda c: floordiv(env["K"] + c - 1, c))
 
 
 def _times_tk(env, x):
@@ -85,23 +82,23 @@ def _owns(rev: Revision, env, r, t):
     """Group r owns tile t under the program variant (and the injected fault, if any)."""
     Rv, nt = env["R"], _n_tiles(env)
     if rev.program == "blocked":
-        c = (nt + Rv - 1) / Rv
-        return z3.And(t >= 0, t < nt, t / c == r)
+        c = floordiv(nt + Rv - 1, Rv)
+        return all_of(t >= 0, t < nt, floordiv(t, c).eq(r))
     if rev.fault == "double_count":
-        return z3.And(t >= r, t < nt, by_menu(Rv, R_MENU, lambda c: (t - r) % max(1, c - 1)) == 0)
-    return z3.And(t >= r, t < nt, by_menu(Rv, R_MENU, lambda c: (t - r) % c) == 0)
+        return all_of(t >= r, t < nt, by_menu(Rv, R_MENU, lambda c: mod(t - r, max(1, c - 1))).eq(0))
+    return all_of(t >= r, t < nt, by_menu(Rv, R_MENU, lambda c: mod(t - r, c)).eq(0))
 
 
 def _tests_tail(rev: Revision, env):
-    return z3.BoolVal(False) if rev.fault == "unguarded_tail" else env["guard"] == 1
+    return const(False) if rev.fault == "unguarded_tail" else env["guard"].eq(1)
 
 
 def _iteration(rev: Revision, env, tag: str):
-    """Symbols (r, t, kk) of one executed iteration and the condition that it is executed."""
-    r, t, kk = z3.Ints(f"r_{tag} t_{tag} kk_{tag}")
+    """Variables (r, t, kk) of one executed iteration and the condition that it is executed."""
+    r, t, kk = variables(f"r_{tag} t_{tag} kk_{tag}")
     k = _times_tk(env, t) + kk
-    executed = z3.And(r >= 0, r < env["R"], _owns(rev, env, r, t), kk >= 0, kk < env["Tk"],
-                      z3.Implies(_tests_tail(rev, env), k < env["K"]))
+    executed = all_of(r >= 0, r < env["R"], _owns(rev, env, r, t), kk >= 0, kk < env["Tk"],
+                      implies(_tests_tail(rev, env), k < env["K"]))
     return (r, t, kk), k, executed
 
 
@@ -109,8 +106,8 @@ def _owner(rev: Revision, env, t):
     """π: the group the design assigns tile t to (the backward map of a reduction index)."""
     if rev.program == "blocked":
         nt = _n_tiles(env)
-        return t / ((nt + env["R"] - 1) / env["R"])
-    return by_menu(env["R"], R_MENU, lambda c: t % c)
+        return floordiv(t, floordiv(nt + env["R"] - 1, env["R"]))
+    return by_menu(env["R"], R_MENU, lambda c: mod(t, c))
 
 
 # -- replay: run the loop nest on one concrete design ---------------------------------------------
@@ -180,43 +177,42 @@ def model(shape: int, revs: Mapping[int, Revision]) -> LocalModel:
     def init(env):
         # The relation at the start: no iteration has run, every partial is the empty sum, and
         # each group's loop starts on a tile it owns (or is empty).
-        r = z3.Int("r_init")
-        first = r * ((_n_tiles(env) + env["R"] - 1) / env["R"]) if rev.program == "blocked" else r
-        return z3.Implies(z3.And(r >= 0, r < env["R"], first < _n_tiles(env)), _owns(rev, env, r, first)), {"r": r}
+        r, = variables("r_init")
+        first = r * floordiv(_n_tiles(env) + env["R"] - 1, env["R"]) if rev.program == "blocked" else r
+        return implies(all_of(r >= 0, r < env["R"], first < _n_tiles(env)), _owns(rev, env, r, first)), {"r": r}
 
     def accumulate(env):
         (r, t, kk), k, executed = _iteration(rev, env, "a")
-        return z3.Not(z3.And(executed, z3.Or(k < 0, k >= env["K"]))), {"r": r, "t": t, "kk": kk}
+        return ~(executed & ((k < 0) | (k >= env["K"]))), {"r": r, "t": t, "kk": kk}
 
     def rank(env):
         # rank = (R - r, nt - t, Tk - kk) lexicographically; the next iteration is smaller.
         (r, t, kk), _, executed = _iteration(rev, env, "a")
         (r2, t2, kk2), _, executed2 = _iteration(rev, env, "b")
         nt = _n_tiles(env)
-        later = z3.Or(r2 > r, z3.And(r2 == r, t2 > t), z3.And(r2 == r, t2 == t, kk2 > kk))
-        lex_smaller = z3.Or(env["R"] - r2 < env["R"] - r, z3.And(r2 == r, nt - t2 < nt - t),
-                            z3.And(r2 == r, t2 == t, env["Tk"] - kk2 < env["Tk"] - kk))
-        bounded = z3.And(env["R"] - r2 >= 0, nt - t2 >= 0, env["Tk"] - kk2 >= 0)
-        return z3.Implies(z3.And(executed, executed2, later), z3.And(lex_smaller, bounded)), \
+        later = any_of(r2 > r, r2.eq(r) & (t2 > t), all_of(r2.eq(r), t2.eq(t), kk2 > kk))
+        lex_smaller = any_of(env["R"] - r2 < env["R"] - r, r2.eq(r) & (nt - t2 < nt - t),
+                             all_of(r2.eq(r), t2.eq(t), env["Tk"] - kk2 < env["Tk"] - kk))
+        bounded = all_of(env["R"] - r2 >= 0, nt - t2 >= 0, env["Tk"] - kk2 >= 0)
+        return implies(all_of(executed, executed2, later), lex_smaller & bounded), \
             {"r": r, "t": t, "kk": kk, "r2": r2, "t2": t2, "kk2": kk2}
 
     def progress(env):
         # A state that has not finished can step: loop strides and tile sizes are positive and
         # the tile count is finite.
-        return z3.And(env["R"] >= 1, env["Tk"] >= 1, _n_tiles(env) >= 1)
+        return all_of(env["R"] >= 1, env["Tk"] >= 1, _n_tiles(env) >= 1)
 
     def cover(env):
-        k = z3.Int("k")
-        tile = by_menu(env["Tk"], TK_MENU, lambda c: k / c)
-        executed = z3.And(_owns(rev, env, _owner(rev, env, tile), tile),
-                          z3.Implies(_tests_tail(rev, env), k < env["K"]))
-        return z3.Implies(z3.And(k >= 0, k < env["K"]), executed), {"k": k}
+        k, = variables("k")
+        tile = by_menu(env["Tk"], TK_MENU, lambda c: floordiv(k, c))
+        executed = _owns(rev, env, _owner(rev, env, tile), tile) & implies(_tests_tail(rev, env), k < env["K"])
+        return implies((k >= 0) & (k < env["K"]), executed), {"k": k}
 
     def unique(env):
         i1, k1, e1 = _iteration(rev, env, "a")
         i2, k2, e2 = _iteration(rev, env, "b")
-        distinct = z3.Or([a != b for a, b in zip(i1, i2)])
-        return z3.Not(z3.And(e1, e2, distinct, k1 == k2, k1 >= 0, k1 < env["K"])), \
+        distinct = any_of(*[a.ne(b) for a, b in zip(i1, i2)])
+        return ~all_of(e1, e2, distinct, k1.eq(k2), k1 >= 0, k1 < env["K"]), \
             {"r1": i1[0], "t1": i1[1], "kk1": i1[2], "r2": i2[0], "t2": i2[1], "kk2": i2[2]}
 
     obligations: list[Obligation] = [

@@ -20,13 +20,12 @@ from collections import deque
 from collections.abc import Mapping
 from functools import lru_cache
 
-import z3
-
+from formloop.expr import all_of, any_of, ceildiv, const, decision, floordiv, implies, minimum, mod, param, total, where
+from formloop.template import Constraint, Template
 from formloop.verify.local import (
     Fault, LocalModel, Revision, Step, Timeline, by_menu, k1_obligation, k3_obligation, local_obligation, template_nodes,
+    variables,
 )
-from formloop.expr import ceildiv, decision, floordiv, minimum, param, where
-from formloop.template import Constraint, Template
 from formloop.verify.proofgraph import Node
 
 MAX_BANKS = 4
@@ -82,23 +81,23 @@ def template(n: int, rev: Revision = Revision()) -> Template:
     )
 
 
-# -- the queue system in Z3 ---------------------------------------------------------------------------
+# -- the queue system as expressions -----------------------------------------------------------------
 
 class _State:
     def __init__(self, tag: str):
-        self.I, self.R, self.D = z3.Ints(f"I_{tag} R_{tag} D_{tag}")
-        self.q = [z3.Int(f"q{b}_{tag}") for b in range(MAX_BANKS)]
+        self.I, self.R, self.D = variables(f"I_{tag} R_{tag} D_{tag}")
+        self.q = list(variables(" ".join(f"q{b}_{tag}" for b in range(MAX_BANKS))))
 
     def symbols(self, tag: str) -> dict:
         return {f"I_{tag}": self.I, f"R_{tag}": self.R, f"D_{tag}": self.D, **{f"q{b}_{tag}": q for b, q in enumerate(self.q)}}
 
 
 def _bank(e, r):
-    return by_menu(e["nb"], nb.decision.menu, lambda c: (r * (e["stride"] + e["pad"])) % c)
+    return by_menu(e["nb"], nb.decision.menu, lambda c: mod(r * (e["stride"] + e["pad"]), c))
 
 
 def _row(e, r):
-    return by_menu(e["nb"], nb.decision.menu, lambda c: (r * (e["stride"] + e["pad"])) / c)
+    return by_menu(e["nb"], nb.decision.menu, lambda c: floordiv(r * (e["stride"] + e["pad"]), c))
 
 
 def _banks(e, n):
@@ -107,36 +106,36 @@ def _banks(e, n):
 
 
 def _next_bank(banks, I):
-    out = z3.IntVal(0)
+    out = const(0)
     for r in reversed(range(len(banks))):
-        out = z3.If(I == r, banks[r], out)
+        out = where(I.eq(r), banks[r], out)
     return out
 
 
 def _sel(qs, k):
     out = qs[0]
     for b in range(1, MAX_BANKS):
-        out = z3.If(k == b, qs[b], out)
+        out = where(k.eq(b), qs[b], out)
     return out
 
 
 def _inv(e, banks, I, qs, R, D):
     n = len(banks)
-    facts = [I >= 0, I <= n, D >= 0, R >= 0, R <= e["Qr"], z3.Sum(qs) + R + D == I]
+    facts = [I >= 0, I <= n, D >= 0, R >= 0, R <= e["Qr"], (total(*qs) + R + D).eq(I)]
     for b in range(MAX_BANKS):
-        issued_b = z3.Sum([z3.If(z3.And(r < I, banks[r] == b), 1, 0) for r in range(n)])
-        facts += [qs[b] >= 0, qs[b] <= e["Q"], z3.Implies(b >= e["nb"], qs[b] == 0), qs[b] <= issued_b]
-    return z3.And(facts)
+        issued_b = total(*[where((I > r) & banks[r].eq(b), 1, 0) for r in range(n)])
+        facts += [qs[b] >= 0, qs[b] <= e["Q"], implies(e["nb"] <= b, qs[b].eq(0)), qs[b] <= issued_b]
+    return all_of(*facts)
 
 
 def _grants(e, qs, R, rev: Revision):
-    g, used = [], z3.IntVal(0)
+    g, used = [], const(0)
     for b in range(MAX_BANKS):
-        one = z3.And(qs[b] > 0, R + used < e["Qr"])
+        one = (qs[b] > 0) & (R + used < e["Qr"])
         if rev.fault == "port_conflict":
-            gb = z3.If(z3.And(qs[b] > 1, R + used + 1 < e["Qr"]), 2, z3.If(one, 1, 0))
+            gb = where((qs[b] > 1) & (R + used + 1 < e["Qr"]), 2, where(one, 1, 0))
         else:
-            gb = z3.If(one, 1, 0)
+            gb = where(one, 1, 0)
         g.append(gb)
         used = used + gb
     return g
@@ -144,7 +143,7 @@ def _grants(e, qs, R, rev: Revision):
 
 def _drain_enabled(e, n, s, rev: Revision):
     lazy_only = rev.fault == "deadlock_queue"
-    return z3.And(s.R > 0, s.I == n if lazy_only else z3.Or(e["eager"] == 1, s.I == n))
+    return (s.R > 0) & (s.I.eq(n) if lazy_only else (e["eager"].eq(1) | s.I.eq(n)))
 
 
 # -- replay: explore every reachable state of one concrete design --------------------------------
@@ -224,70 +223,68 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     replay = lambda w: simulate(w, n, rev).replay()  # noqa: E731
 
     def init(e):
-        zero = [z3.IntVal(0)] * MAX_BANKS
-        return _inv(e, _banks(e, n), z3.IntVal(0), zero, z3.IntVal(0), z3.IntVal(0))
+        zero = [const(0)] * MAX_BANKS
+        return _inv(e, _banks(e, n), const(0), zero, const(0), const(0))
 
     def issue(e):
         s = _State("s")
         bk = _banks(e, n)
         k = _next_bank(bk, s.I)
-        enabled = z3.And(s.I < n, _sel(s.q, k) < e["Q"])
-        after = [s.q[b] + z3.If(k == b, 1, 0) for b in range(MAX_BANKS)]
-        return z3.Implies(z3.And(_inv(e, bk, s.I, s.q, s.R, s.D), enabled),
-                          _inv(e, bk, s.I + 1, after, s.R, s.D)), s.symbols("s")
+        enabled = (s.I < n) & (_sel(s.q, k) < e["Q"])
+        after = [s.q[b] + where(k.eq(b), 1, 0) for b in range(MAX_BANKS)]
+        return implies(_inv(e, bk, s.I, s.q, s.R, s.D) & enabled,
+                       _inv(e, bk, s.I + 1, after, s.R, s.D)), s.symbols("s")
 
     def serve(e):
         s = _State("s")
         bk = _banks(e, n)
         g = _grants(e, s.q, s.R, rev)
         after = [s.q[b] - g[b] for b in range(MAX_BANKS)]
-        return z3.Implies(_inv(e, bk, s.I, s.q, s.R, s.D),
-                          z3.And(*[gb <= PORTS for gb in g], _inv(e, bk, s.I, after, s.R + z3.Sum(g), s.D))), s.symbols("s")
+        return implies(_inv(e, bk, s.I, s.q, s.R, s.D),
+                       all_of(*[gb <= PORTS for gb in g], _inv(e, bk, s.I, after, s.R + total(*g), s.D))), s.symbols("s")
 
     def data(e):
-        return z3.And([z3.Or(_bank(e, r1) != _bank(e, r2),
-                             _row(e, r1) != _row(e, r2))
-                       for r1 in range(n) for r2 in range(r1 + 1, n)])
+        return all_of(*[_bank(e, r1).ne(_bank(e, r2)) | _row(e, r1).ne(_row(e, r2))
+                        for r1 in range(n) for r2 in range(r1 + 1, n)])
 
     def drain(e):
         s = _State("s")
         bk = _banks(e, n)
-        return z3.Implies(z3.And(_inv(e, bk, s.I, s.q, s.R, s.D), _drain_enabled(e, n, s, rev)),
-                          _inv(e, bk, s.I, s.q, s.R - 1, s.D + 1)), s.symbols("s")
+        return implies(_inv(e, bk, s.I, s.q, s.R, s.D) & _drain_enabled(e, n, s, rev),
+                       _inv(e, bk, s.I, s.q, s.R - 1, s.D + 1)), s.symbols("s")
 
     def rank(e):
         s = _State("s")
         bk = _banks(e, n)
-        rk = lambda I, qs, D: 3 * n - 2 * I + z3.Sum(qs) - D  # noqa: E731
+        rk = lambda I, qs, D: 3 * n - 2 * I + total(*qs) - D  # noqa: E731
         k = _next_bank(bk, s.I)
         inv = _inv(e, bk, s.I, s.q, s.R, s.D)
-        issue_ok = z3.Implies(z3.And(s.I < n, _sel(s.q, k) < e["Q"]),
-                              rk(s.I + 1, [s.q[b] + z3.If(k == b, 1, 0) for b in range(MAX_BANKS)], s.D) < rk(s.I, s.q, s.D))
-        serve_ok = z3.And([z3.Implies(z3.And(s.q[b] > 0, s.R < e["Qr"]),
-                                      rk(s.I, [s.q[c] - (1 if c == b else 0) for c in range(MAX_BANKS)], s.D) < rk(s.I, s.q, s.D))
-                           for b in range(MAX_BANKS)])
-        drain_ok = z3.Implies(_drain_enabled(e, n, s, rev), rk(s.I, s.q, s.D + 1) < rk(s.I, s.q, s.D))
-        return z3.Implies(inv, z3.And(rk(s.I, s.q, s.D) >= 0, issue_ok, serve_ok, drain_ok)), s.symbols("s")
+        issue_ok = implies((s.I < n) & (_sel(s.q, k) < e["Q"]),
+                           rk(s.I + 1, [s.q[b] + where(k.eq(b), 1, 0) for b in range(MAX_BANKS)], s.D) < rk(s.I, s.q, s.D))
+        serve_ok = all_of(*[implies((s.q[b] > 0) & (s.R < e["Qr"]),
+                                    rk(s.I, [s.q[c] - (1 if c == b else 0) for c in range(MAX_BANKS)], s.D) < rk(s.I, s.q, s.D))
+                            for b in range(MAX_BANKS)])
+        drain_ok = implies(_drain_enabled(e, n, s, rev), rk(s.I, s.q, s.D + 1) < rk(s.I, s.q, s.D))
+        return implies(inv, all_of(rk(s.I, s.q, s.D) >= 0, issue_ok, serve_ok, drain_ok)), s.symbols("s")
 
     def progress(e):
         s = _State("s")
         bk = _banks(e, n)
         k = _next_bank(bk, s.I)
-        can_issue = z3.And(s.I < n, _sel(s.q, k) < e["Q"])
-        can_serve = z3.Or([z3.And(b < e["nb"], s.q[b] > 0, s.R < e["Qr"]) for b in range(MAX_BANKS)])
-        stuck = z3.And(_inv(e, bk, s.I, s.q, s.R, s.D), s.D < n,
-                       z3.Not(z3.Or(can_issue, can_serve, _drain_enabled(e, n, s, rev))))
-        return z3.Not(stuck), s.symbols("s")
+        can_issue = (s.I < n) & (_sel(s.q, k) < e["Q"])
+        can_serve = any_of(*[all_of(e["nb"] > b, s.q[b] > 0, s.R < e["Qr"]) for b in range(MAX_BANKS)])
+        stuck = all_of(_inv(e, bk, s.I, s.q, s.R, s.D), s.D < n, ~any_of(can_issue, can_serve, _drain_enabled(e, n, s, rev)))
+        return ~stuck, s.symbols("s")
 
     def service(e):
-        j = z3.Int("j")
-        return z3.Implies(z3.And(j >= 0, j < e["Q"]), (j + 1) * e["A"] <= e["Q"] * e["A"]), {"j": j}
+        j, = variables("j")
+        return implies((j >= 0) & (j < e["Q"]), (j + 1) * e["A"] <= e["Q"] * e["A"]), {"j": j}
 
     def completion(e):
         s = _State("s")
         bk = _banks(e, n)
-        return z3.Implies(z3.And(_inv(e, bk, s.I, s.q, s.R, s.D), s.D == n),
-                          z3.And(s.I == n, s.R == 0, z3.Sum(s.q) == 0)), s.symbols("s")
+        return implies(_inv(e, bk, s.I, s.q, s.R, s.D) & s.D.eq(n),
+                       all_of(s.I.eq(n), s.R.eq(0), total(*s.q).eq(0))), s.symbols("s")
 
     ob = lambda name, cond, text, claim, prem=prog, assume=t.preconditions: local_obligation(  # noqa: E731
         5, t, name, cond, text, prem, claim, replay, n, assume)

@@ -17,14 +17,12 @@ from collections.abc import Mapping
 
 from functools import lru_cache
 
-import z3
-
+from formloop.expr import all_of, any_of, decision, implies, param
+from formloop.template import Constraint, Template
 from formloop.verify.local import (
     Fault, LocalModel, Revision, Step, Timeline, k1_obligation, k3_obligation, local_obligation, pairs,
     template_nodes,
 )
-from formloop.expr import decision, implies, param
-from formloop.template import Constraint, Template
 from formloop.verify.proofgraph import Node
 
 BUFFERS = (0, 1, 2)
@@ -139,31 +137,31 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
 
     def clobbers(e, u, v):
         """Tile u's write lands while tile v is live (v written, not yet last-read)."""
-        return z3.And(B(e, u) == B(e, v), T(e, v) <= T(e, u), T(e, u) <= L(e, v))
+        return all_of(B(e, u).eq(B(e, v)), T(e, v) <= T(e, u), T(e, u) <= L(e, v))
 
     def init(e):
-        return z3.And([T(e, v) >= 0 for v in range(n)])
+        return all_of(*[T(e, v) >= 0 for v in range(n)])
 
     def write(e):
-        return z3.Not(z3.Or([clobbers(e, u, v) for u in range(n) for v in range(n) if u != v]))
+        return ~any_of(*[clobbers(e, u, v) for u in range(n) for v in range(n) if u != v])
 
     def read(e):
-        return z3.And([z3.And(T(e, v) < L(e, v), *[z3.Not(clobbers(e, u, v)) for u in range(n) if u != v])
-                       for v in range(n)])
+        return all_of(*[all_of(T(e, v) < L(e, v), *[~clobbers(e, u, v) for u in range(n) if u != v])
+                        for v in range(n)])
 
     def in_order(e):
-        return z3.And([L(e, v) < L(e, v + 1) for v in range(n - 1)])
+        return all_of(*[L(e, v) < L(e, v + 1) for v in range(n - 1)])
 
     def rank(e):
         # Writes make no coarse progress; the rank (events not yet done, 2n at the start) drops by
         # one per event: every event has a time in the horizon, so each is done once.
-        return z3.And([z3.And(T(e, v) >= 0, L(e, v) >= 0) for v in range(n)])
+        return all_of(*[(T(e, v) >= 0) & (L(e, v) >= 0) for v in range(n)])
 
     def progress(e):
-        return z3.And([z3.And(T(e, v) <= horizon(n), L(e, v) <= horizon(n)) for v in range(n)])
+        return all_of(*[(T(e, v) <= horizon(n)) & (L(e, v) <= horizon(n)) for v in range(n)])
 
     def completion(e):
-        return z3.And([L(e, v) <= L(e, n - 1) for v in range(n)])
+        return all_of(*[L(e, v) <= L(e, n - 1) for v in range(n)])
 
     ob = lambda name, cond, text, claim, prem=prog, assume=t.preconditions: local_obligation(  # noqa: E731
         2, t, name, cond, text, prem, claim, replay, n, assume)

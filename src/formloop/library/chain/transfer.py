@@ -14,15 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
-import z3
-
+from formloop.expr import all_of, const, decision, param, where
 from formloop.library.chain import storage
+from formloop.template import Constraint, Template
 from formloop.verify.local import (
     Fault, LocalModel, Revision, Step, Timeline, feasibility_obligation, k1_obligation, k3_obligation,
     local_obligation, pairs, template_nodes,
 )
-from formloop.expr import const, decision, param, where
-from formloop.template import Constraint, Template
 from formloop.verify.proofgraph import Node
 
 MECHANISMS = ("software", "instruction", "controller")
@@ -143,37 +141,36 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     prog = (f"{p}.program", f"{p}.decisions", f"{cp}.program")
     pre = (f"{p}.pre",)
     replay = lambda w: simulate(w, n, rev).replay()  # noqa: E731
-    lat = lambda e: z3.If(e["mech"] == 0, 3, z3.If(e["mech"] == 1, 2, 1))  # noqa: E731
     I = lambda e, v: e[f"i{v}"]  # noqa: E731
-    C = lambda e, v: e[f"i{v}"] + lat(e)  # noqa: E731
+    C = lambda e, v: e[f"i{v}"] + LAT  # noqa: E731
     B = lambda e, v: e[f"b{v}"]  # noqa: E731
     Tw = lambda e, v: e[f"t{v}"]  # noqa: E731
     L = lambda e, v: e[f"l{v}"]  # noqa: E731
 
     def init(e):
-        return z3.And([C(e, v) >= 0 for v in range(n)])
+        return all_of(*[C(e, v) >= 0 for v in range(n)])
 
     def issue(e):
-        return z3.And([C(e, v) > I(e, v) for v in range(n)])
+        return all_of(*[C(e, v) > I(e, v) for v in range(n)])
 
     def land(e):
         # The completion matches the coarse write: it lands no earlier than the buffer is free and
         # never over a tile that landed earlier in the same buffer and is still to be read.
-        return z3.And([z3.And(Tw(e, v) <= C(e, v), *[z3.Not(z3.And(B(e, u) == B(e, v), C(e, u) <= C(e, v), C(e, v) <= L(e, u)))
-                                                     for u in range(n) if u != v]) for v in range(n)])
+        return all_of(*[all_of(Tw(e, v) <= C(e, v), *[~all_of(B(e, u).eq(B(e, v)), C(e, u) <= C(e, v), C(e, v) <= L(e, u))
+                                                      for u in range(n) if u != v]) for v in range(n)])
 
     def read(e):
-        return z3.And([z3.And(C(e, v) < L(e, v), *[z3.Not(z3.And(B(e, u) == B(e, v), C(e, v) <= C(e, u), C(e, u) <= L(e, v)))
-                                                   for u in range(n) if u != v]) for v in range(n)])
+        return all_of(*[all_of(C(e, v) < L(e, v), *[~all_of(B(e, u).eq(B(e, v)), C(e, v) <= C(e, u), C(e, u) <= L(e, v))
+                                                    for u in range(n) if u != v]) for v in range(n)])
 
     def rank(e):
-        return z3.And([z3.And(I(e, v) >= EARLIEST, C(e, v) - I(e, v) >= 1) for v in range(n)])
+        return all_of(*[(I(e, v) >= EARLIEST) & (C(e, v) - I(e, v) >= 1) for v in range(n)])
 
     def progress(e):
-        return z3.And([C(e, v) <= storage.horizon(n) for v in range(n)])
+        return all_of(*[C(e, v) <= storage.horizon(n) for v in range(n)])
 
     def completion(e):
-        return z3.And([C(e, v) <= L(e, n - 1) for v in range(n)])
+        return all_of(*[C(e, v) <= L(e, n - 1) for v in range(n)])
 
     ob = lambda name, cond, text, claim, prem=prog, assume=t.preconditions: local_obligation(  # noqa: E731
         3, t, name, cond, text, prem, claim, replay, n, assume)
