@@ -76,10 +76,18 @@ OUTPUT_AXES = (AxisSpec("M", "Tm"), AxisSpec("N", "Tn"))
 # -- the Triton family's launch: grid, swizzle, split-K ---------------------------------------------
 
 GRID = {"num_pid_m": ceildiv(M, Tm), "num_pid_n": ceildiv(N, Tn)}
-_width = G * num_pid_n
-_first_m = floordiv(pid, _width) * G
-_rows = minimum(num_pid_m - _first_m, G)
-SWIZZLE = {"pid_m": _first_m + mod(mod(pid, _width), _rows), "pid_n": floordiv(mod(pid, _width), _rows)}
+
+
+def swizzle_rule(clamp_last_group: bool = True) -> dict[str, Expr]:
+    """pid_m, pid_n of program pid; without `clamp_last_group` (an injected fault) the last group
+    is taken to have G rows even when fewer are left."""
+    width = G * num_pid_n
+    first_m = floordiv(pid, width) * G
+    rows = minimum(num_pid_m - first_m, G) if clamp_last_group else G
+    return {"pid_m": first_m + mod(mod(pid, width), rows), "pid_n": floordiv(mod(pid, width), rows)}
+
+
+SWIZZLE = swizzle_rule()
 
 
 def split_rule(floor_split: bool = False) -> dict[str, Expr]:
@@ -136,10 +144,11 @@ def split_k_partition(tk: int, ks: int, *, floor_split: bool = False, timeout_s:
                            timeout_s=timeout_s)
 
 
-def swizzle_bijective(g: int, *, timeout_s: float = 10.0) -> ObligationResult:
+def swizzle_bijective(g: int, *, clamp_last_group: bool = True, timeout_s: float = 10.0) -> ObligationResult:
     """The grouped-M order maps programs [0, num_pid_m·num_pid_n) one-to-one onto the tiles, for
     every grid shape."""
-    images = [(substitute(SWIZZLE["pid_m"], {"G": g}), num_pid_m), (substitute(SWIZZLE["pid_n"], {"G": g}), num_pid_n)]
+    rule = swizzle_rule(clamp_last_group)
+    images = [(substitute(rule["pid_m"], {"G": g}), num_pid_m), (substitute(rule["pid_n"], {"G": g}), num_pid_n)]
     return check_bijection(f"swizzle_bijective[G={g}]", pid, num_pid_m * num_pid_n, images, timeout_s=timeout_s)
 
 

@@ -20,14 +20,12 @@ from numbers import Real
 from typing import Any
 
 from formloop.errors import InvalidInput, StructureError
-from formloop.expr import params_of
 from formloop.template import Template
-from formloop.verify.lowering import ParamScope
+from formloop.verify.lowering import ChipRanges, ParamScope, proof_scope, rule_params
 from formloop.verify.outcome import ObligationResult, Verdict, z3_solver_name
 from formloop.verify.smt import check_k1, check_k3
 
 FORMAT = "formloop-certificate/1"
-ChipRanges = Mapping[str, "tuple[Real, Real] | Sequence[Real]"]
 
 
 @dataclass(frozen=True)
@@ -144,7 +142,7 @@ class Certificate:
         if not c:
             return "chip: not recorded (certificate older than chip scopes)"
         fixed = ", ".join(f"{k}={v}" for k, v in c.get("fixed", {}).items())
-        unread = f"; not read by any obligation: {', '.join(c['unread'])}" if c.get("unread") else ""
+        unread = f"; free (any value the template's scope admits): {', '.join(c['free'])}" if c.get("free") else ""
         if c.get("mode") == "symbolic":
             kinds = c.get("kinds", {})
             sym = ", ".join(f"{k} in [{v[0]}, {v[1]}]" if kinds.get(k) == "range" else
@@ -154,7 +152,9 @@ class Certificate:
 
     def uncovered(self, chip_values: Mapping[str, Real]) -> list[str]:
         """Why the chip with parameter values `chip_values` (a template's `bind_chip(chip)`) lies
-        outside this proof; empty when it is covered. Parameters no obligation reads are free."""
+        outside this proof; empty when it is covered. Free parameters (read by no constraint or
+        precondition) are covered by any value the template's scope admits, which the template
+        itself checks whenever it binds a chip."""
         c = self.chip
         if not c:
             return ["the certificate records no chip scope; prove the template again"]
@@ -243,44 +243,18 @@ def diff(old: Certificate, new: Certificate) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def chip_scope(template: Template, plan: ProofPlan, chip: Mapping[str, Real] | None = None,
-               chip_ranges: ChipRanges | None = None) -> ParamScope:
-    """The parameter scope of a proof: the plan's fixed values, with the chip parameters of `chip`
-    (a mapping of values, e.g. `template.bind_chip(c)`) fixed instead, and those named in
-    `chip_ranges` symbolic: a (lo, hi) tuple is a closed range, a list (set, range) a menu."""
-    chip_params = {p.name for p in template.params if p.payload.kind == "chip"}
-    fixed = dict(plan.fixed)
-    if chip is not None:
-        fixed.update({k: v for k, v in chip.items() if k in chip_params})
-    ranges, menus = {}, {}
-    for name, spec in (chip_ranges or {}).items():
-        if name not in chip_params:
-            raise InvalidInput(f"chip_ranges parameter of {template.name}", name, sorted(chip_params))
-        if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(x, Real) for x in spec):
-            ranges[name] = spec
-        elif isinstance(spec, (list, set, frozenset, range)) and all(isinstance(x, Real) for x in spec):
-            menus[name] = tuple(sorted(spec))
-        else:
-            raise InvalidInput(f"chip_ranges[{name}]", spec, "a (lo, hi) tuple or a list of values")
-    scope = ParamScope(fixed, ranges, menus).without([*ranges, *menus])
-    scope.check_names(template)
-    return scope
-
-
 def _chip_record(template: Template, scope: ParamScope, pinned: bool) -> dict[str, Any]:
-    """The chip part of a certificate: which chip parameters K1/K3 (and the checks they gate) read,
-    and for each whether it was fixed or symbolic."""
+    """The chip part of a certificate: the chip parameters the rules read, each fixed or symbolic
+    (a range or a menu), and the free ones (symbolic over the template's scope)."""
     chip_params = [p.name for p in template.params if p.payload.kind == "chip"]
-    read: set[str] = set()
-    for c in (*template.scope, *template.constraints, *template.preconditions):
-        read |= set(params_of(c.expr))
+    read = rule_params(template)
     kinds = {**{k: "range" for k in scope.ranges}, **{k: "menu" for k in scope.menus}}
     return {
         "mode": "symbolic" if kinds else "fixed", "pinned": pinned,
         "read": [n for n in chip_params if n in read],
-        "unread": [n for n in chip_params if n not in read],
-        "fixed": {n: scope.fixed[n] for n in chip_params if n in read and n in scope.fixed},
-        "symbolic": scope.symbolic, "kinds": kinds,
+        "free": [n for n in chip_params if n not in read],
+        "fixed": {n: scope.fixed[n] for n in chip_params if n in scope.fixed},
+        "symbolic": {k: list(v) for k, v in scope.symbolic.items()}, "kinds": kinds,
     }
 
 
@@ -294,7 +268,7 @@ def prove_template(template: Template, *, timeout_s: float = 10.0, chip: Mapping
     chip in them (`Certificate.covers`)."""
     start = time.perf_counter()
     plan = plan_of(template)
-    scope = chip_scope(template, plan, chip, chip_ranges)
+    scope = proof_scope(template, plan.fixed, chip, chip_ranges)
     results = [check_k1(template, scope=scope, timeout_s=timeout_s),
                check_k3(template, scope=scope, timeout_s=timeout_s)]
     run = ProofRun(scope, timeout_s)

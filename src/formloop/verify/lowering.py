@@ -15,10 +15,12 @@ from numbers import Real
 import z3
 
 from formloop.errors import InvalidInput
-from formloop.expr import Expr, substitute
+from formloop.expr import Expr, params_of, substitute
 from formloop.expr.to_z3 import domain_constraints, symbols, to_z3
 from formloop.template import Constraint, Template
 from formloop.verify.solver import py_value
+
+ChipRanges = Mapping[str, "tuple[Real, Real] | Sequence[Real]"]
 
 
 @dataclass(frozen=True)
@@ -45,17 +47,48 @@ class ParamScope:
     def symbolic(self) -> dict[str, object]:
         return {**{k: tuple(v) for k, v in self.ranges.items()}, **{k: list(v) for k, v in self.menus.items()}}
 
-    def without(self, names: Iterable[str]) -> "ParamScope":
-        """This scope with `names` no longer fixed (made symbolic by a caller's ranges or menus)."""
-        drop = set(names)
-        return ParamScope({k: v for k, v in self.fixed.items() if k not in drop}, self.ranges, self.menus)
-
     def check_names(self, template: Template) -> None:
         """Ranged and menu parameters must be chip parameters of `template`."""
         chip = {p.name for p in template.params if p.payload.kind == "chip"}
         for name in (*self.ranges, *self.menus):
             if name not in chip:
                 raise InvalidInput(f"symbolic chip parameter of {template.name}", name, sorted(chip))
+
+
+def rule_params(template: Template) -> set[str]:
+    """Parameters the constraints and preconditions read: the only ones K1 and K3 depend on
+    beyond the scope."""
+    out: set[str] = set()
+    for c in (*template.constraints, *template.preconditions):
+        out |= set(params_of(c.expr))
+    return out
+
+
+def proof_scope(template: Template, fixed: Mapping[str, Real], chip: Mapping[str, Real] | None = None,
+                chip_ranges: ChipRanges | None = None) -> ParamScope:
+    """The parameter scope of a proof: the `fixed` values (a proof plan's), with the chip parameters of `chip`
+    (a mapping of values, e.g. `template.bind_chip(c)`) fixed instead, and those named in
+    `chip_ranges` symbolic: a (lo, hi) tuple is a closed range, a list (set, range) a menu. Chip
+    parameters no constraint or precondition reads are never fixed: they stay symbolic over their
+    declared domain and the template's scope, so the proof holds whatever their value."""
+    chip_params = {p.name for p in template.params if p.payload.kind == "chip"}
+    fixed = dict(fixed)
+    if chip is not None:
+        fixed.update({k: v for k, v in chip.items() if k in chip_params})
+    ranges, menus = {}, {}
+    for name, spec in (chip_ranges or {}).items():
+        if name not in chip_params:
+            raise InvalidInput(f"chip_ranges parameter of {template.name}", name, sorted(chip_params))
+        if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(x, Real) for x in spec):
+            ranges[name] = spec
+        elif isinstance(spec, (list, set, frozenset, range)) and spec and all(isinstance(x, Real) for x in spec):
+            menus[name] = tuple(sorted(spec))
+        else:
+            raise InvalidInput(f"chip_ranges[{name}]", spec, "a (lo, hi) tuple or a non-empty list of values")
+    free = (chip_params - rule_params(template)) | set(ranges) | set(menus)
+    scope = ParamScope({k: v for k, v in fixed.items() if k not in free}, ranges, menus)
+    scope.check_names(template)
+    return scope
 
 
 class TemplateLowering:

@@ -20,7 +20,7 @@ import z3
 from formloop.errors import SolverFailure, StructureError
 from formloop.expr import Expr, evaluate, grid_env, render
 from formloop.template import Template
-from formloop.verify.lowering import ParamScope, TemplateLowering
+from formloop.verify.lowering import ParamScope, TemplateLowering, proof_scope
 from formloop.verify.outcome import ObligationResult, Verdict, z3_solver_name
 from formloop.verify.solver import Decision, Ledger, Query, Replay, decide, new_solver, query_text
 
@@ -69,7 +69,7 @@ def check_k1(template: Template, *, groups: Sequence[str] | None = None, scope: 
     """K1 for `template` (only the constraint `groups` given, default all). Without `scope`, the
     parameters `fixed` (default: those the template's proof plan fixes) are fixed, the rest symbolic.
     The counterexample, if any, is the smallest witness (decisions in order, then parameters)."""
-    low = TemplateLowering(template, scope or ParamScope(_fixed(template, fixed)))
+    low = TemplateLowering(template, scope or _scope(template, fixed))
     how = Decision(name, "K1", timeout_s, smallest=(*template.decision_names, *low.params), keep_query=keep_query,
                    details={**_note(low.scope), **(details or {})})
     return decide(k1_query(low, groups), k1_replay(template, groups, low.fixed), how, ledger=ledger)
@@ -116,7 +116,7 @@ def check_k3(template: Template, *, witness: Design | None = None, scope: ParamS
     witness designs; ask for a parameter in scope that none of them fits; if there is none the set
     proves K3, else add a design for that parameter (the first of the joint menu) or report the
     parameter as a counterexample, confirmed by enumerating the joint menu and by Z3."""
-    low = TemplateLowering(template, scope or ParamScope(_fixed(template, fixed)))
+    low = TemplateLowering(template, scope or _scope(template, fixed))
     note = {**_note(low.scope), **(details or {})}
     if witness is not None:
         how = Decision(name, "K3", timeout_s, keep_query=keep_query, details=note)
@@ -183,7 +183,7 @@ def admitted(template: Template, names: tuple[str, ...], *, scope: ParamScope | 
              fixed: Mapping[str, Real] | None = None, timeout_s: float = 10.0) -> list[dict]:
     """The joint values of decisions `names` that some design in C takes for some parameter in
     scope (one small query per joint value): what the solver can ever pick for them."""
-    low = TemplateLowering(template, scope or ParamScope(_fixed(template, fixed)))
+    low = TemplateLowering(template, scope or _scope(template, fixed))
     menus = [next(d for d in template.decisions if d.name == n).decision.menu for n in names]
     out = []
     for values in itertools.product(*menus):
@@ -199,12 +199,14 @@ def admitted(template: Template, names: tuple[str, ...], *, scope: ParamScope | 
 
 # -- helpers ----------------------------------------------------------------------------------------
 
-def _fixed(template: Template, fixed: Mapping[str, Real] | None) -> Mapping[str, Real]:
-    """`fixed`, or when None the parameters the template's proof plan fixes (none without a hook);
-    pass {} to keep every parameter symbolic."""
+def _scope(template: Template, fixed: Mapping[str, Real] | None) -> ParamScope:
+    """`fixed` exactly as given, or when None the proof plan's scope as `prove_template` uses it
+    (the plan's fixed values, chip parameters no rule reads left free); pass {} to keep every
+    parameter symbolic."""
     if fixed is not None:
-        return fixed
-    return dict(getattr(template.obligations(template), "fixed", {})) if template.obligations is not None else {}
+        return ParamScope(dict(fixed))
+    plan_fixed = getattr(template.obligations(template), "fixed", {}) if template.obligations is not None else {}
+    return proof_scope(template, plan_fixed)
 
 
 def _note(scope: ParamScope) -> dict:
