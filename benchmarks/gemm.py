@@ -157,7 +157,7 @@ class Bench:
 
     def cublas(self, shape, dtype) -> dict:
         from formloop.evaluate.gpu import measurement_from
-        from formloop.library.gemm_tiling_kernel import TorchGemm
+        from formloop.library.gemm_tiling_instance import TorchGemm
 
         if self.gpu is None:
             return {"latency_us": math.nan, "ok": False, "failure": "dry run"}

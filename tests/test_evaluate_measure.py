@@ -21,7 +21,8 @@ from formloop.evaluate.measurement import Correctness  # noqa: E402
 from formloop.hw.chips import get_chip  # noqa: E402
 from formloop.library import get_template  # noqa: E402
 from formloop.library.gemm_tiling import workload  # noqa: E402
-from formloop.library.gemm_tiling_kernel import GemmPlan, TileConfig, TritonGemm  # noqa: E402
+from formloop.library.gemm_tiling_instance import TritonGemm  # noqa: E402
+from formloop.library.gemm_tiling_kernel import GemmPlan, TileConfig  # noqa: E402
 
 GOOD = {"Tm": 128, "Tn": 256, "Tk": 64, "S": 4, "W": 8, "KS": 1, "G": 8, "L": 1}
 

@@ -17,9 +17,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from formloop.errors import InvalidInput  # noqa: E402
-from formloop.library.gemm_tiling_kernel import (  # noqa: E402
-    GemmPlan, TileConfig, TorchGemm, TritonGemm, alignment, k_split, swizzle,
-)
+from formloop.library.gemm_tiling_index import k_split, swizzle  # noqa: E402
+from formloop.library.gemm_tiling_instance import TorchGemm, TritonGemm  # noqa: E402
+from formloop.library.gemm_tiling_kernel import GemmPlan, TileConfig, alignment  # noqa: E402
 
 # (M, N, K): ragged in every extent; K and N multiples of 8 where the TMA path (L=1) needs
 # 16-byte row pitches, odd where only the pointer path applies.

@@ -241,7 +241,8 @@ def proof_chip() -> Chip:
 
 def program(assignment: Mapping[str, int], workload: Mapping[str, int], dtype: str):
     """The instance as a Triton program (imports triton/torch only here)."""
-    from formloop.library.gemm_tiling_kernel import GemmPlan, TileConfig, TritonGemm  # noqa: PLC0415 (triton, torch)
+    from formloop.library.gemm_tiling_instance import TritonGemm  # noqa: PLC0415 (imports triton, torch)
+    from formloop.library.gemm_tiling_kernel import GemmPlan, TileConfig  # noqa: PLC0415
 
     return TritonGemm(GemmPlan(TileConfig.from_assignment(assignment), int(workload["M"]), int(workload["N"]),
                                int(workload["K"]), dtype))

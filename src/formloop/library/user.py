@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 from formloop.errors import FormloopError, InvalidInput, StructureError
+from formloop.library import get_template
 from formloop.template import Template
 
 DESCRIPTOR_FIELDS = ("algorithm", "reuse", "placement", "resources")
@@ -123,8 +124,6 @@ def load_origin(origin: str) -> Template:
     """Load a stored template again from where it came from."""
     kind, _, rest = origin.partition(":")
     if kind == "library":
-        from formloop.library import get_template
-
         name, _, query = rest.partition("?")
         return get_template(name, **dict(parse_qsl(query)))
     if kind == "file":
