@@ -52,7 +52,8 @@ def test_host_helpers_partition_k_and_biject_onto_tiles():
             count[lo:hi] += 1
         assert (count == 1).all(), (K, Tk, KS)
     for npm, npn, G in itertools.product(range(1, 7), range(1, 6), (1, 2, 3, 8)):
-        assert {rules.swizzle(p, npm, npn, G) for p in range(npm * npn)} == set(itertools.product(range(npm), range(npn)))
+        tiles = {rules.swizzle(p, npm, npn, G) for p in range(npm * npn)}
+        assert tiles == set(itertools.product(range(npm), range(npn)))
 
 
 @triton.jit
@@ -84,15 +85,16 @@ def _interpret(cases, pids, splits, blocks):
     cols[: len(cases)] = np.asarray(cases, dtype=np.int32)
     args = [torch.from_numpy(np.ascontiguousarray(cols[:, j])) for j in range(5)]
     out = torch.full((size * 4,), -1, dtype=torch.int32)
-    _probe[(1,)](out, *args, SIZE=size, PIDS=pids, SPLITS=splits, BLOCK_M=blocks[0], BLOCK_N=blocks[1], BLOCK_K=blocks[2])
+    _probe[(1,)](out, *args, SIZE=size, PIDS=pids, SPLITS=splits,
+                 BLOCK_M=blocks[0], BLOCK_N=blocks[1], BLOCK_K=blocks[2])
     got = out.numpy().reshape(size, 4).astype(np.int64)
     idx = np.arange(size)
     case, pid_k, pid = idx // (splits * pids), (idx // pids) % splits, idx % pids
     env = {name: cols[case, j].astype(np.int64) for j, name in enumerate(("M", "N", "K", "G", "KS"))}
     env.update({"Tm": blocks[0], "Tn": blocks[1], "Tk": blocks[2], "pid": pid, "pid_k": pid_k})
     env.update({k: evaluate(v, env) for k, v in rules.GRID.items()})
-    want = np.stack([np.broadcast_to(evaluate(e, env), (size,)) for e in
-                     (rules.SWIZZLE["pid_m"], rules.SWIZZLE["pid_n"], rules.SPLIT["k_lo"], rules.SPLIT["per_split"])], 1)
+    declared = (rules.SWIZZLE["pid_m"], rules.SWIZZLE["pid_n"], rules.SPLIT["k_lo"], rules.SPLIT["per_split"])
+    want = np.stack([np.broadcast_to(evaluate(e, env), (size,)) for e in declared], 1)
     live = (case < len(cases)) & (pid < env["num_pid_m"] * env["num_pid_n"]) & (pid_k < env["KS"])
     return got[live], want[live], int(live.sum())
 

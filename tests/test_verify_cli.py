@@ -5,7 +5,8 @@ import sys
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "formloop.cli", *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "formloop.cli", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
 
 
 def test_fault_json_lists_obligations_with_replays():

@@ -40,7 +40,8 @@ def test_encoding_check_catches_a_wrong_row(monkeypatch):
     real = Linearizer.constraint
 
     def broken(self, name, node):  # an encoder that shifts every row by one
-        return [Row(p.name, p.lhs, p.lower, p.upper - 10**9) if isinstance(p, Row) else p for p in real(self, name, node)]
+        return [Row(p.name, p.lhs, p.lower, p.upper - 10**9) if isinstance(p, Row) else p
+                for p in real(self, name, node)]
 
     monkeypatch.setattr(Linearizer, "constraint", broken)
     check = check_instance(t, a, workload((1000, 1000, 1000)), CHIP)

@@ -84,7 +84,8 @@ class Template:
         """Everything the contract says, in one canonical text (hashed for identity)."""
         lines = [f"template {self.name}", f"options {sorted(self.options.items())}", f"unit {self.unit}"]
         lines += [f"decision {d.name} {d.decision.side} {list(d.decision.menu)}" for d in self.decisions]
-        lines += [f"param {p.name} {p.payload.kind} int={p.payload.integer} lower={p.payload.lower}" for p in self.params]
+        lines += [f"param {p.name} {p.payload.kind} int={p.payload.integer} lower={p.payload.lower}"
+                  for p in self.params]
         for kind, rules in (("scope", self.scope), ("constraint", self.constraints), ("pre", self.preconditions)):
             lines += [f"{kind} {c.group}.{c.name}: {render(c.expr)}" for c in rules]
         lines += [f"term {k}: {render(v)}" for k, v in self.terms.items()]
@@ -107,7 +108,8 @@ class Template:
             spec = p.payload
             if p.name not in values:
                 raise InvalidInput(p.name, None, f"a {'whole number' if spec.integer else 'number'}"
-                                   f"{'' if spec.lower is None else f' >= {spec.lower}'}", fix=f"{spec.doc}".strip() or None)
+                                   f"{'' if spec.lower is None else f' >= {spec.lower}'}",
+                                   fix=f"{spec.doc}".strip() or None)
             v = values[p.name]
             if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v):
                 raise InvalidInput(p.name, v, "a finite number")
@@ -119,7 +121,8 @@ class Template:
                 values[p.name] = int(v)
         extra = set(workload) - {p.name for p in self.params}
         if extra:
-            raise InvalidInput("workload parameter", sorted(extra), [p.name for p in self.params if p.payload.kind == "workload"])
+            raise InvalidInput("workload parameter", sorted(extra),
+                               [p.name for p in self.params if p.payload.kind == "workload"])
         return values
 
     def scope_failures(self, values: Mapping[str, Real]) -> list[Violation]:
@@ -130,7 +133,8 @@ class Template:
         values = self.bind(workload, chip)
         failures = self.scope_failures(values)
         if failures:
-            raise InvalidInput("workload", dict(workload), f"the scope of {self.name}: " + "; ".join(str(f) for f in failures))
+            raise InvalidInput("workload", dict(workload),
+                               f"the scope of {self.name}: " + "; ".join(str(f) for f in failures))
         fold = lambda e: substitute(e, values)  # noqa: E731
         return Formulation(
             template=self,

@@ -64,7 +64,8 @@ def evaluate(root: Expr, env: Mapping[str, object]):
                 value = env[node.name]
             except KeyError:
                 kind = "decision" if node.op is Op.VAR else "parameter"
-                raise StructureError(f"{kind} {node.name} has no value; bound: {', '.join(sorted(env)) or 'none'}") from None
+                bound = ", ".join(sorted(env)) or "none"
+                raise StructureError(f"{kind} {node.name} has no value; bound: {bound}") from None
         else:
             value = apply_op(node.op, [memo[id(a)] for a in node.args])
         memo[id(node)] = value

@@ -38,7 +38,8 @@ class Affine:
         return not self.tables and not self.aux
 
     def scaled(self, c: float) -> "Affine":
-        return Affine(self.const * c, {k: t * c for k, t in self.tables.items()}, {k: v * c for k, v in self.aux.items()})
+        return Affine(self.const * c, {k: t * c for k, t in self.tables.items()},
+                      {k: v * c for k, v in self.aux.items()})
 
     def plus(self, other: "Affine") -> "Affine":
         tables = dict(self.tables)

@@ -86,7 +86,8 @@ def to_z3(root: Expr, env: Mapping[str, z3.ExprRef]) -> z3.ExprRef:
                     raise UnsupportedOp(op, "z3", node, fix="integer division needs integer operands")
                 value = _BINARY[op](*args)
             elif op is Op.DIV:
-                value = z3.ToReal(args[0]) / z3.ToReal(args[1]) if all(z3.is_int(a) for a in args) else args[0] / args[1]
+                ints = all(z3.is_int(a) for a in args)
+                value = z3.ToReal(args[0]) / z3.ToReal(args[1]) if ints else args[0] / args[1]
             elif op is Op.NEG:
                 value = -args[0]
             elif op is Op.NOT:

@@ -23,7 +23,8 @@ class GemmCase:
     workspace: torch.Tensor | None = None
 
 
-def random_operands(M: int, N: int, K: int, dtype: str, device, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def random_operands(M: int, N: int, K: int, dtype: str, device, generator: torch.Generator
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fresh normal(0, 1) operands, never zeros (zeros hide unwritten outputs and run faster)."""
     t = TORCH_DTYPES[dtype]
     a = torch.randn((M, K), device=device, dtype=torch.float32, generator=generator).to(t)

@@ -267,7 +267,8 @@ class GemmPlan:
     def _split_buffers(self, workspace: torch.Tensor | None):
         """(partials, counters) views of the workspace, or the error naming what is expected."""
         size = self._counters_at + self.tiles
-        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() != size or not workspace.is_contiguous():
+        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() != size \
+                or not workspace.is_contiguous():
             raise InvalidInput("workspace", None if workspace is None else (workspace.dtype, tuple(workspace.shape)),
                                f"a contiguous float32 tensor of {size} elements (GemmPlan.new_workspace)")
         return workspace[: self._counters_at], workspace[self._counters_at:].view(torch.int32)
@@ -275,8 +276,9 @@ class GemmPlan:
     def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, workspace: torch.Tensor | None = None) -> None:
         """C = A·B. `c` must be a contiguous M×N tensor; split-K needs the float32 workspace."""
         cfg = self.config
-        if tuple(a.shape) != (self.M, self.K) or tuple(b.shape) != (self.K, self.N) or tuple(c.shape) != (self.M, self.N):
-            raise InvalidInput("operand shapes", (tuple(a.shape), tuple(b.shape), tuple(c.shape)),
+        shapes = (tuple(a.shape), tuple(b.shape), tuple(c.shape))
+        if shapes != ((self.M, self.K), (self.K, self.N), (self.M, self.N)):
+            raise InvalidInput("operand shapes", shapes,
                                f"A {self.M}x{self.K}, B {self.K}x{self.N}, C {self.M}x{self.N}")
         if not c.is_contiguous():
             raise InvalidInput("C layout", c.stride(), "a contiguous (row-major) output")
@@ -329,7 +331,8 @@ class GemmPlan:
 
             ws, cnt = (torch.float32, torch.int32) if split else (t, t)
             _gemm_tma_kernel.warmup(desc(t, (16, 16), (cfg.Tm, cfg.Tk)), desc(t, (16, 16), (cfg.Tk, cfg.Tn)),
-                                    desc(t, (16, 16), (cfg.Tm, cfg.Tn)), ws, cnt, self.M, self.N, self.K, cfg.G, cfg.KS, BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn,
+                                    desc(t, (16, 16), (cfg.Tm, cfg.Tn)), ws, cnt, self.M, self.N, self.K, cfg.G, cfg.KS,
+                                    BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn,
                                     BLOCK_K=cfg.Tk, PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split, WIDEN=False,
                                     num_warps=cfg.W, num_stages=cfg.S, grid=(1, 1))
         else:

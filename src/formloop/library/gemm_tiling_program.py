@@ -96,7 +96,8 @@ def program(assignment: Mapping[str, int], fault: str | None = None, *, warps: i
 
 def schedule_replayer(s: Schedule):
     def replay(trace, focus):
-        r = replay_trace(trace, S=s.S, P=s.P, beta=s.beta, warps=s.warps, phases=s.phases, leading=s.leading, focus=focus)
+        r = replay_trace(trace, S=s.S, P=s.P, beta=s.beta, warps=s.warps, phases=s.phases, leading=s.leading,
+                         focus=focus)
         return set(r.kinds), r.text
     return replay
 
@@ -156,7 +157,8 @@ def check_program(prog: TilingProgram, *, shape: Sequence[int] | None = PROVED_S
     index = check_index_axes(prog, shape=shape, timeout_s=timeout_s)
     out = [combine(ob, [r for r in index if r.obligation.startswith(ob + "[")]) for ob in INDEX_OBLIGATIONS]
     for r in check_schedule(prog.schedule, replay=schedule_replayer(prog.schedule), timeout_s=timeout_s):
-        out.append(replace(r, obligation=r.obligation.split("[")[0], details={**r.details, "parts": {r.obligation: r.verdict.value}}))
+        parts = {r.obligation: r.verdict.value}
+        out.append(replace(r, obligation=r.obligation.split("[")[0], details={**r.details, "parts": parts}))
     return out
 
 
@@ -166,7 +168,8 @@ def check_design(assignment: Mapping[str, int], shape: Sequence[int] | None = PR
     return check_program(program(assignment, fault, warps=warps, phases=phases), shape=shape, timeout_s=timeout_s)
 
 
-def check_fault(name: str, *, warps: int = WARPS, phases: int = PHASES, timeout_s: float = 10.0) -> list[ObligationResult]:
+def check_fault(name: str, *, warps: int = WARPS, phases: int = PHASES, timeout_s: float = 10.0
+                ) -> list[ObligationResult]:
     """The proved 1000³ design with fault `name` injected, checked against all five obligations."""
     if name not in FAULTS:
         raise InvalidInput("fault", name, sorted(FAULTS))

@@ -50,7 +50,8 @@ def enumerate_designs(f: Formulation, *, max_points: int = MAX_POINTS) -> Soluti
     start = time.perf_counter()
     size = int(np.prod(grid_shape(f)))
     if size > max_points:
-        raise InvalidInput("joint menu size for enumeration", size, f"at most {max_points} points", fix="use the MILP solver")
+        raise InvalidInput("joint menu size for enumeration", size, f"at most {max_points} points",
+                           fix="use the MILP solver")
     feasible = feasible_mask(f)
     flat = np.flatnonzero(feasible)
     if flat.size == 0:

@@ -56,7 +56,8 @@ def plan_of(template: Template) -> ProofPlan:
         return ProofPlan()
     plan = template.obligations(template)
     if not isinstance(plan, ProofPlan):
-        raise StructureError(f"template {template.name}: its obligations hook returned {type(plan).__name__}, not a ProofPlan")
+        raise StructureError(f"template {template.name}: its obligations hook returned {type(plan).__name__}, "
+                             "not a ProofPlan")
     return plan
 
 
@@ -107,7 +108,8 @@ class Certificate:
             "format": FORMAT, "template": self.template, "template_hash": self.template_hash,
             "options": dict(self.options), "verdict": self.verdict.value, "counts": self.counts(),
             "fixed": dict(self.fixed), "fixed_reason": self.fixed_reason, "bounds": dict(self.bounds),
-            "chip": dict(self.chip), "timeout_s": self.timeout_s, "solver": self.solver, "formloop_version": self.formloop_version,
+            "chip": dict(self.chip), "timeout_s": self.timeout_s, "solver": self.solver,
+            "formloop_version": self.formloop_version,
             "created": self.created, "seconds": self.seconds,
             "obligations": [_result_dict(r) for r in self.obligations],
         }
@@ -122,7 +124,8 @@ class Certificate:
         except json.JSONDecodeError as exc:
             raise InvalidInput("certificate", text[:60], "JSON written by Certificate.to_json") from exc
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise InvalidInput("certificate format", d.get("format") if isinstance(d, dict) else type(d).__name__, [FORMAT])
+            found = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise InvalidInput("certificate format", found, [FORMAT])
         fields = set(ObligationResult.__dataclass_fields__)
         obligations = tuple(
             ObligationResult(**{**{k: v for k, v in o.items() if k in fields}, "verdict": Verdict(o["verdict"]),
@@ -222,8 +225,8 @@ def diff(old: Certificate, new: Certificate) -> tuple[str, ...]:
         out.append(f"template {old.template} -> {new.template}")
     if old.template_hash != new.template_hash:
         out.append(f"template content hash {old.template_hash} -> {new.template_hash} (the contract changed)")
-    for label, a, b in (("fixed parameters", dict(old.fixed), dict(new.fixed)), ("bounds", dict(old.bounds), dict(new.bounds)),
-                        ("chip scope", dict(old.chip), dict(new.chip))):
+    for label, a, b in (("fixed parameters", dict(old.fixed), dict(new.fixed)),
+                        ("bounds", dict(old.bounds), dict(new.bounds)), ("chip scope", dict(old.chip), dict(new.chip))):
         if a != b:
             out.append(f"{label} {a} -> {b}")
     before = {r.obligation: r for r in old.obligations}

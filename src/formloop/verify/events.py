@@ -55,7 +55,8 @@ class Schedule:
     leading: bool = True
 
     def __post_init__(self) -> None:
-        for name, value, low in (("S", self.S, 1), ("P", self.P, 0), ("warps", self.warps, 1), ("phases", self.phases, 1)):
+        for name, value, low in (("S", self.S, 1), ("P", self.P, 0), ("warps", self.warps, 1),
+                                 ("phases", self.phases, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise InvalidInput(name, value, f"an integer >= {low}")
         if self.beta not in (0, 1):
@@ -204,7 +205,8 @@ def check_schedule_obligation(s: Schedule, obligation: str, *, replay: Replayer 
                                 witness=witness, trace=trace, replay=text, **common)
     return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start, witness=witness,
                             trace=trace, replay=text,
-                            reason=f"the {obligation} proof fails but replay of the trace shows no such defect", **common)
+                            reason=f"the {obligation} proof fails but replay of the trace shows no such defect",
+                            **common)
 
 
 def check_schedule(s: Schedule, *, replay: Replayer | None = None, timeout_s: float = 10.0) -> list[ObligationResult]:

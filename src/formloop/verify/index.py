@@ -119,7 +119,8 @@ def _smallest_witness(facts, X, i, prefer_extent, timeout_s) -> dict:
         opt.minimize(i)
         if opt.check() == z3.sat:
             m = opt.model()
-            return {str(X): py_value(m.eval(X, model_completion=True)), "index": py_value(m.eval(i, model_completion=True))}
+            value = lambda v: py_value(m.eval(v, model_completion=True))  # noqa: E731
+            return {str(X): value(X), "index": value(i)}
     raise RuntimeError("satisfiable index query has no model")  # unreachable: the plain query was sat
 
 

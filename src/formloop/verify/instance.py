@@ -56,7 +56,8 @@ def _affine_at(template: Template, a: Affine, assignment: Assignment) -> float:
     return a.const + sum(float(t[_position(template, assignment, k)]) for k, t in a.tables.items())
 
 
-def encoding_violations(template: Template, params: Mapping[str, Real], assignment: Assignment) -> tuple[list[Violation], int]:
+def encoding_violations(template: Template, params: Mapping[str, Real], assignment: Assignment
+                        ) -> tuple[list[Violation], int]:
     """Compare each constraint with its MILP rows at one design; returns (violations, rows checked)."""
     # Fold the parameters exactly as Template.formulate does before the MILP back end reads them.
     folded = [Constraint(c.name, substitute(c.expr, dict(params)), c.group) for c in template.constraints]
@@ -76,8 +77,9 @@ def encoding_violations(template: Template, params: Mapping[str, Real], assignme
                 encoded &= bool(np.asarray(part.allowed)[_position(template, assignment, part.key)]) if part.key \
                     else bool(part.allowed)
         if encoded != declared:
-            out.append(Violation("encoding", c.name, f"the solver's rows {'accept' if encoded else 'reject'} this design "
-                                                     f"but the constraint {'holds' if declared else 'fails'}"))
+            rows_say, rule_says = "accept" if encoded else "reject", "holds" if declared else "fails"
+            out.append(Violation("encoding", c.name,
+                                 f"the solver's rows {rows_say} this design but the constraint {rule_says}"))
     return out, rows
 
 
@@ -100,7 +102,8 @@ def check_instance(template: Template, assignment: Assignment, workload: Mapping
         conditions += 1
         if certificate.template_hash != template.content_hash:
             violations.append(Violation("certificate", certificate.template,
-                                        f"certifies content hash {certificate.template_hash}, template is {template.content_hash}"))
+                                        f"certifies content hash {certificate.template_hash}, "
+                                        f"template is {template.content_hash}"))
         elif certificate.verdict.value != "proved":
             violations.append(Violation("certificate", certificate.template, f"verdict is {certificate.verdict.value}"))
         cert_note = f"{certificate.verdict.value} ({certificate.template_hash})"

@@ -246,8 +246,10 @@ def scope_obligation(step: int, fine: Template, coarse: Template, coarse_prefix:
         return Replay(("scope",) if c_ok and bad else (), (("coarse design", dict(w)),),
                       f"a feasible design of {coarse.name} lies outside the scope of {fine.name}: breaks {bad}")
 
-    return Obligation(step, "scope", "feasibility", f"every feasible design of {coarse.name} is in the scope of {fine.name}",
-                      (f"{fine_prefix}.decisions", *(f"{coarse_prefix}.C.{g}" for g in groups(coarse))), build, replay, shape)
+    return Obligation(step, "scope", "feasibility",
+                      f"every feasible design of {coarse.name} is in the scope of {fine.name}",
+                      (f"{fine_prefix}.decisions", *(f"{coarse_prefix}.C.{g}" for g in groups(coarse))),
+                      build, replay, shape)
 
 
 def local_obligation(step: int, t: Template, name: str, condition: str, statement: str, premises: Sequence[str],

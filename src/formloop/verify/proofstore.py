@@ -51,7 +51,10 @@ def normalized_query(assertions) -> str:
             kids = e.children() if not z3.is_quantifier(e) else [e.body()]
             if not kids and z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
                 decls.add(f"(declare-fun {e.decl().name()} () {e.sort().sexpr()})")
-            head = e.sexpr() if not kids else (e.decl().sexpr() if not z3.is_quantifier(e) else "quantifier " + e.sexpr())
+            if not kids:
+                head = e.sexpr()
+            else:
+                head = e.decl().sexpr() if not z3.is_quantifier(e) else "quantifier " + e.sexpr()
             h = hashlib.blake2b(digest_size=16)
             h.update(head.encode())
             h.update(e.sort().sexpr().encode())
@@ -91,7 +94,8 @@ class ProofStore:
         if row is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
         elif int(row[0]) != SCHEMA_VERSION:
-            raise InvalidInput("proof store schema", row[0], [SCHEMA_VERSION], fix=f"use a fresh file instead of {self.path}")
+            raise InvalidInput("proof store schema", row[0], [SCHEMA_VERSION],
+                               fix=f"use a fresh file instead of {self.path}")
         self.db.commit()
 
     # -- proof nodes ------------------------------------------------------------------------

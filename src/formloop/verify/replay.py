@@ -163,7 +163,8 @@ def _judge(m: _Machine, warps: int, phases: int, first) -> tuple[set[str], str]:
         want = _term(w, tile, j)
         what = {"overwritten": f"slot {slot} was overwritten by warp {owner} before this read",
                 "stale": f"warp {owner} has not yet loaded its part of k-tile {tile} into slot {slot}",
-                "uninitialized": f"slot {slot} cell of warp {owner} was never written (reads of uninitialized slot elements)"}[kind]
+                "uninitialized": f"slot {slot} cell of warp {owner} was never written "
+                                 "(reads of uninitialized slot elements)"}[kind]
         head = f"C[{w},{j}] accumulates {_pair(a, b)} instead of {want}: {what}"
     else:
         head = "results differ from the definition"
@@ -219,10 +220,12 @@ def explore_interleavings(*, S: int, P: int, beta: int, warps: int, phases: int,
                 new_slots = slots[:slot] + ((tuple(cells[0]), tuple(cells[1])),) + slots[slot + 1:]
             elif op[0] == "compute":
                 _, _, tile, slot = op
-                reads = [(slots[slot][0][w], ("A", w, tile))] + [(slots[slot][1][j], ("B", tile, j)) for j in range(warps)]
+                reads = [(slots[slot][0][w], ("A", w, tile))]
+                reads += [(slots[slot][1][j], ("B", tile, j)) for j in range(warps)]
                 for cell, expect in reads:
                     if cell != expect:
-                        kind = "uninitialized" if cell is None else ("overwritten" if _tile_of(cell) > tile else "stale")
+                        later = cell is not None and _tile_of(cell) > tile
+                        kind = "uninitialized" if cell is None else ("overwritten" if later else "stale")
                         found.setdefault(kind, path + (op,))
             new_pcs = pcs[:w] + (pc + 1,) + pcs[w + 1:]
             state = (new_pcs, new_slots)
@@ -280,7 +283,8 @@ class TilingReplay:
         if hits:
             return "; ".join(on_axis or hits)
         others = "; ".join(t for _, _, t in self.lines)
-        return f"replay shows no {' or '.join(sorted(kinds))} defect" + (f" (it does show: {others})" if others else f": {self.text}")
+        shown = f" (it does show: {others})" if others else f": {self.text}"
+        return f"replay shows no {' or '.join(sorted(kinds))} defect" + shown
 
 
 def replay_tiling(m: AxisLoop, n: AxisLoop, k: AxisLoop, *, focus: tuple[str, int] | None = None) -> TilingReplay:
@@ -310,12 +314,14 @@ def replay_tiling(m: AxisLoop, n: AxisLoop, k: AxisLoop, *, focus: tuple[str, in
             x = pick(axis, missing)
             if axis == "K":
                 eg = ", ".join(_term(i, y, j) for y in missing[:2]) + (", …" if len(missing) > 2 else "")
-                lines.append(("missing", axis, f"C[{i},{j}] misses {_count(len(missing), 'reduction term')} ({eg}), as does every element of C"))
+                lines.append(("missing", axis, f"C[{i},{j}] misses {_count(len(missing), 'reduction term')} ({eg}), "
+                                               "as does every element of C"))
             else:
                 cell = (x, j) if axis == "M" else (i, x)
                 what = "rows" if axis == "M" else "columns"
                 lines.append(("missing", axis, f"C[{cell[0]},{cell[1]}] receives none of its {k.extent} terms, e.g. "
-                                         f"{_term(cell[0], 0, cell[1])} is missing ({len(missing)} {what} of C are never written)"))
+                                               f"{_term(cell[0], 0, cell[1])} is missing ({len(missing)} {what} of C "
+                                               "are never written)"))
         if extra:
             x = pick(axis, extra)
             ii, kx, jj = (x if axis == "M" else i), (x if axis == "K" else kk), (x if axis == "N" else j)
@@ -325,11 +331,14 @@ def replay_tiling(m: AxisLoop, n: AxisLoop, k: AxisLoop, *, focus: tuple[str, in
         if beyond:
             x = pick(axis, beyond)
             if axis == "K":
-                lines.append(("padding", axis, f"C[{i},{j}] accumulates padding term {_term(i, x, j)} (k = {x} is beyond K = {extent})"))
+                lines.append(("padding", axis, f"C[{i},{j}] accumulates padding term {_term(i, x, j)} "
+                                               f"(k = {x} is beyond K = {extent})"))
             else:
                 cell = (x, j) if axis == "M" else (i, x)
-                lines.append(("outside", axis, f"a block writes C[{cell[0]},{cell[1]}], outside C ({m.extent}×{n.extent}); "
-                                         f"{len(beyond)} {'rows' if axis == 'M' else 'columns'} beyond the edge are written"))
+                what = "rows" if axis == "M" else "columns"
+                lines.append(("outside", axis, f"a block writes C[{cell[0]},{cell[1]}], outside C "
+                                               f"({m.extent}×{n.extent}); {len(beyond)} {what} beyond the edge "
+                                               "are written"))
     if not lines:
         return TilingReplay(frozenset(), f"every C[i,j] of the {m.extent}×{n.extent}×{k.extent} GEMM receives "
                                          f"each of its {k.extent} terms exactly once")

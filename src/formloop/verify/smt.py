@@ -193,7 +193,8 @@ def admitted(template: Template, names: tuple[str, ...], *, scope: ParamScope | 
         if r == z3.sat:
             out.append(dict(zip(names, values)))
         elif r != z3.unsat:
-            raise SolverFailure(f"z3 could not decide whether {dict(zip(names, values))} is admitted: {s.reason_unknown()}")
+            raise SolverFailure(f"z3 could not decide whether {dict(zip(names, values))} is admitted: "
+                                f"{s.reason_unknown()}")
     return out
 
 

@@ -132,7 +132,8 @@ def decide(query: Query, replay: Callable[[dict], Replay], how: Decision, *,
                                 **common)
     return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start, witness=witness,
                             trace=tuple(rep.trace), replay=rep.account, details=details,
-                            reason=f"solver witness not reproduced by the replay (saw {list(rep.defects) or 'no defect'})",
+                            reason="solver witness not reproduced by the replay "
+                                   f"(saw {list(rep.defects) or 'no defect'})",
                             **common)
 
 

@@ -52,7 +52,8 @@ class ChainConfig:
         if not isinstance(self.depth, int) or self.depth not in STEPS:
             raise InvalidInput("depth", self.depth, sorted(STEPS))
         if not self.shapes or any(not isinstance(n, int) or n not in SHAPE_RANGE for n in self.shapes):
-            raise InvalidInput("shapes", self.shapes, f"one or more whole numbers in {SHAPE_RANGE.start}..{SHAPE_RANGE.stop - 1}")
+            raise InvalidInput("shapes", self.shapes,
+                               f"one or more whole numbers in {SHAPE_RANGE.start}..{SHAPE_RANGE.stop - 1}")
         if len(set(self.shapes)) != len(self.shapes):
             raise InvalidInput("shapes", self.shapes, "distinct values")
         for k, rev in self.revisions.items():
@@ -69,7 +70,8 @@ class ChainConfig:
     def declared_assumptions(self) -> tuple[str, ...]:
         if self.declared is not None:
             return tuple(self.declared)
-        return tuple(a for k in range(1, self.depth + 1) for a in STEPS[k].assumes if _guarantor(a, k, self.depth) is None)
+        return tuple(a for k in range(1, self.depth + 1) for a in STEPS[k].assumes
+                     if _guarantor(a, k, self.depth) is None)
 
 
 def _guarantor(assumption: str, step: int, depth: int) -> int | None:
@@ -122,7 +124,8 @@ def _structural(name: str, ok: bool, reason: str) -> ObligationResult:
                             reason="" if ok else reason, details={"queries": 0, "structural": reason if ok else ""})
 
 
-def build_chain(config: ChainConfig, *, checker_version: str = CHECKER_VERSION, solver: str | None = None) -> ChainBuild:
+def build_chain(config: ChainConfig, *, checker_version: str = CHECKER_VERSION, solver: str | None = None
+                ) -> ChainBuild:
     g = ProofGraph(solver=solver or z3_solver_name(), checker_version=checker_version)
     g.add(Node("workload.contract", "definition", WORKLOAD))
     for a, text in config.assumption_text.items():
@@ -153,8 +156,10 @@ def build_chain(config: ChainConfig, *, checker_version: str = CHECKER_VERSION, 
         fine = [templates[key] for key in templates if key[0] == k]
         coarse = [templates[key] for key in templates if key[0] == k - 1]
         if feas:
-            g.add(Node(name, "statement", f"pi of step {k} maps feasible designs to feasible designs (per shape)", tuple(feas)))
-            tasks[f"proof:{name}"] = (lambda nm: lambda ledger: _structural(nm, True, "follows from the feasibility proofs"))(name)
+            g.add(Node(name, "statement", f"pi of step {k} maps feasible designs to feasible designs (per shape)",
+                       tuple(feas)))
+            tasks[f"proof:{name}"] = (lambda nm: lambda ledger: _structural(
+                nm, True, "follows from the feasibility proofs"))(name)
         else:
             shared = {d for t in fine for d in t.decision_names} & {d for t in coarse for d in t.decision_names}
             prem = tuple(n.name for n in g.nodes.values() if n.name.endswith(".decisions")
@@ -187,7 +192,8 @@ def build_chain(config: ChainConfig, *, checker_version: str = CHECKER_VERSION, 
     g.add(Node("side.environment", "statement", "\n".join(env_lines) or "no environment assumptions",
                ("chain.declared", *(f"assume.{a}" for a in config.assumption_text))))
     tasks["proof:side.environment"] = lambda ledger: _structural("side.environment", not missing, "; ".join(missing))
-    g.add(Node("side.termination", "statement", "every maximal coarse execution terminates (a finite sum)", ("workload.contract",)))
+    g.add(Node("side.termination", "statement", "every maximal coarse execution terminates (a finite sum)",
+               ("workload.contract",)))
     tasks["proof:side.termination"] = lambda ledger: _structural("side.termination", True, "")
     side += ["side.environment", "side.termination"]
     for s in side:
@@ -232,11 +238,14 @@ class ChainReport:
         local = {str(k): [{"obligation": p.removeprefix("proof:"), "key": keys[p],
                            "verdict": self.run.outcomes[p].result.verdict.value} for p in ps]
                  for k, ps in self.build.step_proofs.items()}
-        side = [{"condition": p.removeprefix("proof:"), "key": keys[p], "verdict": self.run.outcomes[p].result.verdict.value,
+        side = [{"condition": p.removeprefix("proof:"), "key": keys[p],
+                 "verdict": self.run.outcomes[p].result.verdict.value,
                  "reason": self.run.outcomes[p].result.reason} for p in self.build.side_proofs]
-        return {"chain": "gemm", "config": config_dict(self.config), "solver": g.solver, "checker_version": g.checker_version,
+        compose = self.run.outcomes[self.build.compose].result.verdict.value
+        return {"chain": "gemm", "config": config_dict(self.config), "solver": g.solver,
+                "checker_version": g.checker_version,
                 "local": local, "side_conditions": side,
-                "compose": {"key": keys[self.build.compose], "verdict": self.run.outcomes[self.build.compose].result.verdict.value},
+                "compose": {"key": keys[self.build.compose], "verdict": compose},
                 "assumptions": list(self.config.declared_assumptions())}
 
     def as_dict(self) -> dict:
@@ -306,7 +315,8 @@ def recheck_certificate(cert: Mapping) -> list[str]:
     """Problems with a chain certificate: it must name the graph its config rebuilds (same keys for
     the same solver and checker version), every local obligation and side condition proved."""
     problems: list[str] = []
-    build = build_chain(config_from_dict(cert["config"]), checker_version=cert["checker_version"], solver=cert["solver"])
+    build = build_chain(config_from_dict(cert["config"]), checker_version=cert["checker_version"],
+                        solver=cert["solver"])
     keys = build.graph.keys()
     listed = {e["obligation"]: e for entries in cert["local"].values() for e in entries}
     for k, proofs in build.step_proofs.items():

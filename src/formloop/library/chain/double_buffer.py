@@ -125,11 +125,13 @@ def simulate(w: dict, n: int, rev: Revision) -> Timeline:
             if kind == "load":
                 pending = [p for p in range(x) if read_slot(p) == s and p not in done]
                 if pending:
-                    tl.flag("step_matching.load", f"load of tile {x} into slot {s} in epoch {epoch} while compute of tile {pending[0]} still needs it")
+                    tl.flag("step_matching.load", f"load of tile {x} into slot {s} in epoch {epoch} while compute "
+                                                  f"of tile {pending[0]} still needs it")
                 slot[s] = x
             else:
                 if slot.get(s) != x:
-                    tl.flag("step_matching.compute", f"compute of tile {x} in epoch {epoch} reads slot {s} holding tile {slot.get(s, 'none')}")
+                    tl.flag("step_matching.compute", f"compute of tile {x} in epoch {epoch} reads slot {s} "
+                                                     f"holding tile {slot.get(s, 'none')}")
                 done.add(x)
     tl.events.extend((ep, kind, {"tile": x, "slot": s}) for ep, kind, x, s in sorted(loads + comps))
     return tl
@@ -143,7 +145,8 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     p = f"step4@n{n}"
     nodes = (*template_nodes(p, t),
              Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n}" + rev.fault_text(FAULTS)),
-             Node(f"{p}.backward_map", "definition", "pi: b[q] = q % S, t[q] = load epoch of q, l[q] = compute epoch of q, "
+             Node(f"{p}.backward_map", "definition", "pi: b[q] = q % S, t[q] = load epoch of q, "
+                                                     "l[q] = compute epoch of q, "
                                                      "z = tile order, nbuf = S"))
     prog = (f"{p}.program", f"{p}.decisions", f"step3@n{n}.program")
     pre = (f"{p}.pre",)
@@ -181,7 +184,8 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
         4, t, name, cond, text, prem, claim, replay, n, assume)
     obligations = (
         ob("initialization", "initialization", "prologue tiles occupy distinct slots", init, (*prog, *pre)),
-        ob("step_matching.load", "step_matching", "a load refills a slot only after every earlier reader of it finished",
+        ob("step_matching.load", "step_matching",
+           "a load refills a slot only after every earlier reader of it finished",
            load, (*prog, *pre)),
         ob("step_matching.compute", "step_matching", "a compute reads the generation the coarse program names",
            compute, (*prog, *pre, "assume.loads_land_before_barrier")),

@@ -33,7 +33,8 @@ PROGRAMS = {
     "default": "for r in range(R): for t in range(r, ceil(K/Tk), R): for kk in range(Tk): "
                "k = t*Tk + kk; if not guard or k < K: partial[r] += A[i,k]*B[k,j]; y = sum(partial)",
     "blocked": "c = ceil(ceil(K/Tk)/R); for r in range(R): for t in range(r*c, min((r+1)*c, ceil(K/Tk))): "
-               "for kk in range(Tk): k = t*Tk + kk; if not guard or k < K: partial[r] += A[i,k]*B[k,j]; y = sum(partial)",
+               "for kk in range(Tk): k = t*Tk + kk; if not guard or k < K: partial[r] += A[i,k]*B[k,j]; "
+               "y = sum(partial)",
 }
 COSTS = {
     "default": ceildiv(ceildiv(K, Tk), R) * Tk * (t_mac + guard * t_guard) + R * t_comb,
@@ -149,7 +150,8 @@ def simulate(w: dict, rev: Revision) -> Timeline:
                 flagged.add(k)
             continue
         if len(adders) > 1:
-            tl.flag("exact_once.unique", f"A[i,{k}]*B[{k},j] is added {len(adders)} times, by groups {adders} (tile {tile})")
+            tl.flag("exact_once.unique",
+                    f"A[i,{k}]*B[{k},j] is added {len(adders)} times, by groups {adders} (tile {tile})")
         if not adders:
             tl.flag("exact_once.cover", f"A[i,{k}]*B[{k},j] is never added")
         elif owner(tile) not in adders:
@@ -216,16 +218,20 @@ def model(shape: int, revs: Mapping[int, Revision]) -> LocalModel:
             {"r1": i1[0], "t1": i1[1], "kk1": i1[2], "r2": i2[0], "t2": i2[1], "kk2": i2[2]}
 
     obligations: list[Obligation] = [
-        local_obligation(1, t, "initialization", "initialization", "partials start empty; each group starts on a tile it owns",
+        local_obligation(1, t, "initialization", "initialization",
+                         "partials start empty; each group starts on a tile it owns",
                          prog, init, replay, None),
         local_obligation(1, t, "step_matching.accumulate", "step_matching",
                          "an accumulate step adds only a product with 0 <= k < K (internal step, relation kept)",
                          (*prog, *pre), accumulate, replay, None, t.preconditions),
-        local_obligation(1, t, "rank", "rank", "each accumulate step lowers the lexicographic rank (R-r, nt-t, Tk-kk) >= 0",
+        local_obligation(1, t, "rank", "rank",
+                         "each accumulate step lowers the lexicographic rank (R-r, nt-t, Tk-kk) >= 0",
                          prog, rank, replay, None),
-        local_obligation(1, t, "progress", "progress", "an unfinished loop nest can always step (positive strides, finite trip count)",
+        local_obligation(1, t, "progress", "progress",
+                         "an unfinished loop nest can always step (positive strides, finite trip count)",
                          prog, progress, replay, None),
-        local_obligation(1, t, "exact_once.cover", "completion", "every product with k < K is added by the group pi assigns it",
+        local_obligation(1, t, "exact_once.cover", "completion",
+                         "every product with k < K is added by the group pi assigns it",
                          (*prog, *pre, f"{p}.backward_map"), cover, replay, None, t.preconditions),
         local_obligation(1, t, "exact_once.unique", "completion", "no product is added by two iterations",
                          (*prog, *pre), unique, replay, None, t.preconditions),

@@ -23,8 +23,8 @@ from functools import lru_cache
 from formloop.expr import all_of, any_of, ceildiv, const, decision, floordiv, implies, minimum, mod, param, total, where
 from formloop.template import Constraint, Template
 from formloop.verify.local import (
-    Fault, LocalModel, Revision, Step, Timeline, by_menu, k1_obligation, k3_obligation, local_obligation, template_nodes,
-    variables,
+    Fault, LocalModel, Revision, Step, Timeline, by_menu, k1_obligation, k3_obligation, local_obligation,
+    template_nodes, variables,
 )
 from formloop.verify.proofgraph import Node
 
@@ -47,7 +47,8 @@ PROGRAMS = {
                    "one per port, while the response queue has room; drain a response if eager or the wave is issued",
 }
 FAULTS = {
-    "port_conflict": Fault("port_conflict", 5, "the arbiter grants two queued requests of one single-port bank per cycle",
+    "port_conflict": Fault("port_conflict", 5,
+                           "the arbiter grants two queued requests of one single-port bank per cycle",
                            "step_matching.serve"),
     "deadlock_queue": Fault("deadlock_queue", 5, "the consumer ignores eager and drains only after the whole wave",
                             "progress"),
@@ -89,7 +90,8 @@ class _State:
         self.q = list(variables(" ".join(f"q{b}_{tag}" for b in range(MAX_BANKS))))
 
     def symbols(self, tag: str) -> dict:
-        return {f"I_{tag}": self.I, f"R_{tag}": self.R, f"D_{tag}": self.D, **{f"q{b}_{tag}": q for b, q in enumerate(self.q)}}
+        return {f"I_{tag}": self.I, f"R_{tag}": self.R, f"D_{tag}": self.D,
+                **{f"q{b}_{tag}": q for b, q in enumerate(self.q)}}
 
 
 def _bank(e, r):
@@ -172,7 +174,8 @@ def simulate(w: dict, n: int, rev: Revision) -> Timeline:
             grants.append(gb)
             used += gb
         if max(grants, default=0) > PORTS:
-            tl.flag("step_matching.serve", f"bank {grants.index(max(grants))} is granted {max(grants)} requests in one cycle "
+            tl.flag("step_matching.serve", f"bank {grants.index(max(grants))} is granted {max(grants)} requests "
+                                           "in one cycle "
                                            f"with {PORTS} port (queues {list(qs)}, responses {R})")
             _path(tl, parent, s)
         moves = []
@@ -217,7 +220,8 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     t = template(n, rev)
     p = f"step5@n{n}"
     nodes = (*template_nodes(p, t),
-             Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n} ports={PORTS}" + rev.fault_text(FAULTS)))
+             Node(f"{p}.program", "definition",
+                  PROGRAMS[rev.program] + f"\nn={n} ports={PORTS}" + rev.fault_text(FAULTS)))
     prog = (f"{p}.program", f"{p}.decisions", f"step4@n{n}.program")
     pre = (f"{p}.pre",)
     replay = lambda w: simulate(w, n, rev).replay()  # noqa: E731
@@ -241,7 +245,8 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
         g = _grants(e, s.q, s.R, rev)
         after = [s.q[b] - g[b] for b in range(MAX_BANKS)]
         return implies(_inv(e, bk, s.I, s.q, s.R, s.D),
-                       all_of(*[gb <= PORTS for gb in g], _inv(e, bk, s.I, after, s.R + total(*g), s.D))), s.symbols("s")
+                       all_of(*[gb <= PORTS for gb in g], _inv(e, bk, s.I, after, s.R + total(*g), s.D))), \
+            s.symbols("s")
 
     def data(e):
         return all_of(*[_bank(e, r1).ne(_bank(e, r2)) | _row(e, r1).ne(_row(e, r2))
@@ -259,10 +264,11 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
         rk = lambda I, qs, D: 3 * n - 2 * I + total(*qs) - D  # noqa: E731
         k = _next_bank(bk, s.I)
         inv = _inv(e, bk, s.I, s.q, s.R, s.D)
-        issue_ok = implies((s.I < n) & (_sel(s.q, k) < e["Q"]),
-                           rk(s.I + 1, [s.q[b] + where(k.eq(b), 1, 0) for b in range(MAX_BANKS)], s.D) < rk(s.I, s.q, s.D))
-        serve_ok = all_of(*[implies((s.q[b] > 0) & (s.R < e["Qr"]),
-                                    rk(s.I, [s.q[c] - (1 if c == b else 0) for c in range(MAX_BANKS)], s.D) < rk(s.I, s.q, s.D))
+        now = rk(s.I, s.q, s.D)
+        issued = [s.q[b] + where(k.eq(b), 1, 0) for b in range(MAX_BANKS)]
+        issue_ok = implies((s.I < n) & (_sel(s.q, k) < e["Q"]), rk(s.I + 1, issued, s.D) < now)
+        served = lambda b: [s.q[c] - (1 if c == b else 0) for c in range(MAX_BANKS)]  # noqa: E731
+        serve_ok = all_of(*[implies((s.q[b] > 0) & (s.R < e["Qr"]), rk(s.I, served(b), s.D) < now)
                             for b in range(MAX_BANKS)])
         drain_ok = implies(_drain_enabled(e, n, s, rev), rk(s.I, s.q, s.D + 1) < rk(s.I, s.q, s.D))
         return implies(inv, all_of(rk(s.I, s.q, s.D) >= 0, issue_ok, serve_ok, drain_ok)), s.symbols("s")
@@ -273,7 +279,8 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
         k = _next_bank(bk, s.I)
         can_issue = (s.I < n) & (_sel(s.q, k) < e["Q"])
         can_serve = any_of(*[all_of(e["nb"] > b, s.q[b] > 0, s.R < e["Qr"]) for b in range(MAX_BANKS)])
-        stuck = all_of(_inv(e, bk, s.I, s.q, s.R, s.D), s.D < n, ~any_of(can_issue, can_serve, _drain_enabled(e, n, s, rev)))
+        can_drain = _drain_enabled(e, n, s, rev)
+        stuck = all_of(_inv(e, bk, s.I, s.q, s.R, s.D), s.D < n, ~any_of(can_issue, can_serve, can_drain))
         return ~stuck, s.symbols("s")
 
     def service(e):
@@ -291,14 +298,16 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     obligations = (
         ob("initialization", "initialization", "the empty system satisfies the invariant", init),
         ob("step_matching.issue", "step_matching", "an issue is internal and keeps the invariant", issue),
-        ob("step_matching.serve", "step_matching", "a cycle's grants use at most one port per bank and keep the invariant",
+        ob("step_matching.serve", "step_matching",
+           "a cycle's grants use at most one port per bank and keep the invariant",
            serve),
         ob("step_matching.data", "step_matching", "each lane's word lives at a distinct (bank, row)", data),
         ob("step_matching.drain", "step_matching", "a drain delivers one response and keeps the invariant", drain),
         ob("rank", "rank", "rank 3n - 2I + sum(q) - D is a natural number and falls on every transition", rank),
         ob("progress", "progress", "no reachable state is stuck before the wave is drained (no deadlock)",
            progress, (*prog, *pre)),
-        ob("progress.service", "progress", "under the arbitration bound A a queued request is granted within Q*A cycles",
+        ob("progress.service", "progress",
+           "under the arbitration bound A a queued request is granted within Q*A cycles",
            service, (*prog, "assume.arbitration")),
         ob("completion", "completion", "when every response is drained, every request was issued and served once",
            completion),

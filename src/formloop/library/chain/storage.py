@@ -64,7 +64,8 @@ def separation(b: dict, t: dict, l: dict, z: dict, n: int, tau: int) -> list[Con
 
 def order(t: dict, l: dict, n: int) -> list[Constraint]:
     out = [Constraint(f"ready{v}", t[v] + 1 <= l[v], "order", "a tile is read after it is written") for v in range(n)]
-    out += [Constraint(f"seq{v}", l[v] + 1 <= l[v + 1], "order", "step 1 consumes tiles in order") for v in range(n - 1)]
+    out += [Constraint(f"seq{v}", l[v] + 1 <= l[v + 1], "order", "step 1 consumes tiles in order")
+            for v in range(n - 1)]
     return out
 
 
@@ -103,11 +104,13 @@ def simulate(w: dict, n: int) -> Timeline:
             if kind == "write":
                 held = mem.get(buf)
                 if held is not None and held != v and held not in read_done:
-                    tl.flag("step_matching.write", f"write of tile {v} at {time} destroys tile {held} in buffer {buf} before its last read")
+                    tl.flag("step_matching.write", f"write of tile {v} at {time} destroys tile {held} in buffer {buf} "
+                                                   "before its last read")
                 mem[buf] = v
             else:
                 if mem.get(buf) != v:
-                    tl.flag("step_matching.read", f"read of tile {v} at {time} finds {mem.get(buf, 'nothing')} in buffer {buf}")
+                    tl.flag("step_matching.read",
+                            f"read of tile {v} at {time} finds {mem.get(buf, 'nothing')} in buffer {buf}")
                 read_done.add(v)
     reads = [v for _, _, v in sorted(e for e in events if e[1] == "read")]
     if reads != sorted(reads) or len({w[f"l{v}"] for v in range(n)}) < n:
@@ -127,7 +130,8 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     t = template(n, rev)
     p = f"step2@n{n}"
     nm = names(n)
-    nodes = (*template_nodes(p, t), Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n} H={horizon(n)}"))
+    nodes = (*template_nodes(p, t),
+             Node(f"{p}.program", "definition", PROGRAMS[rev.program] + f"\nn={n} H={horizon(n)}"))
     prog = (f"{p}.program", f"{p}.decisions", "step1.program")
     pre = (f"{p}.pre",)
     replay = lambda w: simulate(w, n).replay()  # noqa: E731
@@ -167,12 +171,16 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
         2, t, name, cond, text, prem, claim, replay, n, assume)
     obligations = (
         ob("initialization", "initialization", "no tile is live before the start; every buffer starts unowned", init),
-        ob("step_matching.write", "step_matching", "a write never destroys a tile that is still to be read", write, (*prog, *pre)),
-        ob("step_matching.read", "step_matching", "each read returns the tile the coarse read consumes (lifetime)", read, (*prog, *pre)),
-        ob("step_matching.order", "step_matching", "reads happen in the order step 1 consumes tiles", in_order, (*prog, *pre)),
+        ob("step_matching.write", "step_matching", "a write never destroys a tile that is still to be read", write,
+           (*prog, *pre)),
+        ob("step_matching.read", "step_matching", "each read returns the tile the coarse read consumes (lifetime)",
+           read, (*prog, *pre)),
+        ob("step_matching.order", "step_matching", "reads happen in the order step 1 consumes tiles", in_order,
+           (*prog, *pre)),
         ob("rank", "rank", "every event lowers the count of remaining events", rank),
         ob("progress", "progress", "every pending event lies in the horizon, so an unfinished run can step", progress),
-        ob("completion", "completion", "when the last tile is read, every tile has been read once", completion, (*prog, *pre)),
+        ob("completion", "completion", "when the last tile is read, every tile has been read once", completion,
+           (*prog, *pre)),
         k1_obligation(2, t, p, ["separation", "order"], n),
         k3_obligation(2, t, p, {**{f"b{v}": 0 for v in range(n)}, **{f"t{v}": 2 * v for v in range(n)},
                                 **{f"l{v}": 2 * v + 1 for v in range(n)}, **{nm["z"][uv]: 1 for uv in pairs(n)}}, n),

@@ -72,7 +72,8 @@ def template(n: int, rev: Revision = Revision()) -> Template:
     scope += [Constraint(f"coarse_z{u}_{v}", z[u, v] <= 1, "scope", "z is binary") for u, v in pairs(n)]
     c = {v: i[v] + LAT for v in range(n)}
     ready = (lambda v: i[v] + 1 <= l[v]) if rev.fault == "read_before_complete" else (lambda v: c[v] + 1 <= l[v])
-    landing = [Constraint(f"land{v}", t[v] <= c[v], "landing", "the copy lands after the buffer is free") for v in range(n)]
+    landing = [Constraint(f"land{v}", t[v] <= c[v], "landing", "the copy lands after the buffer is free")
+               for v in range(n)]
     readiness = [Constraint(f"ready{v}", ready(v), "readiness", "the read waits for the copy") for v in range(n)]
     pre = [Constraint(f"pre_{x.name}", x.expr, x.group, x.doc) for x in (*landing, *readiness)]
     hold = sum((l[v] - i[v] for v in range(n)), start=const(0))
@@ -108,16 +109,20 @@ def simulate(w: dict, n: int, rev: Revision) -> Timeline:
             if kind == "land":
                 twin = [u for tm, _, k, u in events if k == "land" and tm == time and u != v and w[f"b{u}"] == buf]
                 if twin:
-                    tl.flag("step_matching.land", f"copies of tiles {v} and {twin[0]} land in buffer {buf} at the same time {time}")
+                    tl.flag("step_matching.land",
+                            f"copies of tiles {v} and {twin[0]} land in buffer {buf} at the same time {time}")
                 held = mem.get(buf)
                 if held is not None and held != v and held not in read_done:
-                    tl.flag("step_matching.land", f"copy of tile {v} lands at {time} over tile {held} in buffer {buf} before its last read")
+                    tl.flag("step_matching.land", f"copy of tile {v} lands at {time} over tile {held} in buffer {buf} "
+                                                  "before its last read")
                 if time < w[f"t{v}"]:
-                    tl.flag("step_matching.land", f"copy of tile {v} lands at {time}, before its buffer is free at {w[f't{v}']}")
+                    tl.flag("step_matching.land",
+                            f"copy of tile {v} lands at {time}, before its buffer is free at {w[f't{v}']}")
                 mem[buf] = v
             elif kind == "read":
                 if mem.get(buf) != v:
-                    tl.flag("step_matching.read", f"read of tile {v} at {time} finds {mem.get(buf, 'nothing')} in buffer {buf}"
+                    tl.flag("step_matching.read",
+                            f"read of tile {v} at {time} finds {mem.get(buf, 'nothing')} in buffer {buf}"
                                                   f" (issued {w[f'i{v}']}, lands {w[f'i{v}'] + lat})")
                 read_done.add(v)
     if any(w[f"i{v}"] + lat > storage.horizon(n) for v in range(n)):
@@ -156,12 +161,12 @@ def model(n: int, revs: Mapping[int, Revision]) -> LocalModel:
     def land(e):
         # The completion matches the coarse write: it lands no earlier than the buffer is free and
         # never over a tile that landed earlier in the same buffer and is still to be read.
-        return all_of(*[all_of(Tw(e, v) <= C(e, v), *[~all_of(B(e, u).eq(B(e, v)), C(e, u) <= C(e, v), C(e, v) <= L(e, u))
-                                                      for u in range(n) if u != v]) for v in range(n)])
+        over = lambda u, v: all_of(B(e, u).eq(B(e, v)), C(e, u) <= C(e, v), C(e, v) <= L(e, u))  # noqa: E731
+        return all_of(*[all_of(Tw(e, v) <= C(e, v), *[~over(u, v) for u in range(n) if u != v]) for v in range(n)])
 
     def read(e):
-        return all_of(*[all_of(C(e, v) < L(e, v), *[~all_of(B(e, u).eq(B(e, v)), C(e, v) <= C(e, u), C(e, u) <= L(e, v))
-                                                    for u in range(n) if u != v]) for v in range(n)])
+        clobbered = lambda u, v: all_of(B(e, u).eq(B(e, v)), C(e, v) <= C(e, u), C(e, u) <= L(e, v))  # noqa: E731
+        return all_of(*[all_of(C(e, v) < L(e, v), *[~clobbered(u, v) for u in range(n) if u != v]) for v in range(n)])
 
     def rank(e):
         return all_of(*[(I(e, v) >= EARLIEST) & (C(e, v) - I(e, v) >= 1) for v in range(n)])
