@@ -127,3 +127,17 @@ def test_gpu_contract_k3_over_every_extent_and_a_range_of_chips():
 def test_bad_chip_ranges_name_the_field(tiling, ranges, field):
     with pytest.raises(InvalidInput, match=field):
         prove_template(tiling, chip_ranges=ranges)
+
+
+def test_certificates_say_what_they_prove_about_the_extents(tiling):
+    # gemm-tiling's rules read no extent: K1/K3 hold trivially in M, N, K, which enter through the
+    # index obligations (every extent >= 1); the GPU contract's C4/C5 read K and N.
+    cert = prove_template(tiling)
+    assert cert.workload == {"fixed": {"e": 4}, "read": [], "unread": ["M", "N", "K"],
+                             "lower": {"M": 1, "N": 1, "K": 1}}
+    assert "M, N, K symbolic but read by no constraint" in cert.workload_statement()
+    assert all(r.details["scope"] == "every M >= 1" for r in cert.obligations if r.obligation.startswith("coverage[M"))
+    gpu = prove_template(get_template("gemm-tiling-gpu", dtype="bf16"))
+    assert gpu.verdict is Verdict.PROVED and gpu.workload["read"] == ["N", "K"]
+    assert "K1/K3 hold for every N >= 1, K >= 1" in gpu.workload_statement()
+    assert Certificate.from_json(gpu.to_json()).workload == gpu.workload

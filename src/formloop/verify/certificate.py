@@ -87,6 +87,7 @@ class Certificate:
     fixed_reason: str = ""
     bounds: Mapping[str, Any] = field(default_factory=dict)
     chip: Mapping[str, Any] = field(default_factory=dict)
+    workload: Mapping[str, Any] = field(default_factory=dict)
     timeout_s: float = 10.0
     solver: str = ""
     formloop_version: str = ""
@@ -108,7 +109,7 @@ class Certificate:
             "format": FORMAT, "template": self.template, "template_hash": self.template_hash,
             "options": dict(self.options), "verdict": self.verdict.value, "counts": self.counts(),
             "fixed": dict(self.fixed), "fixed_reason": self.fixed_reason, "bounds": dict(self.bounds),
-            "chip": dict(self.chip), "timeout_s": self.timeout_s, "solver": self.solver,
+            "chip": dict(self.chip), "workload": dict(self.workload), "timeout_s": self.timeout_s, "solver": self.solver,
             "formloop_version": self.formloop_version,
             "created": self.created, "seconds": self.seconds,
             "obligations": [_result_dict(r) for r in self.obligations],
@@ -133,7 +134,8 @@ class Certificate:
             for o in d["obligations"])
         return cls(template=d["template"], template_hash=d["template_hash"], options=d["options"],
                    obligations=obligations, fixed=d.get("fixed", {}), fixed_reason=d.get("fixed_reason", ""),
-                   bounds=d.get("bounds", {}), chip=d.get("chip", {}), timeout_s=d.get("timeout_s", 10.0),
+                   bounds=d.get("bounds", {}), chip=d.get("chip", {}), workload=d.get("workload", {}),
+                   timeout_s=d.get("timeout_s", 10.0),
                    solver=d.get("solver", ""),
                    formloop_version=d.get("formloop_version", ""), created=d.get("created", ""),
                    seconds=d.get("seconds", 0.0))
@@ -152,6 +154,21 @@ class Certificate:
                             f"{k} in {{{', '.join(str(x) for x in v)}}}" for k, v in c["symbolic"].items())
             return f"chip: symbolic over {sym}" + (f"; fixed {fixed}" if fixed else "") + unread
         return f"chip: fixed ({fixed or 'no chip parameter is read'})" + unread
+
+    def workload_statement(self) -> str:
+        """What the proof says about the workload parameters, in words."""
+        w = self.workload
+        if not w:
+            return "workload: not recorded (certificate older than workload records)"
+        every = lambda ns: ", ".join(f"{n} >= {w['lower'][n]}" for n in ns)  # noqa: E731
+        parts = []
+        if w.get("read"):
+            parts.append(f"K1/K3 hold for every {every(w['read'])} (read by the rules)")
+        if w.get("unread"):
+            parts.append(f"{', '.join(w['unread'])} symbolic but read by no constraint or precondition")
+        if w.get("fixed"):
+            parts.append("fixed " + ", ".join(f"{k}={v}" for k, v in w["fixed"].items()))
+        return "workload: " + "; ".join(parts)
 
     def uncovered(self, chip_values: Mapping[str, Real]) -> list[str]:
         """Why the chip with parameter values `chip_values` (a template's `bind_chip(chip)`) lies
@@ -261,6 +278,20 @@ def _chip_record(template: Template, scope: ParamScope, pinned: bool) -> dict[st
     }
 
 
+def _workload_record(template: Template, scope: ParamScope) -> dict[str, Any]:
+    """What K1/K3 say about the workload parameters: which the rules read (so the proof is a real
+    statement about every value of them), which are fixed (the element size of a dtype), and
+    which are symbolic but read by no rule (K1/K3 hold trivially in them; they enter through the
+    plan's index obligations, proved for every extent)."""
+    read = rule_params(template)
+    names = [p.name for p in template.params if p.payload.kind == "workload"]
+    lower = {p.name: p.payload.lower for p in template.params}
+    return {"fixed": {n: scope.fixed[n] for n in names if n in scope.fixed},
+            "read": [n for n in names if n in read and n not in scope.fixed],
+            "unread": [n for n in names if n not in read and n not in scope.fixed],
+            "lower": {n: lower[n] for n in names if n not in scope.fixed}}
+
+
 def prove_template(template: Template, *, timeout_s: float = 10.0, chip: Mapping[str, Real] | None = None,
                    chip_ranges: ChipRanges | None = None) -> Certificate:
     """K1, K3 and the template's own obligations (its `obligations` hook), once for the family.
@@ -280,7 +311,8 @@ def prove_template(template: Template, *, timeout_s: float = 10.0, chip: Mapping
     return Certificate(
         template=template.name, template_hash=template.content_hash, options=dict(template.options),
         obligations=tuple(results), fixed=dict(scope.fixed), fixed_reason=plan.fixed_reason,
-        bounds=dict(plan.bounds), chip=_chip_record(template, scope, chip is not None), timeout_s=timeout_s,
+        bounds=dict(plan.bounds), chip=_chip_record(template, scope, chip is not None),
+        workload=_workload_record(template, scope), timeout_s=timeout_s,
         solver=z3_solver_name(), formloop_version=_formloop_version(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         seconds=time.perf_counter() - start,
