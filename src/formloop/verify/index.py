@@ -20,7 +20,7 @@ from formloop.errors import InvalidInput
 from formloop.expr import Expr, evaluate
 from formloop.expr.to_z3 import symbols, to_z3
 from formloop.verify.outcome import ObligationResult, Verdict, verdict_of_validity, z3_solver_name
-from formloop.verify.solver import Decision, Query, Replay, decide, new_optimizer, new_solver, py_value, query_text
+from formloop.verify.solver import Question, Query, Replay, decide, new_optimizer, new_solver, py_value, query_text
 
 INDEX_OBLIGATIONS = ("coverage", "exact-once", "no-phantom")
 
@@ -146,7 +146,7 @@ def check_partition(name: str, ranges: Sequence[tuple[Expr, Expr]], extent: Expr
                 f"{bounds} (parts {owners})")
         return Replay(("partition",) if ok else (), (("ranges", tuple(bounds)),), text)
 
-    how = Decision(name, "partition", timeout_s, smallest=(extent.name, index.name),
+    how = Question(name, "partition", timeout_s, smallest=(extent.name, index.name),
                    details={"scope": f"every {extent.name} >= 1", "parts": len(ranges)})
     return decide(query, replay, how)
 
@@ -179,6 +179,6 @@ def check_bijection(name: str, var: Expr, count: Expr, images: Sequence[tuple[Ex
         return Replay(("bijection",) if (out or dup) else (), ((var.name, w[f"{var.name}_a"], pa),
                                                                 (var.name, w[f"{var.name}_b"], pb)), text)
 
-    how = Decision(name, "bijection", timeout_s, smallest=tuple(names),
+    how = Question(name, "bijection", timeout_s, smallest=tuple(names),
                    details={"scope": f"every {', '.join(sizes)} >= 1"})
     return decide(Query(facts, names), replay, how)

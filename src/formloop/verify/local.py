@@ -29,7 +29,7 @@ from formloop.verify.lowering import TemplateLowering
 from formloop.verify.outcome import ObligationResult
 from formloop.verify.proofgraph import Node, QueryLedger
 from formloop.verify.smt import k1_query, k1_replay, k3_query, k3_replay
-from formloop.verify.solver import Decision, Query, Replay, decide
+from formloop.verify.solver import Question, Query, Replay, decide
 
 CONDITIONS = ("initialization", "step_matching", "progress", "completion", "rank", "feasibility", "K1", "K3")
 TIMEOUT_MS = 20_000
@@ -140,7 +140,7 @@ def variables(names: str) -> tuple[Expr, ...]:
 
 def check_obligation(ob: Obligation, ledger: QueryLedger, *, timeout_ms: int = TIMEOUT_MS) -> ObligationResult:
     """Check one obligation: UNSAT proves it; a model is replayed before it counts as a counterexample."""
-    how = Decision(ob.node, ob.name, timeout_ms / 1000, keep_query=False,
+    how = Question(ob.node, ob.name, timeout_ms / 1000, keep_query=False,
                    details={"condition": ob.condition, "shape": ob.shape})
     return decide(ob.build(), ob.replay, how, ledger=ledger)
 

@@ -22,7 +22,7 @@ from formloop.expr import Expr, evaluate, grid_env, render
 from formloop.template import Template
 from formloop.verify.lowering import ParamScope, TemplateLowering, proof_scope
 from formloop.verify.outcome import ObligationResult, Verdict, z3_solver_name
-from formloop.verify.solver import Decision, Ledger, Query, Replay, decide, new_solver, query_text
+from formloop.verify.solver import Question, Ledger, Query, Replay, decide, new_solver, query_text
 
 Design = Mapping[str, Expr | Real]
 
@@ -70,7 +70,7 @@ def check_k1(template: Template, *, groups: Sequence[str] | None = None, scope: 
     parameters `fixed` (default: those the template's proof plan fixes) are fixed, the rest symbolic.
     The counterexample, if any, is the smallest witness (decisions in order, then parameters)."""
     low = TemplateLowering(template, scope or _scope(template, fixed))
-    how = Decision(name, "K1", timeout_s, smallest=(*template.decision_names, *low.params), keep_query=keep_query,
+    how = Question(name, "K1", timeout_s, smallest=(*template.decision_names, *low.params), keep_query=keep_query,
                    details={**_note(low.scope), **(details or {})})
     return decide(k1_query(low, groups), k1_replay(template, groups, low.fixed), how, ledger=ledger)
 
@@ -119,7 +119,7 @@ def check_k3(template: Template, *, witness: Design | None = None, scope: ParamS
     low = TemplateLowering(template, scope or _scope(template, fixed))
     note = {**_note(low.scope), **(details or {})}
     if witness is not None:
-        how = Decision(name, "K3", timeout_s, keep_query=keep_query, details=note)
+        how = Question(name, "K3", timeout_s, keep_query=keep_query, details=note)
         return decide(k3_query(low, [witness]), k3_replay(template, witness, low.fixed), how, ledger=ledger)
     return _search_k3(template, low, timeout_s, max_rounds, name, note)
 

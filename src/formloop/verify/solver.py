@@ -91,7 +91,7 @@ class Ledger(Protocol):
 
 
 @dataclass(frozen=True)
-class Decision:
+class Question:
     """How one query is put: its name, the defect its replay must show, and what to record."""
 
     name: str
@@ -102,7 +102,7 @@ class Decision:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
-def decide(query: Query, replay: Callable[[dict], Replay], how: Decision, *,
+def decide(query: Query, replay: Callable[[dict], Replay], how: Question, *,
            ledger: Ledger | None = None) -> ObligationResult:
     """Check `query`: UNSAT proves the claim; a model is decoded, made smallest when asked, and
     replayed; only a replay showing `how.defect` makes a counterexample."""
@@ -123,7 +123,7 @@ def decide(query: Query, replay: Callable[[dict], Replay], how: Decision, *,
     if verdict is Verdict.UNRESOLVED:
         return ObligationResult(verdict=verdict, seconds=time.perf_counter() - start,
                                 reason=f"z3 {result}: {solver.reason_unknown()}", details=details, **common)
-    model = _smallest_model(query, how) if how.smallest else solver.model()
+    model = (_smallest_model(query, how) if how.smallest else None) or solver.model()
     witness = decode(model, query.symbols)
     rep = replay(witness)
     if how.defect in rep.defects:
@@ -137,18 +137,13 @@ def decide(query: Query, replay: Callable[[dict], Replay], how: Decision, *,
                             **common)
 
 
-def _smallest_model(query: Query, how: Decision) -> z3.ModelRef:
+def _smallest_model(query: Query, how: Question) -> z3.ModelRef | None:
     """The model minimizing `how.smallest` in order (integers only), so every run reports the
-    same counterexample; falls back to any model if the optimizer gives up."""
+    same counterexample; None if the optimizer gives up (the caller keeps the solver's model)."""
     opt = new_optimizer(how.timeout_s)
     opt.add(*query.assertions)
     for name in how.smallest:
         sym = query.symbols.get(name)
         if sym is not None and z3.is_int(sym):  # a real may have no smallest value
             opt.minimize(sym)
-    if opt.check() == z3.sat:
-        return opt.model()
-    s = new_solver(how.timeout_s)
-    s.add(*query.assertions)
-    s.check()
-    return s.model()
+    return opt.model() if opt.check() == z3.sat else None
