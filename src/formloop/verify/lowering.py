@@ -115,9 +115,12 @@ class TemplateLowering:
         if not isinstance(e, Expr):
             return z3.BoolVal(e) if isinstance(e, bool) else (z3.IntVal(e) if isinstance(e, int) else z3.RealVal(e))
         e = self._fold(e)
-        for name, sym in symbols(e).items():
-            self.env.setdefault(name, sym)
-        return to_z3(e, self.env)
+        try:
+            return to_z3(e, self.env)
+        except KeyError:  # a bound variable of a claim, seen for the first time
+            for name, sym in symbols(e).items():
+                self.env.setdefault(name, sym)
+            return to_z3(e, self.env)
 
     def holds(self, rules: Sequence[Constraint] | Mapping[str, Expr], env: Mapping[str, Expr | Real] | None = None
               ) -> z3.BoolRef:
