@@ -98,3 +98,23 @@ def test_weak_certificate_keeps_replayable_traces(certs):
 def test_bad_certificate_text_names_the_field():
     with pytest.raises(InvalidInput, match="certificate"):
         Certificate.from_json("{}")
+
+
+def test_check_claim_proves_what_holds_and_replays_what_does_not():
+    from formloop.expr import ceildiv, implies, param
+    from formloop.library.gemm_tiling import K, Ms, S, Tk, Tm, Tn
+    from formloop.verify import check_claim
+
+    t = get_template("gemm-tiling")
+    x = param("x", lower=None)
+    # every reduction index lies in the k-tiles a block walks: true for every design and every K
+    walk = implies((x >= 0) & (x < K), x < ceildiv(K, Tk) * Tk)
+    assert check_claim(t, "tail", walk).verdict is Verdict.PROVED
+    # false: the slots of every allowed design fit in half the shared memory
+    half = check_claim(t, "half", 2 * S * 4 * (Tm + Tn) * Tk <= Ms, assume="constraints")
+    assert half.verdict is Verdict.COUNTEREXAMPLE
+    w = {**fixed_parameters(t), **half.witness}
+    assert all(bool(evaluate(c.expr, w)) for c in t.constraints)
+    assert 2 * w["S"] * 4 * (w["Tm"] + w["Tn"]) * w["Tk"] > w["Ms"]
+    with pytest.raises(InvalidInput, match="assume"):
+        check_claim(t, "bad", walk, assume="everything")

@@ -8,16 +8,11 @@ constraint that states it is what lets the verifier prove K1 (C implies Pre).
 Load it with `formloop run rmsnorm --shape R=4096,D=4096 --template examples/templates/rownorm.py:rownorm`.
 `rownorm_loose` is the same family with a wrong constraint (it admits blocks half a row wide): the
 verifier refuses it with a counterexample to K1."""
-import time
-
 import numpy as np
-import z3
 
-from formloop.expr import ceildiv, decision, floordiv, maximum, param
-from formloop.expr.to_z3 import domain_constraints, symbols, to_z3
+from formloop.expr import ceildiv, decision, floordiv, implies, maximum, param
 from formloop.template import Constraint, Template
-from formloop.verify import IndexAxis, ObligationResult, ProofPlan, check_index, verdict_of_validity
-from formloop.verify.outcome import Verdict, z3_solver_name
+from formloop.verify import IndexAxis, ObligationResult, ProofPlan, ProofRun, Replay, check_claim, check_index
 
 BLOCK = decision("BLOCK", (128, 256, 512, 1024, 2048, 4096, 8192), doc="columns one program holds per row")
 W = decision("W", (1, 2, 4, 8, 16), doc="warps per program")
@@ -66,7 +61,8 @@ def replay_rows(obligation: str, axis: str, tile: int, extent: int, index: int) 
     kinds = {"missing"} if (hits[:extent] == 0).any() else set()
     kinds |= {"duplicate"} if (hits > 1).any() else set()
     kinds |= {"outside"} if hits[extent:].any() else set()
-    return kinds, f"rows={extent}, RB={tile}: row {index} normalized {hits[index] if 0 <= index < len(hits) else 0} times"
+    times = hits[index] if 0 <= index < len(hits) else 0
+    return kinds, f"rows={extent}, RB={tile}: row {index} normalized {times} times"
 
 
 def replay_columns(block: int, d: int) -> str:
@@ -77,34 +73,27 @@ def replay_columns(block: int, d: int) -> str:
     return f"BLOCK={block}, D={d}: pass sums {float((seen ** 2).sum()):g}, row sums {float((x ** 2).sum()):g}"
 
 
-def single_pass_covers(t: Template, timeout_s: float) -> ObligationResult:
+column = param("column", lower=None, doc="a column index (verification only)")
+
+
+def single_pass_covers(t: Template, run: ProofRun) -> ObligationResult:
     """Under scope and Pre, every column index below D is one of the BLOCK lanes of the pass."""
-    start = time.perf_counter()
-    pre = [c.expr for c in t.preconditions]
-    roots = (*[c.expr for c in t.scope], *pre, BLOCK, D)
-    env = symbols(*roots)
-    col = z3.Int("column")
-    s = z3.Solver()
-    s.set("timeout", max(1, int(timeout_s * 1000)))
-    s.add(*domain_constraints(roots, env), *[to_z3(c.expr, env) for c in t.scope], *[to_z3(p, env) for p in pre],
-          col >= 0, col < env["D"], z3.Not(col < env["BLOCK"]))
-    verdict = verdict_of_validity(s.check())
-    common = dict(obligation="coverage[columns, single pass]", solver=z3_solver_name(), query=s.to_smt2())
-    if verdict is Verdict.COUNTEREXAMPLE:
-        m = s.model()
-        w = {"BLOCK": m.eval(env["BLOCK"]).as_long(), "D": m.eval(env["D"]).as_long(), "column": m.eval(col).as_long()}
-        return ObligationResult(verdict=verdict, seconds=time.perf_counter() - start, witness=w,
-                                replay=replay_columns(w["BLOCK"], w["D"]), **common)
-    return ObligationResult(verdict=verdict, seconds=time.perf_counter() - start,
-                            reason="" if verdict is Verdict.PROVED else f"z3: {s.reason_unknown()}", **common)
+    def replay(w: dict) -> Replay:
+        missed = 0 <= w["column"] < w["D"] and not w["column"] < w["BLOCK"]
+        return Replay(("coverage[columns, single pass]",) if missed else (), (("witness", dict(w)),),
+                      replay_columns(w["BLOCK"], w["D"]))
+
+    claim = implies((column >= 0) & (column < D), column < BLOCK)
+    return check_claim(t, "coverage[columns, single pass]", claim, scope=run.scope, timeout_s=run.timeout_s,
+                       replay=replay)
 
 
 def obligations(t: Template) -> ProofPlan:
     """The verifier's hook: the rows of the launch grid are covered exactly once, and the single
     pass reads every column (from Pre)."""
-    checks = [lambda timeout_s, rb=rb, ob=ob: [check_index(ROWS, ob, rb, replay=replay_rows, timeout_s=timeout_s)]
+    checks = [lambda run, rb=rb, ob=ob: [check_index(ROWS, ob, rb, replay=replay_rows, timeout_s=run.timeout_s)]
               for rb in RB.decision.menu for ob in ("coverage", "exact-once", "no-phantom")]
-    checks.append(lambda timeout_s: [single_pass_covers(t, timeout_s)])
+    checks.append(lambda run: [single_pass_covers(t, run)])
     return ProofPlan(checks=tuple(checks))
 
 

@@ -11,11 +11,12 @@ from formloop.verify.index import IndexAxis, check_bijection, check_index, check
 from formloop.verify.instance import InstanceCheck, check_instance
 from formloop.verify.lowering import ParamScope, proof_scope
 from formloop.verify.outcome import ObligationResult, Verdict, toolchain, verdict_of_validity
-from formloop.verify.smt import admitted, check_k1, check_k3
+from formloop.verify.smt import admitted, check_claim, check_k1, check_k3
+from formloop.verify.solver import Replay
 
 __all__ = [
     "Certificate", "IndexAxis", "InstanceCheck", "ObligationResult", "ParamScope", "ProofPlan", "ProofRun",
-    "Recheck", "Schedule", "Verdict", "admitted", "check_bijection", "check_index", "check_instance", "check_k1",
-    "check_k3", "check_partition", "check_schedule", "check_schedule_obligation", "overall", "plan_of", "proof_scope",
-    "prove_template", "toolchain", "verdict_of_validity",
+    "Recheck", "Replay", "Schedule", "Verdict", "admitted", "check_bijection", "check_claim", "check_index",
+    "check_instance", "check_k1", "check_k3", "check_partition", "check_schedule", "check_schedule_obligation",
+    "overall", "plan_of", "proof_scope", "prove_template", "toolchain", "verdict_of_validity",
 ]

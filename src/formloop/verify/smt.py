@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Real
 
 import numpy as np
 import z3
 
-from formloop.errors import SolverFailure, StructureError
+from formloop.errors import InvalidInput, SolverFailure, StructureError
 from formloop.expr import Expr, evaluate, grid_env, render
 from formloop.template import Template
 from formloop.verify.lowering import ParamScope, TemplateLowering, proof_scope
@@ -175,6 +175,35 @@ def first_design(template: Template, values: Mapping[str, Real]) -> dict | None:
         return None
     pos = np.unravel_index(int(flat[0]), shape)
     return {d.name: d.decision.menu[int(i)] for d, i in zip(template.decisions, pos)}
+
+
+# -- any claim over a template's names ------------------------------------------------------------
+
+def check_claim(template: Template, name: str, claim: Expr, *, assume: str = "preconditions",
+                scope: ParamScope | None = None, fixed: Mapping[str, Real] | None = None, timeout_s: float = 10.0,
+                replay: Callable[[dict], Replay] | None = None, ledger: Ledger | None = None) -> ObligationResult:
+    """`claim` (a boolean expression over the template's decisions and parameters, and bound
+    variables of its own, e.g. an index) holds for every design on the menus and every parameter in
+    scope that meets the template's `assume` rules ("preconditions", "constraints" or "none").
+    The default replay re-evaluates the claim at the witness with numpy; a counterexample is the
+    smallest witness (decisions, then parameters, then bound variables)."""
+    rules = {"preconditions": template.preconditions, "constraints": template.constraints, "none": ()}
+    if assume not in rules:
+        raise InvalidInput("assume", assume, tuple(rules))
+    low = TemplateLowering(template, scope or _scope(template, fixed))
+    negated = z3.Not(low.z(claim))
+    names = [*template.decision_names, *low.params, *(n for n in low.env if n not in template.decision_names
+                                                       and n not in low.params)]
+    query = Query([*low.in_scope(), low.holds(rules[assume]), negated], low.symbols_of(names))
+
+    def evaluated(w: dict) -> Replay:
+        values = {**low.fixed, **w}
+        held = bool(evaluate(claim, values))
+        return Replay(() if held else (name,), (("witness", dict(w)),),
+                      f"{render(claim)} is {held} at {w}")
+
+    how = Question(name, name, timeout_s, smallest=tuple(names), details=_note(low.scope))
+    return decide(query, replay or evaluated, how, ledger=ledger)
 
 
 # -- what the solver can ever pick -------------------------------------------------------------------
