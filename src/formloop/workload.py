@@ -13,17 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from formloop.dtypes import KERNEL_DTYPES, get_dtype
 from formloop.errors import InvalidInput
-
-if TYPE_CHECKING:  # only for annotations: templates sit beside workloads, and neither needs the other
-    from formloop.template import Template
+from formloop.template import Template
 
 MAX_EXTENT = 2**31 - 1
 EXTENTS = f"a positive integer >= 1 and <= {MAX_EXTENT} (2^31-1), in ASCII digits"
 """What an extent may be, as the errors and the help say it."""
+SIZES = f"positive integers separated by commas, e.g. 3,4; each {EXTENTS[2:]}"
 GEMM_AXES = ("M", "N", "K")
 OP_AXES: dict[str, tuple[str, ...]] = {"gemm": GEMM_AXES}
 """Operators whose extents formloop itself names (others take theirs from a template or sol op)."""
@@ -88,7 +86,8 @@ def _expected(axes: Sequence[str] | None) -> str:
     if axes is None:
         return "named extents such as R=4096,C=1024 (no template for this operator says its extents)"
     return (f"{len(axes)} positive integers separated by commas ({','.join(axes)}), or one value for each of "
-            f"{', '.join(axes)} named ({','.join(a + '=..' for a in axes)}); each >= 1 and <= {MAX_EXTENT} (2^31-1), in ASCII digits")
+            f"{', '.join(axes)} named ({','.join(a + '=..' for a in axes)}); each >= 1 and <= {MAX_EXTENT} "
+            "(2^31-1), in ASCII digits")
 
 
 def parse_shape(text: str, axes: Sequence[str] | None, *, what: str = "shape") -> dict[str, int]:
@@ -107,11 +106,11 @@ def parse_sizes(text: str, *, field: str) -> tuple[int, ...]:
     """A bare list of sizes ('3,4'): positional values only, each an extent."""
     parts = [p.strip() for p in text.split(",")] if isinstance(text, str) else []
     if not parts or any("=" in p for p in parts):
-        raise InvalidInput(field, text, f"positive integers separated by commas, e.g. 3,4; each {EXTENTS[2:]}")
+        raise InvalidInput(field, text, SIZES)
     try:
         return tuple(extent(p, field) for p in parts)
     except InvalidInput:
-        raise InvalidInput(field, text, f"positive integers separated by commas, e.g. 3,4; each {EXTENTS[2:]}") from None
+        raise InvalidInput(field, text, SIZES) from None
 
 
 @dataclass(frozen=True)
@@ -156,12 +155,12 @@ TILING_STUDY = (gemm(4096, 4096, 4096), gemm(64, 4096, 4096), gemm(1000, 1000, 1
 SUITES = {"tiling-study": TILING_STUDY}
 
 
-def template_axes(t: "Template") -> tuple[str, ...]:
+def template_axes(t: Template) -> tuple[str, ...]:
     """The workload extents a template reads, in its declared order (`e` is the dtype's, not one)."""
     return tuple(p.name for p in t.params if p.payload.kind == "workload" and p.name != "e")
 
 
-def workload_axes(op: str, templates: Sequence["Template"] = ()) -> tuple[str, ...] | None:
+def workload_axes(op: str, templates: Sequence[Template] = ()) -> tuple[str, ...] | None:
     """Names of the extents of `op`, in order: operators formloop names first, else the first of
     `templates` that computes `op`; None when nobody says."""
     if op in OP_AXES:
@@ -172,13 +171,13 @@ def workload_axes(op: str, templates: Sequence["Template"] = ()) -> tuple[str, .
     return None
 
 
-def parse_workload(op: str, text: str, dtype: str = "fp32", templates: Sequence["Template"] = ()) -> WorkloadSpec:
+def parse_workload(op: str, text: str, dtype: str = "fp32", templates: Sequence[Template] = ()) -> WorkloadSpec:
     """'4096,4096,4096' (extents in the operator's order) or 'R=4096,C=1024' (named)."""
     return WorkloadSpec(op, parse_shape(text, workload_axes(op, templates), what=f"shape of {op}"), dtype)
 
 
 def as_workload(op: str, shape: str | Mapping[str, object] | Sequence[int], dtype: str = "fp32",
-                templates: Sequence["Template"] = ()) -> WorkloadSpec:
+                templates: Sequence[Template] = ()) -> WorkloadSpec:
     """A workload from any face's shape: grammar text, a mapping of named extents, or a sequence in
     the operator's axis order."""
     if isinstance(shape, str):
@@ -196,7 +195,7 @@ def as_workload(op: str, shape: str | Mapping[str, object] | Sequence[int], dtyp
 
 
 def workloads_from(name: str, shapes: Sequence[str] = (), dtype: str = "fp32",
-                   templates: Sequence["Template"] = ()) -> list[WorkloadSpec]:
+                   templates: Sequence[Template] = ()) -> list[WorkloadSpec]:
     """A named suite (e.g. tiling-study), or operator `name` at each of `shapes`."""
     if name in SUITES:
         if shapes:

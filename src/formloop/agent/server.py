@@ -77,8 +77,9 @@ class Tools:
         return api.solve(template, shape, op=op, dtype=dtype, chip=chip, options=options, solver=solver,
                          settings=self.settings)
 
-    def check(self, template: str, assignment: dict[str, float] | str, shape: dict[str, int] | str, op: str | None = None,
-              dtype: str = "fp32", chip: str = "illustrative", options: dict[str, str] | None = None) -> dict:
+    def check(self, template: str, assignment: dict[str, float] | str, shape: dict[str, int] | str,
+              op: str | None = None, dtype: str = "fp32", chip: str = "illustrative",
+              options: dict[str, str] | None = None) -> dict:
         """Check one assignment against the template's scope, menus, constraints and preconditions."""
         return api.check(template, assignment, shape, op=op, dtype=dtype, chip=chip, options=options)
 
@@ -89,15 +90,15 @@ class Tools:
         return api.sol_report(op, shape, dtype=dtype, chip=chip, clock_mhz=clock_mhz, precision=precision,
                               problem=problem)
 
-    def evaluate(self, template: str, assignment: dict[str, float] | str, shape: dict[str, int] | str, op: str | None = None,
-                 dtype: str = "fp32", chip: str = "illustrative", options: dict[str, str] | None = None,
-                 tier: str | None = None) -> dict:
+    def evaluate(self, template: str, assignment: dict[str, float] | str, shape: dict[str, int] | str,
+                 op: str | None = None, dtype: str = "fp32", chip: str = "illustrative",
+                 options: dict[str, str] | None = None, tier: str | None = None) -> dict:
         """Evaluate one design on a tier (default: the server's; auto is the best available), labelled with it."""
         return api.evaluate(template, assignment, shape, op=op, dtype=dtype, chip=chip, options=options, tier=tier,
                             settings=self.settings)
 
-    def measure(self, template: str, shape: dict[str, int] | str, chip: str = "h200", dtype: str = "bf16", solver: str = "milp",
-                calibration: str | None = None) -> dict:
+    def measure(self, template: str, shape: dict[str, int] | str, chip: str = "h200", dtype: str = "bf16",
+                solver: str = "milp", calibration: str | None = None) -> dict:
         """Solve gemm-tiling's GPU contract and measure the pick (gpu tier on a CUDA device, else model)."""
         return api.measure(template, shape, chip=chip, dtype=dtype, solver=solver, calibration=calibration,
                            settings=self.settings)

@@ -29,6 +29,7 @@ from formloop.api.verify import chain_faults, prove_chain, prove_template, reche
 
 __all__ = [
     "add_template", "admit_template", "campaign", "chain_faults", "check", "codesign_study", "evaluate", "harness",
-    "integrity", "list_templates", "measure", "population_query", "prove_chain", "prove_template", "recheck_certificate", "run",
-    "schedule", "show_template", "sol_ops", "sol_report", "solve", "synth_log", "verify", "wall_relax",
+    "integrity", "list_templates", "measure", "population_query", "prove_chain", "prove_template",
+    "recheck_certificate", "run", "schedule", "show_template", "sol_ops", "sol_report", "solve", "synth_log", "verify",
+    "wall_relax",
 ]

@@ -80,7 +80,8 @@ def proof_note(status: str, cert) -> str:
     if status == "refuted":
         parts = []
         for o in obligation_failures(cert):
-            parts.append(f"{o.obligation}: witness {dict(o.witness or {})}" + (f"; replay: {o.replay}" if o.replay else ""))
+            replay = f"; replay: {o.replay}" if o.replay else ""
+            parts.append(f"{o.obligation}: witness {dict(o.witness or {})}{replay}")
         return "counterexample: " + " | ".join(parts)
     if status == "unresolved":
         reasons = [f"{o.obligation}: {o.reason}" for o in cert.obligations if o.reason and not o.proved]

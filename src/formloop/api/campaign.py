@@ -11,9 +11,12 @@ from pathlib import Path
 
 from formloop.api.values import plain
 from formloop.campaign.metrics import best_speedups, summary
+from formloop.campaign.plots import plot_attempt_fast_p, plot_fast_p, plot_pareto
 from formloop.campaign.replaylog import dump_log, load_log
 from formloop.campaign.schedule import Policy, best_policy, pareto_front, replay, sweep
 from formloop.campaign.synthetic import synthetic_log
+from formloop.measure.integrity import generous_floor_s
+from formloop.sol.problem import load_problem
 
 
 def harness(problem: str, candidate: str, *, sets: int = 3, seed: int | None = None, timing: bool = True,
@@ -32,11 +35,9 @@ def integrity(problem: str, candidate: str, *, seed: int | None = None, probes: 
               chip: str | None = None, clock_mhz: float | None = None) -> dict:
     """The integrity verdict of one attempt with the evidence of every detector; with `chip` the
     candidate is also timed and held against the SOL ceiling (imports torch)."""
-    from formloop.measure.harness import evaluate  # imports torch
-    from formloop.measure.integrity import generous_floor_s
+    from formloop.measure.harness import evaluate  # these three import torch
     from formloop.measure.probes import check_integrity
     from formloop.sol.auto import sol_for_problem
-    from formloop.sol.problem import load_problem
 
     timing = floor = None
     if chip:
@@ -53,7 +54,8 @@ def schedule(log: str, *, eps: float | None = None, window: int | None = None, s
     """Replay an attempt log under SOL-guided stopping (one policy, or an eps x window sweep with its
     Pareto front and the best policy keeping `min_retention`)."""
     data = load_log(Path(log))
-    src = f"source: replay of {Path(log).name} (runtimes as logged; {'integrity-filtered' if filtered else 'unfiltered'})"
+    which = "integrity-filtered" if filtered else "unfiltered"
+    src = f"source: replay of {Path(log).name} (runtimes as logged; {which})"
     if not sweep_grid:
         r = replay(data, Policy(eps, window), filtered=filtered)
         return plain({**r.as_dict(per_problem=True), "source": src})
@@ -61,8 +63,6 @@ def schedule(log: str, *, eps: float | None = None, window: int | None = None, s
     front, best = pareto_front(results), best_policy(results, min_retention)
     png = None
     if plot:
-        from formloop.campaign.plots import plot_pareto  # imports matplotlib
-
         png = str(plot_pareto(results, Path(plot) / "pareto.png"))
     return plain({"sweep": [r.as_dict() for r in results], "pareto": [r.policy.label for r in front],
                   "best": best.as_dict() if best else None, "min_retention": min_retention, "source": src,
@@ -76,8 +76,6 @@ def campaign(log: str, *, p: Sequence[float] = (0, 1, 1.5, 2), plot: str | None 
     s = summary(data, list(p))
     s["source"] = f"replay of {Path(log).name} (runtimes as logged)"
     if plot:
-        from formloop.campaign.plots import plot_attempt_fast_p, plot_fast_p  # imports matplotlib
-
         plot_fast_p({"integrity-filtered": best_speedups(data), "unfiltered": best_speedups(data, filtered=False)},
                     Path(plot) / "fastp.png")
         plot_attempt_fast_p(data, Path(plot) / "attempt_fastp.png", ps=[x for x in p if x > 0] or [1.0])

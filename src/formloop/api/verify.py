@@ -20,6 +20,7 @@ from formloop.library.chain.compose import prove_chain as prove_chain_steps
 from formloop.verify import Certificate, ObligationResult, prove_template as verify_template
 from formloop.verify.proofgraph import MODES
 from formloop.verify.proofstore import ProofStore
+from formloop.verify.replay import replay_trace
 from formloop.workload import GEMM_AXES, as_integer, parse_shape, parse_sizes, split_shape
 
 TILING = "gemm-tiling"
@@ -28,9 +29,16 @@ SCHEDULE_AXES = ("S", "P", "beta")
 
 
 def obligation_json(r: ObligationResult) -> dict:
-    """One obligation as data (its query text is long; it stays in certificates)."""
+    """One obligation as data (its query text is long; it stays in certificates). A slot schedule's
+    counterexample also carries `replay_notes`: what the independent interpreter found at each event
+    of its trace (empty where nothing went wrong), which the CLI draws as a timeline."""
     d = r.as_dict()
     d.pop("query", None)
+    sched = (r.details or {}).get("schedule")
+    if r.trace and sched:
+        replay = replay_trace(r.trace, S=sched["S"], P=sched["P"], beta=sched["beta"], warps=sched["warps"],
+                              phases=sched["phases"], leading=sched["leading"])
+        d["replay_notes"] = list(replay.notes)
     return d
 
 
@@ -112,8 +120,9 @@ def recheck_certificate(certificate: str, *, timeout_s: float = 10.0) -> dict:
     old = Certificate.from_json(path.read_text())
     result = old.recheck(get_template(old.template, **dict(old.options)), timeout_s=timeout_s)
     return plain({"agrees": result.agrees, "changes": list(result.changes), "old_verdict": old.verdict,
-                  "new_verdict": result.new.verdict, "template": old.template, "template_hash": result.new.template_hash,
-                  "obligations": len(old.obligations), "seconds": result.new.seconds, "certificate": str(path)})
+                  "new_verdict": result.new.verdict, "template": old.template,
+                  "template_hash": result.new.template_hash, "obligations": len(old.obligations),
+                  "seconds": result.new.seconds, "certificate": str(path)})
 
 
 def prove_chain(chain: str = "gemm", *, depth: int = 5, mode: str = "full", fault: str | None = None,

@@ -33,7 +33,8 @@ def _floats(text: str, field: str, *, integer: bool = False) -> list:
         try:
             out.append(int(part) if integer else float(part))
         except ValueError:
-            raise InvalidInput(field, part, "comma-separated " + ("integers" if integer else "numbers") + " or 'off'") from None
+            kind = "integers" if integer else "numbers"
+            raise InvalidInput(field, part, f"comma-separated {kind} or 'off'") from None
     return out
 
 
@@ -134,8 +135,10 @@ def integrity(
 @friendly
 def schedule(
     log: Path = typer.Argument(..., help="attempt log (JSONL; see formloop.campaign.replaylog)"),
-    eps: Optional[float] = typer.Option(None, help="SOL-gap threshold: stop when t_best <= (1+eps) t_SOL (and the reference is beaten)"),
-    window: Optional[int] = typer.Option(None, help="no-progress window: stop after this many attempts without improvement"),
+    eps: Optional[float] = typer.Option(None, help="SOL-gap threshold: stop when t_best <= (1+eps) t_SOL "
+                                        "(and the reference is beaten)"),
+    window: Optional[int] = typer.Option(None, help="no-progress window: stop after this many attempts "
+                                         "without improvement"),
     sweep_grid: bool = typer.Option(False, "--sweep", help="sweep eps x window and print the Pareto front"),
     eps_grid: str = typer.Option("off,0,0.1,0.25,0.5,1,2", help="eps values for --sweep ('off' disables the rule)"),
     window_grid: str = typer.Option("off,16,12,8,4,2", help="window values for --sweep"),
@@ -169,8 +172,8 @@ def schedule(
     console.print(t)
     best = res["best"]
     console.print(f"best with retention >= {100 * min_retention:g}%: "
-                  + (f"{best['label']} (savings {100 * best['savings']:.1f}%, retention {100 * best['retention']:.1f}%, "
-                     f"gain {best['efficiency_gain']:.2f}x)" if best else "none"))
+                  + (f"{best['label']} (savings {100 * best['savings']:.1f}%, retention "
+                     f"{100 * best['retention']:.1f}%, gain {best['efficiency_gain']:.2f}x)" if best else "none"))
     console.print(res["source"] + (f"; plot: {plot / 'pareto.png'}" if plot else ""))
 
 

@@ -13,8 +13,8 @@ from formloop.settings import load_settings
 
 @app.command()
 @friendly
-def mcp(store: Optional[str] = typer.Option(None, help="population file (default: $FORMLOOP_STORE or .formloop/population.db)")
-        ) -> None:
+def mcp(store: Optional[str] = typer.Option(None, help="population file (default: $FORMLOOP_STORE or "
+                                                      ".formloop/population.db)")) -> None:
     """Run the MCP server on stdin/stdout; its tools (formloop.agent.server.TOOL_NAMES) answer as the
     CLI commands' --json do."""
     serve(load_settings().with_overrides(store_path=store))

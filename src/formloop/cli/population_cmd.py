@@ -13,7 +13,8 @@ from formloop.cli import app
 from formloop.cli.common import console, friendly, parse_options, print_json
 from formloop.settings import load_settings
 
-population_app = typer.Typer(no_args_is_help=True, help="The population: stored templates, proofs, designs, measurements.")
+population_app = typer.Typer(no_args_is_help=True,
+                             help="The population: stored templates, proofs, designs, measurements.")
 app.add_typer(population_app, name="population")
 
 STORE = typer.Option(None, "--store", help="population file (default: $FORMLOOP_STORE or .formloop/population.db)")
@@ -113,8 +114,8 @@ def measurements(store: Optional[str] = STORE, chip: Optional[str] = CHIP, workl
         table.add_column(col)
     for m in rows:
         lat = "-" if m["latency_s"] is None else f"{m['latency_s'] * 1e6:.1f}"
-        table.add_row(str(m["id"]), str(m["design_id"]), m["template"], m["workload"], m["chip"], m["tier"], m["device"],
-                      lat, m["failure"] or "-", _when(m["created_at"]))
+        table.add_row(str(m["id"]), str(m["design_id"]), m["template"], m["workload"], m["chip"], m["tier"],
+                      m["device"], lat, m["failure"] or "-", _when(m["created_at"]))
     _print_wide(table)
 
 

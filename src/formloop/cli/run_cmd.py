@@ -13,6 +13,8 @@ from formloop.cli.common import console, fmt, friendly, print_json
 from formloop.settings import load_settings
 from formloop.workload import EXTENTS
 
+STORE = typer.Option(None, help="population file (default: $FORMLOOP_STORE or .formloop/population.db)")
+
 
 def render_report(report: dict) -> Table:
     """The loop's table: every number's unit and source is in its column header."""
@@ -55,9 +57,11 @@ def run(
                                               f"({EXTENTS}); repeat"),
     dtype: str = typer.Option("fp32", help="element type: fp32 | tf32 | bf16 | fp16"),
     chip: str = typer.Option("illustrative", help="chip spec name"),
-    template: Optional[list[str]] = typer.Option(None, "--template", help="a user template path/to/file.py:NAME; repeat"),
-    store: Optional[str] = typer.Option(None, help="population file (default: $FORMLOOP_STORE or .formloop/population.db)"),
-    tier: Optional[str] = typer.Option(None, help="evaluator tier: auto | model | gpu (default: $FORMLOOP_TIER or auto)"),
+    template: Optional[list[str]] = typer.Option(None, "--template",
+                                                 help="a user template path/to/file.py:NAME; repeat"),
+    store: Optional[str] = STORE,
+    tier: Optional[str] = typer.Option(None, help="evaluator tier: auto | model | gpu "
+                                       "(default: $FORMLOOP_TIER or auto)"),
     json_out: bool = typer.Option(False, "--json", help="print the report as one JSON object"),
 ) -> None:
     """Draw covering templates, prove or reuse, solve, check, evaluate, store and report."""
@@ -75,7 +79,7 @@ def run(
 @app.command()
 @friendly
 def demo(
-    store: Optional[str] = typer.Option(None, help="population file (default: $FORMLOOP_STORE or .formloop/population.db)"),
+    store: Optional[str] = STORE,
 ) -> None:
     """The loop on the GEMM workload of the tiling study (three shapes, illustrative chip)."""
     run(workload="tiling-study", shape=None, dtype="fp32", chip="illustrative", template=None, store=store,

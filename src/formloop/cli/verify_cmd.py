@@ -14,7 +14,6 @@ from rich.text import Text
 from formloop import api
 from formloop.cli import app
 from formloop.cli.common import SHAPE_HELP, console, friendly, print_json
-from formloop.verify.replay import replay_trace
 
 STYLE = {"proved": "green", "counterexample": "bold red", "unresolved": "yellow"}
 VERDICTS = tuple(STYLE)
@@ -25,11 +24,9 @@ def render_timeline(r: dict) -> Table | None:
     sched = (r.get("details") or {}).get("schedule")
     if not r["trace"] or not sched:
         return None
-    trace = [tuple(ev) for ev in r["trace"]]
-    replay = replay_trace(trace, S=sched["S"], P=sched["P"], beta=sched["beta"], warps=sched["warps"],
-                          phases=sched["phases"], leading=sched["leading"])
-    table = Table(title=f"replayed interleaving · {r['obligation']} · {sched['warps']} warps × {sched['phases']} phases",
-                  title_justify="left")
+    trace, notes = r["trace"], r.get("replay_notes", [])
+    table = Table(title=f"replayed interleaving · {r['obligation']} · {sched['warps']} warps × "
+                        f"{sched['phases']} phases", title_justify="left")
     table.add_column("step", justify="right", style="dim")
     for w in range(sched["warps"]):
         table.add_column(f"warp {w}")
@@ -41,7 +38,7 @@ def render_timeline(r: dict) -> Table | None:
             label = Text(f"COMP k{ev[2]} ← slot {ev[3]}")
         else:
             label = Text(f"barrier {ev[2]}{ev[3]}", style="cyan")
-        note = replay.notes[n] if n < len(replay.notes) else ""
+        note = notes[n] if n < len(notes) else ""
         if note:
             label.append(f"  {note}", style="bold red" if kind == "compute" else "magenta")
         if kind == "compute" and note:
@@ -107,8 +104,8 @@ def prove(
                                         f" · hash {cert['hash']}", group=True)
     verdict = cert["verdict"]
     console.print(Text(f"certificate: {verdict}", style=STYLE[verdict]) +
-                  Text(f" · {len(cert['obligations'])} obligations in {cert['seconds']:.2f} s (wall) · {cert['solver']}"
-                       + (f" · written to {out}" if out else "")))
+                  Text(f" · {len(cert['obligations'])} obligations in {cert['seconds']:.2f} s (wall) · "
+                       f"{cert['solver']}" + (f" · written to {out}" if out else "")))
     if cert["fixed"]:
         console.print(f"fixed for decidability: {cert['fixed_reason']}", highlight=False, soft_wrap=True)
 

@@ -247,7 +247,8 @@ def _elementwise(s, e):
     return Counts(0, s["N"] * BINARY_FLOPS[s["kind"]], e * 3 * s["N"])
 
 
-@register_op("reduction", "R,D,kind", "y[R] = kind(x[R, D]) over the last dim", choices={"kind": ("sum", "mean", "max")})
+@register_op("reduction", "R,D,kind", "y[R] = kind(x[R, D]) over the last dim",
+             choices={"kind": ("sum", "mean", "max")})
 def _reduction(s, e):
     R, D = s["R"], s["D"]
     per_row = D if s["kind"] == "mean" else D - 1
