@@ -35,8 +35,7 @@ from triton.runtime.jit import MockTensor
 from formloop.dtypes import KERNEL_DTYPES, get_dtype, torch_dtype
 from formloop.errors import InvalidInput
 
-# Views of formloop.dtypes: storage, tl.dot's input_precision ("ieee" true fp32 FMA, "tf32" the
-# tensor-core mode) and the allowed ‖out − ref‖ / ‖ref‖ against float64, per dtype the kernels take.
+# Views of formloop.dtypes: storage, tl.dot's input_precision, allowed ‖out − ref‖ / ‖ref‖ vs float64.
 TORCH_DTYPES = {d: torch_dtype(d) for d in KERNEL_DTYPES}
 PRECISION = {d: get_dtype(d).dot_precision for d in KERNEL_DTYPES}
 TOLERANCE = {d: get_dtype(d).kernel_tolerance for d in KERNEL_DTYPES}
