@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from formloop.errors import InvalidInput
-from formloop.flow import TILING_STUDY, Candidate, admit, parse_workload, run_loop, workloads_from
+from formloop.api.admission import admit
+from formloop.api.loop import run_loop
+from formloop.api.resolve import Candidate
+from formloop.workload import TILING_STUDY, parse_workload, workloads_from
 from formloop.hw.chips import get_chip
 from formloop.library import get_template
 from formloop.population import Population

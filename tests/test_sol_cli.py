@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from formloop.cli import app
-from formloop.cli.sol_cmd import parse_op_shape
+from formloop.sol.ops import parse_op_shape
 from formloop.errors import InvalidInput
 
 runner = CliRunner()

@@ -1,4 +1,5 @@
-"""`formloop …`: thin commands over library calls. Each area adds its commands in its own module."""
+"""`formloop …`: thin commands over `formloop.api` (parse arguments, render answers). Each area adds its
+commands in its own module."""
 from __future__ import annotations
 
 import importlib

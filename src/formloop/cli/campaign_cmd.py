@@ -7,6 +7,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from formloop import api
+from formloop.api.values import with_non_finite
 from formloop.cli import app
 from formloop.cli.common import console, friendly, print_json
 from formloop.errors import InvalidInput
@@ -31,7 +33,8 @@ def _floats(text: str, field: str, *, integer: bool = False) -> list:
         try:
             out.append(int(part) if integer else float(part))
         except ValueError:
-            raise InvalidInput(field, part, "comma-separated " + ("integers" if integer else "numbers") + " or 'off'") from None
+            kind = "integers" if integer else "numbers"
+            raise InvalidInput(field, part, f"comma-separated {kind} or 'off'") from None
     return out
 
 
@@ -53,35 +56,38 @@ def harness(
     allocations, fp64 truth, magnitude-aware tolerance), input immutability, timing, speedup and
     SOL fraction. Without a GPU, times are host wall time labelled 'cpu' and no SOL fraction is given.
     Exit status 1 when the candidate is incorrect."""
-    from formloop.measure.harness import evaluate
-
-    res = evaluate(problem, candidate, sets=sets, seed=seed, timing=time_it, chip=chip, dtype=dtype,
-                   clock_mhz=clock_mhz, rtol=rtol)
+    out = api.harness(str(problem), str(candidate), sets=sets, seed=seed, timing=time_it, chip=chip, dtype=dtype,
+                      clock_mhz=clock_mhz, rtol=rtol)
     if json_out:
-        print_json(res.as_dict())
+        print_json(out)
         return
-    t = Table(title=f"harness: {res.candidate} vs {res.problem} (device {res.device}, seed {res.seed})")
+    res = with_non_finite(out)
+    t = Table(title=f"harness: {res['candidate']} vs {res['problem']} (device {res['device']}, seed {res['seed']})")
     for col in ("input set", "result", "worst error / allowed", "||c-t||/||t||", "detail"):
         t.add_column(col)
-    for i, c in enumerate(res.sets):
-        t.add_row(str(i), "[green]ok[/]" if c.ok else "[red]FAIL[/]", f"{c.max_ratio:.3g}", f"{c.norm_rel_error:.2e}", c.reason)
+    for i, c in enumerate(res["sets"]):
+        t.add_row(str(i), "[green]ok[/]" if c["ok"] else "[red]FAIL[/]", f"{c['max_ratio']:.3g}",
+                  f"{c['norm_rel_error']:.2e}", c["reason"])
     console.print(t)
-    console.print(f"weights: {res.weights}; inputs unchanged: {not res.mutated}"
-                  + (f" ([red]mutated: {res.mutated}[/])" if res.mutated else ""))
-    for note in res.notes:
+    console.print(f"weights: {res['weights']}; inputs unchanged: {not res['mutated']}"
+                  + (f" ([red]mutated: {res['mutated']}[/])" if res["mutated"] else ""))
+    for note in res["notes"]:
         console.print(f"note: {note}")
-    if res.cand_time:
-        src = res.cand_time.source
-        console.print(f"reference {_ms(res.ref_time.seconds)}, candidate {_ms(res.cand_time.seconds)} "
-                      f"(median of {res.cand_time.reps}, source: {src}{'; ' + res.cand_time.note if res.cand_time.note else ''})")
-        console.print(f"speedup: {res.speedup:.3g}x reference (source: {src})")
+    ref, cand = res["reference_time"], res["candidate_time"]
+    if cand:
+        src = cand["source"]
+        console.print(f"reference {_ms(ref['seconds'])}, candidate {_ms(cand['seconds'])} "
+                      f"(median of {cand['reps']}, source: {src}{'; ' + cand['note'] if cand['note'] else ''})")
+        console.print(f"speedup: {res['speedup']:.3g}x reference (source: {src})")
     elif time_it:
         console.print("not timed: the candidate is incorrect")
     if chip:
-        console.print(f"SOL floor: {_ms(res.sol_floor_s)} ({res.sol_note}); SOL fraction: "
-                      + (f"{res.sol_fraction:.3f} (gpu)" if res.sol_fraction is not None else "n/a (needs a gpu timing)"))
-    console.print(f"[bold]{'correct' if res.correct else 'INCORRECT'}[/]; replay: formloop harness {problem} {candidate} --seed {res.seed}")
-    if not res.correct:
+        console.print(f"SOL floor: {_ms(res['sol_floor_s'])} ({res['sol_note']}); SOL fraction: "
+                      + (f"{res['sol_fraction']:.3f} (gpu)" if res["sol_fraction"] is not None
+                         else "n/a (needs a gpu timing)"))
+    console.print(f"[bold]{'correct' if res['correct'] else 'INCORRECT'}[/]; replay: formloop harness {problem} "
+                  f"{candidate} --seed {res['seed']}")
+    if not res["correct"]:
         raise typer.Exit(1)
 
 
@@ -101,37 +107,27 @@ def integrity(
     every detector: static torch-only scan, cached or hard-coded results, skipped computation, input
     mutation, uninitialized or recycled memory, work after return, swallowed launch failures and
     (with --chip and a GPU) the SOL ceiling. Exit status 1 when the attempt is not accepted."""
-    from formloop.measure.harness import evaluate
-    from formloop.measure.probes import check_integrity
-    from formloop.measure.integrity import generous_floor_s
-
-    timing = floor = None
-    if chip:
-        from formloop.sol.auto import sol_for_problem
-        from formloop.sol.problem import load_problem
-
-        floor, _ = generous_floor_s(sol_for_problem(load_problem(problem), chip, clock_mhz=clock_mhz))
-        timing = evaluate(problem, candidate, sets=1, seed=seed).cand_time
-    report = check_integrity(problem, candidate, seed=seed, probes=tuple(probe) if probe else None,
-                             timing=timing, sol_floor_s=floor)
+    report = api.integrity(str(problem), str(candidate), seed=seed, probes=probe, chip=chip, clock_mhz=clock_mhz)
     if json_out:
-        print_json(report.as_dict())
+        print_json(report)
     else:
-        t = Table(title=f"integrity: {report.candidate} vs {report.problem} (seed {report.seed})")
+        t = Table(title=f"integrity: {report['candidate']} vs {report['problem']} (seed {report['seed']})")
         for col in ("detector", "result", "finding"):
             t.add_column(col)
-        for c in report.checks:
-            sev = c.details.get("severity", "")
-            res = f"[red]FLAG {sev}[/]" if c.verdict.value == "counterexample" else c.reason.split(":")[0]
-            t.add_row(c.obligation, res, c.reason if c.verdict.value == "counterexample" else c.reason.partition(": ")[2])
+        for c in report["checks"]:
+            flagged = c["verdict"] == "counterexample"
+            res = f"[red]FLAG {c['details'].get('severity', '')}[/]" if flagged else c["reason"].split(":")[0]
+            t.add_row(c["obligation"], res, c["reason"] if flagged else c["reason"].partition(": ")[2])
         console.print(t)
-        for c in report.flags():
-            steps = " -> ".join(map(str, c.trace)) if c.trace else f"evidence {c.witness}"
-            console.print(f"[bold]{c.obligation}[/]: {steps}\n  replay: formloop integrity {problem} {candidate} "
-                          f"--seed {report.seed} --probe {c.details.get('probe', 'static')}", highlight=False)
-        console.print(f"correct on fresh inputs: {report.correct}; verdict: [bold]{report.verdict.value}[/]; "
-                      f"accepted: {report.accepted}")
-    if not report.accepted:
+        for c in report["checks"]:
+            if c["verdict"] != "counterexample":
+                continue
+            steps = " -> ".join(map(str, c["trace"])) if c["trace"] else f"evidence {c['witness']}"
+            console.print(f"[bold]{c['obligation']}[/]: {steps}\n  replay: formloop integrity {problem} {candidate} "
+                          f"--seed {report['seed']} --probe {c['details'].get('probe', 'static')}", highlight=False)
+        console.print(f"correct on fresh inputs: {report['correct']}; verdict: [bold]{report['verdict']}[/]; "
+                      f"accepted: {report['accepted']}")
+    if not report["accepted"]:
         raise typer.Exit(1)
 
 
@@ -139,8 +135,10 @@ def integrity(
 @friendly
 def schedule(
     log: Path = typer.Argument(..., help="attempt log (JSONL; see formloop.campaign.replaylog)"),
-    eps: Optional[float] = typer.Option(None, help="SOL-gap threshold: stop when t_best <= (1+eps) t_SOL (and the reference is beaten)"),
-    window: Optional[int] = typer.Option(None, help="no-progress window: stop after this many attempts without improvement"),
+    eps: Optional[float] = typer.Option(None, help="SOL-gap threshold: stop when t_best <= (1+eps) t_SOL "
+                                        "(and the reference is beaten)"),
+    window: Optional[int] = typer.Option(None, help="no-progress window: stop after this many attempts "
+                                         "without improvement"),
     sweep_grid: bool = typer.Option(False, "--sweep", help="sweep eps x window and print the Pareto front"),
     eps_grid: str = typer.Option("off,0,0.1,0.25,0.5,1,2", help="eps values for --sweep ('off' disables the rule)"),
     window_grid: str = typer.Option("off,16,12,8,4,2", help="window values for --sweep"),
@@ -151,43 +149,32 @@ def schedule(
 ) -> None:
     """Replay an attempt log under SOL-guided stopping: token savings, geomean speedup retention
     and efficiency gain against fixed allocation (every logged attempt spent)."""
-    from formloop.campaign.replaylog import load_log
-    from formloop.campaign.schedule import Policy, best_policy, pareto_front, replay, sweep
-
-    data = load_log(log)
-    filtered = not unfiltered
-    src = f"source: replay of {log.name} (runtimes as logged; {'integrity-filtered' if filtered else 'unfiltered'})"
-    if not sweep_grid:
-        r = replay(data, Policy(eps, window), filtered=filtered)
-        if json_out:
-            print_json({**r.as_dict(per_problem=True), "source": src})
-            return
-        console.print(f"{r.policy.label}: tokens {r.tokens_used} of {r.tokens_fixed} (savings {100 * r.savings:.1f}%), "
-                      f"geomean speedup {r.geomean_speedup:.3g}x vs {r.geomean_fixed:.3g}x fixed "
-                      f"(retention {100 * r.retention:.1f}%), efficiency gain {r.efficiency_gain:.2f}x; stops {r.stops}")
-        console.print(src)
-        return
-    results = sweep(data, _floats(eps_grid, "eps grid"), _floats(window_grid, "window grid", integer=True), filtered=filtered)
-    front, best = pareto_front(results), best_policy(results, min_retention)
-    if plot:
-        from formloop.campaign.plots import plot_pareto
-        plot_pareto(results, plot / "pareto.png")
+    out = api.schedule(str(log), eps=eps, window=window, sweep_grid=sweep_grid, eps_grid=_floats(eps_grid, "eps grid"),
+                       window_grid=_floats(window_grid, "window grid", integer=True), min_retention=min_retention,
+                       filtered=not unfiltered, plot=str(plot) if plot else None)
     if json_out:
-        print_json({"sweep": [r.as_dict() for r in results], "pareto": [r.policy.label for r in front],
-                    "best": best.as_dict() if best else None, "min_retention": min_retention, "source": src})
+        print_json(out)
         return
-    t = Table(title=f"eps x window sweep on {log.name} ({len(data.problems)} problems); * = Pareto front")
+    res = with_non_finite(out)
+    if not sweep_grid:
+        console.print(f"{res['label']}: tokens {res['tokens_used']} of {res['tokens_fixed']} (savings "
+                      f"{100 * res['savings']:.1f}%), geomean speedup {res['geomean_speedup']:.3g}x vs "
+                      f"{res['geomean_fixed']:.3g}x fixed (retention {100 * res['retention']:.1f}%), efficiency gain "
+                      f"{res['efficiency_gain']:.2f}x; stops {res['stops']}")
+        console.print(res["source"])
+        return
+    t = Table(title=f"eps x window sweep on {log.name} ({res['problems']} problems); * = Pareto front")
     for col in ("policy", "token savings %", "geomean retention %", "efficiency gain x", "stops"):
         t.add_column(col)
-    on_front = {id(r) for r in front}
-    for r in sorted(results, key=lambda r: (r.savings, r.retention)):
-        t.add_row(("* " if id(r) in on_front else "  ") + r.policy.label, f"{100 * r.savings:.1f}",
-                  f"{100 * r.retention:.1f}", f"{r.efficiency_gain:.2f}", str(r.stops))
+    for r in sorted(res["sweep"], key=lambda r: (r["savings"], r["retention"])):
+        t.add_row(("* " if r["label"] in res["pareto"] else "  ") + r["label"], f"{100 * r['savings']:.1f}",
+                  f"{100 * r['retention']:.1f}", f"{r['efficiency_gain']:.2f}", str(r["stops"]))
     console.print(t)
+    best = res["best"]
     console.print(f"best with retention >= {100 * min_retention:g}%: "
-                  + (f"{best.policy.label} (savings {100 * best.savings:.1f}%, retention {100 * best.retention:.1f}%, "
-                     f"gain {best.efficiency_gain:.2f}x)" if best else "none"))
-    console.print(src + (f"; plot: {plot / 'pareto.png'}" if plot else ""))
+                  + (f"{best['label']} (savings {100 * best['savings']:.1f}%, retention "
+                     f"{100 * best['retention']:.1f}%, gain {best['efficiency_gain']:.2f}x)" if best else "none"))
+    console.print(res["source"] + (f"; plot: {plot / 'pareto.png'}" if plot else ""))
 
 
 @app.command()
@@ -200,22 +187,11 @@ def campaign(
 ) -> None:
     """Campaign metrics, integrity-filtered beside unfiltered: fast_p, geomean/median/mean speedup,
     SOL score (share of the reference-to-SOL gap closed) and the inflation factor."""
-    from formloop.campaign.metrics import best_speedups, summary
-    from formloop.campaign.replaylog import load_log
-
-    data = load_log(log)
-    ps = [x for x in _floats(p, "p") if x is not None]
-    s = summary(data, ps)
-    s["source"] = f"replay of {log.name} (runtimes as logged)"
-    if plot:
-        from formloop.campaign.plots import plot_attempt_fast_p, plot_fast_p
-        plot_fast_p({"integrity-filtered": best_speedups(data), "unfiltered": best_speedups(data, filtered=False)},
-                    plot / "fastp.png")
-        plot_attempt_fast_p(data, plot / "attempt_fastp.png", ps=[x for x in ps if x > 0] or [1.0])
-        s["plots"] = [str(plot / "fastp.png"), str(plot / "attempt_fastp.png")]
+    s = api.campaign(str(log), p=[x for x in _floats(p, "p") if x is not None], plot=str(plot) if plot else None)
     if json_out:
         print_json(s)
         return
+    s = with_non_finite(s)
     t = Table(title=f"{log.name}: {s['problems']} problems, {s['attempts']} attempts, {s['tokens']} tokens")
     t.add_column("metric")
     t.add_column("integrity-filtered")
@@ -241,8 +217,5 @@ def synth_log(
     seed: int = typer.Option(0, help="generator seed"),
 ) -> None:
     """Write a synthetic attempt log (for trying `schedule` and `campaign`; not measured data)."""
-    from formloop.campaign.replaylog import dump_log
-    from formloop.campaign.synthetic import synthetic_log
-
-    dump_log(synthetic_log(problems, attempts, seed), out)
+    api.synth_log(str(out), problems=problems, attempts=attempts, seed=seed)
     console.print(f"wrote {out} ({problems} problems x {attempts} attempts, seed {seed}; synthetic, not measured)")

@@ -6,32 +6,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from formloop.library.chain.compose import CHAINS, STEPS, ChainConfig, parse_fault, prove_chain, with_fault
+from formloop import api
 from formloop.cli import app
 from formloop.cli.common import console, friendly, print_json
-from formloop.errors import InvalidInput
-from formloop.verify.proofgraph import MODES
-from formloop.verify.proofstore import DEFAULT_PROOF_STORE, ProofStore
+from formloop.verify.proofstore import DEFAULT_PROOF_STORE
 
 MAX_TRACE_ROWS = 12
-
-
-def _shapes(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise InvalidInput("shapes", text, "whole numbers separated by commas, e.g. 3,4") from None
-
-
-def chain_report(chain: str, depth: int, mode: str, fault: str | None, shapes: str, store: Path | None) -> dict:
-    """Check the chain and return the report the CLI prints (also used by studies)."""
-    if chain not in CHAINS:
-        raise InvalidInput("chain", chain, CHAINS)
-    if mode not in MODES:
-        raise InvalidInput("mode", mode, MODES)
-    config = with_fault(ChainConfig(depth=depth, shapes=_shapes(shapes)), fault)
-    with ProofStore(store) as st:
-        return prove_chain(config, mode=mode, store=st).as_dict()
 
 
 @app.command("prove-chain")
@@ -39,7 +19,8 @@ def chain_report(chain: str, depth: int, mode: str, fault: str | None, shapes: s
 def prove_chain_cmd(
     chain: str = typer.Argument("gemm", help="refinement chain: gemm"),
     depth: int = typer.Option(5, help="check steps 1..depth (1..5)"),
-    mode: str = typer.Option("full", help="full (recheck all) | node (reuse unchanged proofs) | query (node + stored UNSAT queries)"),
+    mode: str = typer.Option("full", help="full (recheck all) | node (reuse unchanged proofs) | "
+                                          "query (node + stored UNSAT queries)"),
     fault: str = typer.Option(None, help="inject a fault, STEP:NAME, e.g. 4:wrong_generation"),
     shapes: str = typer.Option("3,4", help="bounded model sizes n (tiles / requests), comma-separated"),
     store: Path = typer.Option(None, help=f"proof store, SQLite (default {DEFAULT_PROOF_STORE})"),
@@ -48,13 +29,15 @@ def prove_chain_cmd(
 ) -> None:
     """Prove the GEMM refinement chain step by step and compose the local proofs."""
     if list_faults:
-        for k, step in STEPS.items():
-            for f in step.faults.values():
-                console.print(f"{k}:{f.name}  ({step.name}) {f.doc}; caught by {f.caught_by}", highlight=False)
+        faults = api.chain_faults()
+        if json_out:
+            print_json(faults)
+            return
+        for f in faults["faults"]:
+            console.print(f"{f['fault']}  ({f['step_name']}) {f['doc']}; caught by {f['caught_by']}", highlight=False)
         return
-    if fault is not None:
-        parse_fault(fault)
-    report = chain_report(chain, depth, mode, fault, shapes, store)
+    report = api.prove_chain(chain, depth=depth, mode=mode, fault=fault, shapes=shapes,
+                             store=str(store) if store is not None else None)
     if json_out:
         print_json(report)
         return
@@ -70,9 +53,9 @@ def prove_chain_cmd(
         if c["verdict"] != "proved":
             console.print(f"side condition {c['condition']}: {c['verdict']} {c['reason']}", highlight=False)
     console.print(f"verdict: [bold]{report['verdict']}[/]; solver queries: {report['queries']} (count, z3), "
-                  f"reused queries: {report['reused_queries']} (count, store); wall time: {report['seconds'] * 1e3:.1f} ms "
-                  f"(wall, this machine); assumptions of the result: {', '.join(report['assumptions']) or 'none'}",
-                  highlight=False)
+                  f"reused queries: {report['reused_queries']} (count, store); wall time: "
+                  f"{report['seconds'] * 1e3:.1f} ms (wall, this machine); assumptions of the result: "
+                  f"{', '.join(report['assumptions']) or 'none'}", highlight=False)
     for s in report["steps"]:
         for cx in s["counterexamples"][:2]:
             console.print(f"\ncounterexample to {cx['obligation']} (step {s['step']}): {cx['replay']}", highlight=False)

@@ -1,28 +1,21 @@
-"""`formloop codesign STUDY.toml`: run a co-design study and print its table (Table 12 or 11 layout)."""
+"""`formloop codesign STUDY.toml` (a study's table, Table 12 or 11 layout) and `formloop wall-relax`
+(wall relaxation from one start of a study)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.table import Table
 
+from formloop import api
 from formloop.cli import app
 from formloop.cli.common import console, friendly, print_json
-from formloop.codesign import tables
-from formloop.codesign.study import load_study
-
-UNIT = "worst-scenario cycle ratio to the reference program on the reference chip (evaluator: analytic model)"
 
 
-def run_study(path: str) -> tuple[object, list[dict]]:
-    study = load_study(path)
-    rows = tables.capacity_rows(study) if study.kind == "capacity" else tables.table11_rows(study)
-    return study, rows
-
-
-def _json_rows(rows: list[dict]) -> list[dict]:
-    drop = ("trajectory", "trajectories")
-    return [{k: v for k, v in r.items() if k not in drop} | {"unit": UNIT} for r in rows]
+def cell(ratio: float | None, n: int | None = None) -> str:
+    text = "inf" if ratio is None else f"{ratio:.3f}"  # a ratio is null in JSON only when it was infinite
+    return text if n is None else f"{text} ({n})"
 
 
 @app.command()
@@ -34,42 +27,38 @@ def codesign(
                                       "default .formloop/codesign-<study>.png)"),
 ) -> None:
     """Co-design study: wall relaxation against fixed, sequential, random and joint search."""
-    s, rows = run_study(study)
-    png = None
-    if s.kind == "capacity":
-        png = tables.plot_capacity(s, rows, plot or Path(".formloop") / f"codesign-{s.name}.png")
+    out = api.codesign_study(study, plot=plot or str(Path(".formloop") / "codesign-{study}.png"))
     if json_out:
-        print_json(_json_rows(rows))
+        print_json(out["rows"])
         return
-    if s.kind == "capacity":
-        _print_capacity(s, rows)
+    if out["kind"] == "capacity":
+        _print_capacity(out)
     else:
-        _print_table11(s, rows)
-    if png is not None:
-        console.print(f"figure (quality vs distinct inner problems, small starts): {png}")
+        _print_table11(out)
+    if out["plot"] is not None:
+        console.print(f"figure (quality vs distinct inner problems, small starts): {out['plot']}")
 
 
-def _print_capacity(s, rows) -> None:
-    cols, grid = tables.capacity_grid(s, rows)
-    t = Table(title=f"{s.name}: final ratio (distinct inner problems); {UNIT}", show_lines=False)
+def _grid_table(title: str, columns: list[str], methods: dict[str, list[str]]) -> Table:
+    t = Table(title=title, show_lines=False)
     t.add_column("method")
-    for c in cols:
+    for c in columns:
         t.add_column(c, justify="right")
-    for method, cells in grid.items():
+    for method, cells in methods.items():
         t.add_row(method, *cells)
-    console.print(t)
-    scols, sgrid = tables.seed_grid(s)
-    if sgrid:
-        st = Table(title="seed 000 Table 12 (instruction-simulated Ventus, its programs): orientation only, "
-                         "compare shape not value")
-        st.add_column("method")
-        for c in scols:
-            st.add_column(c, justify="right")
-        for method, cells in sgrid.items():
-            st.add_row(method, *cells)
-        console.print(st)
-    wr = [r for r in rows if r["method"] in ("wall relaxation", "coupled wall")]
-    for r in wr:
+    return t
+
+
+def _print_capacity(out: dict) -> None:
+    table = out["table"]
+    console.print(_grid_table(f"{out['study']}: final ratio (distinct inner problems); {out['unit']}",
+                              table["columns"], table["methods"]))
+    if table["seed_methods"]:
+        console.print(_grid_table("seed 000 Table 12 (instruction-simulated Ventus, its programs): orientation only, "
+                                  "compare shape not value", table["seed_columns"], table["seed_methods"]))
+    for r in out["rows"]:
+        if r["method"] not in ("wall relaxation", "coupled wall"):
+            continue
         console.print(f"{r['method']} · {r['objective']} · {r['start']}: {r['calls']} SOLVE calls "
                       f"(bound {r['bound']}), final chip {r['chip']} ({r['area_mm2']:.4f} mm2)", highlight=False)
         for u in r["purchases"]:
@@ -78,24 +67,51 @@ def _print_capacity(s, rows) -> None:
                           + "; ".join(u["mechanism"]), highlight=False)
 
 
-def _print_table11(s, rows) -> None:
-    t = Table(title=f"{s.name}: {UNIT}")
+def _print_table11(out: dict) -> None:
+    table, methods = out["table"], out["table"]["methods"]
+    t = Table(title=f"{out['study']}: {out['unit']}")
     t.add_column("objective")
-    for m in tables.TABLE11_METHODS:
+    for m in methods:
         t.add_column(m, justify="right")
     t.add_column("joint speedup over software only", justify="right")
-    seed = s.seed_numbers
-    for objective in s.problem.objectives:
-        by = {r["method"]: r for r in rows if r["objective"] == objective}
+    seed = table["seed_numbers"]
+    for objective in table["objectives"]:
+        by = {r["method"]: r for r in out["rows"] if r["objective"] == objective}
         joint = by["joint reference"]
-        t.add_row(objective, *(tables.cell(by[m]["evaluated"]) for m in tables.TABLE11_METHODS),
-                  f"{joint['speedup_over_software']:.2f}x")
+        t.add_row(objective, *(cell(by[m]["evaluated"]) for m in methods), f"{joint['speedup_over_software']:.2f}x")
         if objective in seed:
-            t.add_row("  seed 000", *(tables.cell(v) for v in seed[objective][:4]),
+            t.add_row("  seed 000", *(cell(v) for v in seed[objective][:4]),
                       f"{seed[objective][4]:.2f}x" if len(seed[objective]) > 4 else "")
     console.print(t)
-    for r in rows:
+    for r in out["rows"]:
         if r["method"] == "joint reference":
             console.print(f"joint · {r['objective']}: chip {r['chip_values']} ({r['area_mm2']:.4f} mm2), software "
-                          f"{r['software']}; MILP {tables.cell(r['ratio'])} = enumeration "
-                          f"{tables.cell(r['enumeration_ratio'])}", highlight=False)
+                          f"{r['software']}; MILP {cell(r['ratio'])} = enumeration "
+                          f"{cell(r['enumeration_ratio'])}", highlight=False)
+
+
+@app.command("wall-relax")
+@friendly
+def wall_relax(
+    study: str = typer.Argument(..., help="study file (TOML), e.g. studies/wall_relaxation_capacity.toml"),
+    objective: str = typer.Option(..., help="the study's objective to minimize, e.g. prefill"),
+    start: Optional[str] = typer.Option(None, help="the study's start chip label (default: its first)"),
+    coupled: bool = typer.Option(False, help="also screen pairs of walls (coupled variant)"),
+    k: Optional[int] = typer.Option(None, help="menu steps priced out and in (default: the study's)"),
+    rounds: Optional[int] = typer.Option(None, help="purchase rounds at most (default: the study's)"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Wall relaxation from one start: price the walls that bind the best software, buy the largest
+    latency drop per mm2 under the area ceiling, repeat."""
+    r = api.wall_relax(study, objective, start=start, coupled=coupled, k=k, rounds=rounds)
+    if json_out:
+        print_json(r)
+        return
+    console.print(f"{r['study']} · {r['objective']}: {r['start']} -> {r['chip']} ({r['area_mm2']:.4f} of "
+                  f"{r['ceiling_mm2']:g} mm2, area model); ratio {cell(r['L_model'])} (model), "
+                  f"{cell(r['L_evaluated'])} (evaluated); {r['calls']} SOLVE calls (bound {r['bound']})",
+                  highlight=False)
+    for u in r["purchases"]:
+        console.print(f"    buy {u['move']}: {u['before']} -> {u['after']}, predicted drop {u['predicted_drop']:.4f}, "
+                      f"evaluated {u['evaluated_drop']:.4f}, +{u['added_mm2']:.4f} mm2; " + "; ".join(u["mechanism"]),
+                      highlight=False)

@@ -1,18 +1,20 @@
-"""Shared CLI plumbing: one-line errors with exit status 2, shape parsing, JSON output."""
+"""Shared CLI plumbing: one-line errors with exit status 2, strict JSON output, option lists."""
 from __future__ import annotations
 
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import typer
 from rich.console import Console
 
 from formloop.errors import FormloopError, InvalidInput
+from formloop.workload import EXTENTS
 
 console = Console()
 err_console = Console(stderr=True)
+SHAPE_HELP = f"extents M,N,K or named (M=..,N=..,K=..); {EXTENTS}"
 
 
 def friendly(fn: Callable) -> Callable:
@@ -27,33 +29,21 @@ def friendly(fn: Callable) -> Callable:
     return wrapper
 
 
-def parse_shape(text: str, names: tuple[str, ...] = ("M", "N", "K")) -> tuple[int, ...]:
-    """'M,N,K' as positive integers; anything else names the field and what is allowed."""
-    parts = [p.strip() for p in text.split(",")]
-    allowed = f"{len(names)} positive integers separated by commas ({','.join(names)})"
-    if len(parts) != len(names):
-        raise InvalidInput("shape", text, allowed)
-    out = []
-    for name, p in zip(names, parts):
-        try:
-            value = int(p)
-        except ValueError:
-            raise InvalidInput(f"shape {name}", p, allowed) from None
-        if value < 1:
-            raise InvalidInput(f"shape {name}", value, "a positive integer (>= 1)")
-        out.append(value)
-    return tuple(out)
-
-
 def print_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=_default) + "\n")
+    """An api result as strict JSON (api results carry no inf/nan: they are null with a note)."""
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
-def _default(o):
-    import numpy as np
+def parse_options(pairs: Sequence[str] | None) -> dict[str, str]:
+    """Repeated --option NAME=VALUE into a dict (a name given twice is refused)."""
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or name.strip() in out:
+            raise InvalidInput("--option", pair, "NAME=VALUE, each name once, e.g. pre=weak")
+        out[name.strip()] = value.strip()
+    return out
 
-    if isinstance(o, np.generic):
-        return o.item()
-    if hasattr(o, "value"):
-        return o.value
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+def fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)

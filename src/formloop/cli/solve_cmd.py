@@ -1,102 +1,135 @@
-"""`formloop templates`, `formloop solve`, `formloop demo`."""
+"""`formloop templates`, `show`, `solve`, `check`: the library, one contract, the optimum, one design."""
 from __future__ import annotations
+
+from typing import Optional
 
 import typer
 from rich.table import Table
 
+from formloop import api
 from formloop.cli import app
-from formloop.cli.common import console, friendly, parse_shape, print_json
-from formloop.hw.chips import get_chip
-from formloop.library import get_template, template_names
-from formloop.solve import SOLVERS, enumerate_designs
-from formloop.errors import InvalidInput
+from formloop.cli.common import SHAPE_HELP, console, friendly, parse_options, print_json
+from formloop.settings import load_settings
+
+STORE = typer.Option(None, "--store", help="population file (default: $FORMLOOP_STORE or .formloop/population.db)")
+OPTION = typer.Option(None, "--option", help="a template factory option NAME=VALUE, e.g. pre=weak; repeat")
+DTYPE = typer.Option("fp32", help="element type: fp32 | tf32 | bf16 | fp16")
+JSON = typer.Option(False, "--json", help="print one JSON object")
 
 
 @app.command()
 @friendly
-def templates() -> None:
-    """List the template library."""
+def templates(store: Optional[str] = STORE, json_out: bool = JSON) -> None:
+    """List the template library (and, with --json, the population's stored templates)."""
+    out = api.list_templates(settings=load_settings().with_overrides(store_path=store))
+    if json_out:
+        print_json(out)
+        return
     table = Table(title="formloop templates")
     for col in ("name", "decisions", "constraints", "preconditions", "content hash"):
         table.add_column(col)
-    for name in template_names():
-        t = get_template(name)
-        table.add_row(name, ", ".join(t.decision_names), ", ".join(c.name for c in t.constraints),
-                      ", ".join(c.name for c in t.preconditions), t.content_hash)
+    for t in out["library"]:
+        table.add_row(t["name"], ", ".join(t["decisions"]), ", ".join(t["constraints"]),
+                      ", ".join(t["preconditions"]), t["hash"])
     console.print(table)
 
 
-def solve_report(template_name: str, shape: tuple[int, ...], pre: str, solver: str, chip_name: str, dtype: str) -> dict:
-    """Solve one workload and return the report the CLI prints (also used by studies)."""
-    from formloop.library import gemm_tiling
-
-    if solver not in SOLVERS:
-        raise InvalidInput("solver", solver, sorted(SOLVERS))
-    if template_name != gemm_tiling.NAME:
-        get_template(template_name)  # unknown names fail here with the list of known ones
-        raise InvalidInput("template", template_name, [gemm_tiling.NAME], fix="only gemm-tiling takes --shape M,N,K")
-    from formloop.library.gemm_tiling_gpu import HOPPER_CHIPS
-
-    if chip_name.lower() in HOPPER_CHIPS:  # the Hopper contract: the Triton family's decisions and cost model
-        from formloop.cli.measure_cmd import solve_gpu_contract
-
-        if pre != "exact":
-            raise InvalidInput(f"contract (--pre) with --chip {chip_name}", pre, ["exact"],
-                               fix="the Triton family's schedule is fixed (P = S-1, beta = 1)")
-        return solve_gpu_contract(shape, solver, chip_name, dtype)[0]
-    template = get_template(template_name, pre=pre, dtype=dtype)
-    f = template.formulate(gemm_tiling.workload(shape, dtype), get_chip(chip_name))
-    return design_report(f, SOLVERS[solver](f), shape=shape, chip=chip_name, dtype=dtype, contract=pre,
-                         bound_class=gemm_tiling.bound_class)
-
-
-def design_report(f, sol, *, shape, chip: str, dtype: str, contract: str, bound_class, **extra) -> dict:
-    """What `solve` (and `measure`) report about one solved GEMM formulation; `source` says every
-    time in it is the model's."""
-    ties = sol.ties if sol.ties is not None else enumerate_designs(f).ties
-    return {
-        "template": f.template.name, "template_hash": f.template.content_hash, "contract": contract,
-        "chip": chip, "shape": {"M": shape[0], "N": shape[1], "K": shape[2]}, "dtype": dtype, **extra,
-        "solver": sol.solver, "status": sol.status.value, "design": dict(sol.assignment),
-        "objective_us": sol.objective, "bound_us": sol.bound, "gap": sol.gap, "ties": len(ties),
-        "bound_class": bound_class(sol.terms), "smem_bytes": int(sol.terms["smem_bytes"]),
-        "T_comp_us": sol.terms["T_comp_us"], "T_mem_us": sol.terms["T_mem_us"],
-        "solve_seconds": sol.seconds, "model": sol.model.as_dict(), "source": "model",
-    }
+@app.command()
+@friendly
+def show(template: str = typer.Argument(..., help="a library template name or path/to/file.py:NAME"),
+         option: Optional[list[str]] = OPTION, json_out: bool = JSON) -> None:
+    """One template's contract: decisions with menus, parameters, rules, descriptor, hash."""
+    out = api.show_template(template, parse_options(option))
+    if json_out:
+        print_json(out)
+        return
+    console.print(f"[bold]{out['name']}[/] {out['hash']} · {out['doc']} · cost in {out['unit']}", highlight=False)
+    table = Table(title="decisions")
+    for col in ("decision", "menu", "side", "meaning"):
+        table.add_column(col)
+    for d in out["decisions"]:
+        table.add_row(d["name"], ", ".join(map(str, d["menu"])), d["side"], d["doc"])
+    console.print(table)
+    console.print("parameters: " + ", ".join(f"{p['name']} ({p['kind']})" for p in out["params"]), highlight=False)
+    for key in ("scope", "constraints", "preconditions"):
+        console.print(f"{key}: {', '.join(out[key]) or 'none'}", highlight=False)
+    console.print(f"descriptor: {out['descriptor']}", highlight=False)
 
 
 @app.command()
 @friendly
 def solve(
-    template: str = typer.Argument(..., help="template name, e.g. gemm-tiling"),
-    shape: str = typer.Option(..., help="GEMM extents M,N,K"),
-    pre: str = typer.Option("exact", help="contract: exact | strong | weak"),
+    template: str = typer.Argument(..., help="template name, e.g. gemm-tiling, or path/to/file.py:NAME"),
+    shape: str = typer.Option(..., help=SHAPE_HELP),
+    pre: Optional[str] = typer.Option(None, help="contract of gemm-tiling: exact | strong | weak (default exact)"),
     solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate"),
-    chip: str = typer.Option("illustrative", help="chip spec name"),
-    dtype: str = typer.Option("fp32", help="element type: fp32 | tf32 | bf16 | fp16"),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+    chip: str = typer.Option("illustrative", help="chip spec name (h200/h100: gemm-tiling's GPU contract)"),
+    dtype: str = DTYPE,
+    op: Optional[str] = typer.Option(None, help="operator of the workload (default: the template's)"),
+    option: Optional[list[str]] = OPTION,
+    json_out: bool = JSON,
 ) -> None:
     """Solve a template for one workload and print the chosen design."""
-    report = solve_report(template, parse_shape(shape), pre, solver, chip, dtype)
+    options = parse_options(option) | ({"pre": pre} if pre is not None else {})
+    report = api.solve(template, shape, op=op, dtype=dtype, chip=chip, options=options, solver=solver,
+                       settings=load_settings())
     if json_out:
         print_json(report)
         return
     d = report["design"]
-    table = Table(title=f"{template} · {shape} · {pre} contract · chip {chip} (times: model)")
+    # A routed gemm-tiling keeps the name the user gave; its contract is the exact one (the GPU family's).
+    contract = pre or (report["contract"] if report["template"] == template else "exact") or "default"
+    table = Table(title=f"{template} · {shape} · {contract} contract · chip {chip} (times: model)")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    rows = [
-        (f"design ({','.join(d)})", "(" + ", ".join(str(v) for v in d.values()) + ")"),
-        ("modeled time (us, model)", f"{report['objective_us']:.1f}"),
-        ("bound class (model)", report["bound_class"]),
-        ("T_comp / T_mem (us, model)", f"{report['T_comp_us']:.1f} / {report['T_mem_us']:.1f}"),
-        ("shared memory (KiB)", f"{report['smem_bytes'] / 1024:g}"),
-        ("objective bound (us, solver)", f"{report['bound_us']:.4f}"),
-        ("gap (relative)", f"{report['gap']:.2g}"),
+    rows = [(f"design ({','.join(d)})", "(" + ", ".join(str(v) for v in d.values()) + ")")]
+    if "bound_class" in report:
+        rows += [
+            ("modeled time (us, model)", f"{report['objective_us']:.1f}"),
+            ("bound class (model)", report["bound_class"]),
+            ("T_comp / T_mem (us, model)", f"{report['T_comp_us']:.1f} / {report['T_mem_us']:.1f}"),
+            ("shared memory (KiB)", f"{report['smem_bytes'] / 1024:g}")]
+    else:
+        rows.append((f"modeled cost ({report['unit']}, model)", f"{report['objective']:.4g}"))
+    rows += [
+        (f"objective bound ({report['unit']}, solver)", _num(report["bound"], ".4f")),
+        ("gap (relative)", _num(report["gap"], ".2g")),
         ("tied optima (count, enumeration)", str(report["ties"])),
-        ("solve time (s, wall)", f"{report['solve_seconds']:.3f}"),
+        ("solve time (s, wall)", f"{report['seconds']:.3f}"),
         ("model (variables / binaries / rows)", "{variables} / {binaries} / {rows}".format(**report["model"])),
     ]
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)
+
+
+def _num(x: float | None, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+@app.command()
+@friendly
+def check(
+    template: str = typer.Argument(..., help="template name, or path/to/file.py:NAME"),
+    design: str = typer.Option(..., help="decision values in the template's order (e.g. 128,128,32,3,1,0) "
+                                         "or named (Tm=128,...)"),
+    shape: str = typer.Option(..., help=SHAPE_HELP),
+    chip: str = typer.Option("illustrative", help="chip spec name (h200/h100: gemm-tiling's GPU contract)"),
+    dtype: str = DTYPE,
+    op: Optional[str] = typer.Option(None, help="operator of the workload (default: the template's)"),
+    option: Optional[list[str]] = OPTION,
+    json_out: bool = JSON,
+) -> None:
+    """Check one design against the template's scope, menus, constraints and preconditions.
+    Exit status 1 when it violates any."""
+    out = api.check(template, design, shape, op=op, dtype=dtype, chip=chip, options=parse_options(option))
+    if json_out:
+        print_json(out)
+    else:
+        verdict = "[green]valid[/]" if out["valid"] else "[bold red]violates[/]"
+        console.print(f"{out['template']} · {out['workload']} · chip {out['chip']} · design {out['design']}: "
+                      f"{verdict} ({out['conditions']} conditions in {out['seconds'] * 1e3:.1f} ms, wall)")
+        for v in out["violations"]:
+            console.print(f"  {v}", highlight=False)
+    if not out["valid"]:
+        raise typer.Exit(1)

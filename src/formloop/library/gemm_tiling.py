@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from formloop.dtypes import KERNEL_DTYPES, dtype_bytes
 from formloop.errors import InvalidInput
 from formloop.expr import ceildiv, decision, maximum, param, where
 from formloop.hw.chips import Chip, get_chip
@@ -22,7 +23,7 @@ from formloop.template import Constraint, Template
 
 NAME = "gemm-tiling"
 CONTRACTS = ("exact", "strong", "weak")
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+DTYPE_BYTES = {d: dtype_bytes(d) for d in KERNEL_DTYPES}  # a view of formloop.dtypes: the types it offers
 
 Tm = decision("Tm", (16, 32, 64, 128, 256), doc="rows of the output tile a block computes")
 Tn = decision("Tn", (16, 32, 64, 128, 256), doc="columns of the output tile a block computes")

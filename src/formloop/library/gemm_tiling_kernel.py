@@ -32,13 +32,13 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import MockTensor
 
+from formloop.dtypes import KERNEL_DTYPES, get_dtype, torch_dtype
 from formloop.errors import InvalidInput
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
-# How tl.dot treats float32 operands: "ieee" is true fp32 (FMA), "tf32" the tensor-core mode.
-PRECISION = {"bf16": "ieee", "fp16": "ieee", "fp32": "ieee", "tf32": "tf32"}
-# ‖out − ref‖ / ‖ref‖ allowed vs a float64 reference on the same (already rounded) inputs.
-TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3, "tf32": 2e-3, "fp32": 1e-4}
+# Views of formloop.dtypes: storage, tl.dot's input_precision, allowed ‖out − ref‖ / ‖ref‖ vs float64.
+TORCH_DTYPES = {d: torch_dtype(d) for d in KERNEL_DTYPES}
+PRECISION = {d: get_dtype(d).dot_precision for d in KERNEL_DTYPES}
+TOLERANCE = {d: get_dtype(d).kernel_tolerance for d in KERNEL_DTYPES}
 # Triton 3.6's interpreter multiplies the raw bits of 16-bit floats in tl.dot; under the
 # interpreter the operands are widened to float32 first (exact: a product of two bf16 values is
 # exact in fp32, as on the tensor cores). Compiled kernels never take this path.

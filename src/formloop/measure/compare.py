@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from formloop.dtypes import DTYPES
 from formloop.errors import InvalidInput
 
 
@@ -29,15 +30,11 @@ class Tolerance:
     ref_error_factor: float = 4.0
 
 
+# Per output dtype, from the dtype table's compare_rtol (a torch build without a type skips it).
 TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float64: Tolerance(1e-9, 1e-9),
-    torch.float32: Tolerance(2e-3, 2e-3),   # TF32 tensor cores: 10-bit mantissa
-    torch.float16: Tolerance(1e-2, 1e-2),
-    torch.bfloat16: Tolerance(2e-2, 2e-2),
+    getattr(torch, d.torch): Tolerance(d.compare_rtol, d.compare_rtol)
+    for d in DTYPES if d.storage and d.compare_rtol is not None and hasattr(torch, d.torch)
 }
-for _name, _tol in (("float8_e4m3fn", Tolerance(1.25e-1, 1.25e-1)), ("float8_e5m2", Tolerance(2.5e-1, 2.5e-1))):
-    if hasattr(torch, _name):
-        TOLERANCES[getattr(torch, _name)] = _tol
 
 
 def tolerance_for(dtype: torch.dtype, rtol: float | None = None) -> Tolerance:

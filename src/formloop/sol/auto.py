@@ -12,17 +12,15 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from formloop.dtypes import torch_dtype
 from formloop.errors import InvalidInput
 from formloop.hw.chips import Chip
 from formloop.sol import resolve_chip
-from formloop.sol.ops import ACT_FLOPS, Counts, causal_pairs, normalize_dtype
+from formloop.sol.ops import ACT_FLOPS, SOL_DTYPES, Counts, causal_pairs, normalize_dtype
 from formloop.sol.problem import Problem, call_inputs, load_problem
 from formloop.sol.report import SOLReport, build_report
 
 aten = torch.ops.aten
-
-_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}
-
 
 def _numel(t) -> int:
     return t.numel() if isinstance(t, torch.Tensor) else 1
@@ -175,11 +173,11 @@ def count_module(model: torch.nn.Module, inputs: list) -> tuple[Counts, Counting
 
 def _storage_dtype(tensors: list) -> str:
     floats = {t.dtype for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()}
-    names = {d: k for k, d in _TORCH_DTYPES.items()}
-    if len(floats) != 1 or next(iter(floats)) not in names:
+    names = {str(torch_dtype(d)): d for d in SOL_DTYPES}
+    if len(floats) != 1 or str(next(iter(floats))) not in names:
         raise InvalidInput("problem tensor dtypes", sorted(str(d) for d in floats),
-                           "one floating dtype among " + ", ".join(_TORCH_DTYPES), fix="pass dtype explicitly")
-    return names[next(iter(floats))]
+                           "one floating dtype among " + ", ".join(SOL_DTYPES), fix="pass dtype explicitly")
+    return names[str(next(iter(floats)))]
 
 
 def sol_for_problem(path_or_problem: str | Path | Problem, chip: str | Chip, dtype: str | None = None, *,
@@ -195,7 +193,7 @@ def sol_for_problem(path_or_problem: str | Path | Problem, chip: str | Chip, dty
     if dtype is not None:
         if normalize_dtype(dtype) not in ("fp32", "bf16", "fp16"):
             raise InvalidInput("dtype for a problem", dtype, ["fp32", "bf16", "fp16"])
-        dt = _TORCH_DTYPES[normalize_dtype(dtype)]
+        dt = torch_dtype(normalize_dtype(dtype))
         model = model.to(dt)
         inputs = [t.to(dt) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
     storage = _storage_dtype(inputs + list(model.parameters()))

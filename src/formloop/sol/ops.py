@@ -19,12 +19,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from formloop.dtypes import DTYPES, dtype_bytes, get_dtype
 from formloop.errors import InvalidInput, UnknownName
+from formloop.hw.chips import PRECISIONS
+from formloop.workload import as_integer, extent, split_shape
 
-# storage dtypes -> bytes per element
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-_DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
-                  "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "fp8e4m3": "fp8"}
+# The storage dtypes a count accepts: table rows whose math the chips rate (formloop.dtypes holds
+# their bytes and spellings).
+SOL_DTYPES = tuple(d.name for d in DTYPES if d.storage and d.peak in PRECISIONS)
 
 # Per-element vector FLOPs of activations (definition in the comment).
 ACT_FLOPS = {
@@ -41,10 +43,8 @@ BINARY_FLOPS = {"add": 1, "sub": 1, "mul": 1, "div": 1, "swiglu": 3}   # swiglu(
 
 
 def normalize_dtype(dtype: str) -> str:
-    d = _DTYPE_ALIASES.get(str(dtype).lower().removeprefix("torch."), str(dtype).lower())
-    if d not in DTYPE_BYTES:
-        raise InvalidInput("dtype", dtype, sorted(DTYPE_BYTES))
-    return d
+    """The table name of a storage dtype sol counts ('torch.bfloat16' -> 'bf16')."""
+    return get_dtype(dtype, SOL_DTYPES).name
 
 
 @dataclass(frozen=True)
@@ -99,16 +99,7 @@ class OpSpec:
                 if value not in choices[f]:
                     raise InvalidInput(f"{self.name} {f}", value, choices[f])
             else:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    try:
-                        if float(value) != int(value):
-                            raise ValueError
-                        value = int(value)
-                    except (TypeError, ValueError):
-                        raise InvalidInput(f"{self.name} {f}", value, "an integer") from None
-                lo = 0 if f in defaults and f in _MAY_BE_ZERO else 1
-                if value < lo:
-                    raise InvalidInput(f"{self.name} {f}", value, f"an integer >= {lo}")
+                value = extent(value, f"{self.name} {f}", lo=0 if f in defaults and f in _MAY_BE_ZERO else 1)
             out[f] = value
         return out
 
@@ -136,10 +127,18 @@ def op_names() -> list[str]:
     return sorted(OPS)
 
 
+def parse_op_shape(op: str, text: str) -> dict:
+    """'4096,4096,4096' (the op's fields in order) or 'M=64,N=128,K=32,act=gelu', in the shape grammar
+    of `formloop.workload`: numbers become ints, words (act=gelu) stay words; `bind` checks both."""
+    spec = get_op(op)
+    raw = split_shape(text, spec.fields, what=f"shape of {spec.name}")
+    return {k: v if (n := as_integer(v)) is None else n for k, v in raw.items()}
+
+
 def count_op(op: str, shape: Mapping | Sequence, dtype: str = "fp32") -> tuple[dict, Counts]:
     spec = get_op(op)
     bound = spec.bind(shape)
-    return bound, spec.count(bound, DTYPE_BYTES[normalize_dtype(dtype)])
+    return bound, spec.count(bound, dtype_bytes(normalize_dtype(dtype)))
 
 
 # ---------------------------------------------------------------- GEMM family
@@ -248,7 +247,8 @@ def _elementwise(s, e):
     return Counts(0, s["N"] * BINARY_FLOPS[s["kind"]], e * 3 * s["N"])
 
 
-@register_op("reduction", "R,D,kind", "y[R] = kind(x[R, D]) over the last dim", choices={"kind": ("sum", "mean", "max")})
+@register_op("reduction", "R,D,kind", "y[R] = kind(x[R, D]) over the last dim",
+             choices={"kind": ("sum", "mean", "max")})
 def _reduction(s, e):
     R, D = s["R"], s["D"]
     per_row = D if s["kind"] == "mean" else D - 1

@@ -12,19 +12,15 @@ from dataclasses import asdict, dataclass, field
 
 from rich.table import Table
 
+from formloop.dtypes import dtype_bytes, get_dtype
 from formloop.errors import InvalidInput
 from formloop.hw.chips import Chip
-from formloop.sol.ops import Counts
+from formloop.sol.ops import SOL_DTYPES, Counts
 
 # Compute precisions a storage dtype may be computed in without loss of its accumulation range;
 # the first one the chip has is the default (FP32 GEMMs on TF32 tensor cores, seed 002 App. A.2).
-COMPUTE_PRECISIONS = {
-    "fp32": ("tf32", "fp32", "bf16", "fp16"),
-    "bf16": ("bf16",),
-    "fp16": ("fp16",),
-    "fp8": ("fp8",),
-}
-_SIXTEEN_BIT = {"bf16", "fp16"}
+# Narrower types compute at their own peak only.
+COMPUTE_PRECISIONS = {d: ("tf32", "fp32", "bf16", "fp16") if d == "fp32" else (get_dtype(d).peak,) for d in SOL_DTYPES}
 
 
 @dataclass(frozen=True)
@@ -106,7 +102,7 @@ def _time(seconds: float) -> tuple[str, str]:
 
 def vector_peak(chip: Chip, dtype: str) -> float:
     """SIMT rate for non-tensor work: FP32 lanes, doubled for packed 16-bit arithmetic."""
-    return chip.peak("fp32") * (2 if dtype in _SIXTEEN_BIT else 1)
+    return chip.peak("fp32") * (2 if dtype_bytes(dtype) == 2 else 1)
 
 
 def allowed_precisions(chip: Chip, dtype: str) -> list[str]:

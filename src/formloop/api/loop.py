@@ -8,125 +8,25 @@ design and the measurement with their chip and workload. Nothing unproved is sol
 template is reported with its counterexample, an unresolved one with the verifier's reason."""
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import z3
-
-import formloop
+from formloop.api.admission import TOOLCHAIN, admit, default_prover, evaluator_for, library_candidates
+from formloop.api.resolve import Candidate, is_user_spec, settings_from, template_from
+from formloop.api.values import plain
 from formloop.errors import FormloopError, InvalidInput
 from formloop.hw.chips import get_chip
-from formloop.library import template_factory, template_names
-from formloop.population import NearDuplicate, Population, scope_miss
-from formloop.population.certify import missing_kinds, obligation_failures
+from formloop.population import Population, scope_miss
 from formloop.settings import Settings, load_settings
+from formloop.sol import sol_report
 from formloop.solve import solve_milp
 from formloop.template import Template
-from formloop.library.user import library_origin, source_text
+from formloop.verify import check_instance
+from formloop.workload import WorkloadSpec, workloads_from
 
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-OP_AXES = {"gemm": ("M", "N", "K")}
-TOOLCHAIN = f"formloop {formloop.__version__}; z3 {z3.get_version_string()}"
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class WorkloadSpec:
-    """One workload: an operator, its named extents and an element type. Its parameters are the
-    extents plus `e` (bytes per element), the names templates read."""
-
-    op: str
-    shape: Mapping[str, int]
-    dtype: str = "fp32"
-
-    def __post_init__(self) -> None:
-        if self.dtype not in DTYPE_BYTES:
-            raise InvalidInput("dtype", self.dtype, sorted(DTYPE_BYTES))
-        for k, v in self.shape.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidInput(f"shape {k}", v, "a positive integer")
-
-    @property
-    def params(self) -> dict[str, int]:
-        return {**self.shape, "e": DTYPE_BYTES[self.dtype]}
-
-    @property
-    def key(self) -> str:
-        """The workload as the population stores it: 'gemm fp32 M=64 N=4096 K=4096'."""
-        return f"{self.op} {self.dtype} " + " ".join(f"{k}={v}" for k, v in self.shape.items())
-
-    @property
-    def label(self) -> str:
-        return f"{self.op} {'x'.join(str(v) for v in self.shape.values())} {self.dtype}"
-
-
-def gemm(m: int, n: int, k: int, dtype: str = "fp32") -> WorkloadSpec:
-    return WorkloadSpec("gemm", {"M": m, "N": n, "K": k}, dtype)
-
-
-TILING_STUDY = (gemm(4096, 4096, 4096), gemm(64, 4096, 4096), gemm(1000, 1000, 1000))
-"""The GEMM workload of the tiling study (seed 000, Appendix A): three shapes, FP32."""
-
-
-SUITES = {"tiling-study": TILING_STUDY}
-
-
-def workload_axes(op: str, templates: Sequence[Template] = ()) -> tuple[str, ...] | None:
-    """Names of the extents of `op`, in order: known operators first, else a template for `op`."""
-    if op in OP_AXES:
-        return OP_AXES[op]
-    for t in (*templates, *(c.template for c in library_candidates("fp32"))):
-        if t.descriptor.get("algorithm") == op:
-            return tuple(p.name for p in t.params if p.payload.kind == "workload" and p.name != "e")
-    return None
-
-
-def parse_workload(op: str, text: str, dtype: str = "fp32", templates: Sequence[Template] = ()) -> WorkloadSpec:
-    """'4096,4096,4096' (extents in the operator's order) or 'R=4096,C=1024' (named)."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    axes = workload_axes(op, templates)
-    if parts and all("=" in p for p in parts):
-        pairs = [p.split("=", 1) for p in parts]
-        if axes is not None and {k.strip() for k, _ in pairs} != set(axes):
-            raise InvalidInput(f"shape of {op}", text, f"one value for each of {', '.join(axes)}")
-        raw = {k.strip(): v.strip() for k, v in pairs}
-        if axes is not None:  # one workload, one key: extents in the operator's order
-            raw = {k: raw[k] for k in axes}
-    else:
-        if axes is None:
-            raise InvalidInput(f"shape of {op}", text, "named extents such as R=4096,C=1024 "
-                               "(no template for this operator says its extents)")
-        if len(parts) != len(axes):
-            raise InvalidInput(f"shape of {op}", text, f"{len(axes)} positive integers ({','.join(axes)})")
-        raw = dict(zip(axes, parts))
-    shape = {}
-    for k, v in raw.items():
-        try:
-            shape[k] = int(v)
-        except ValueError:
-            raise InvalidInput(f"shape {k}", v, "a positive integer") from None
-    return WorkloadSpec(op, shape, dtype)
-
-
-def workloads_from(name: str, shapes: Sequence[str] = (), dtype: str = "fp32",
-                   templates: Sequence[Template] = ()) -> list[WorkloadSpec]:
-    """A named suite (e.g. tiling-study), or operator `name` at each of `shapes`."""
-    if name in SUITES:
-        if shapes:
-            raise InvalidInput("shape", list(shapes), f"none: suite {name} fixes its own shapes")
-        return list(SUITES[name])
-    if not shapes:
-        raise InvalidInput("shape", None, f"at least one --shape for operator {name} (or a suite: {', '.join(SUITES)})")
-    return [parse_workload(name, s, dtype, templates) for s in shapes]
-
-
-@dataclass(frozen=True)
-class Candidate:
-    template: Template
-    origin: str
 
 
 @dataclass
@@ -172,30 +72,12 @@ class LoopReport:
                           "sol_floor_us": "us (sol)", "seconds": "s (wall)"}}
 
 
-def library_candidates(dtype: str) -> list[Candidate]:
-    """Every library template with its default options, its dtype option set when it has one."""
-    out = []
-    for name in template_names():
-        factory = template_factory(name)
-        kwargs = {"dtype": dtype} if "dtype" in inspect.signature(factory).parameters else {}
-        try:
-            t = factory(**kwargs)
-        except FormloopError:
-            continue  # this template does not offer the dtype; it cannot cover the workload
-        out.append(Candidate(t, library_origin(name, dict(t.options))))
-    return out
-
-
 class Loop:
     """One run of the loop against one population and one chip."""
 
     def __init__(self, population: Population, *, chip: str = "illustrative", settings: Settings | None = None,
                  prover: Callable[..., Any] | None = None, checker: Callable[..., Any] | None = None,
                  evaluator: Any = None, sol: Callable[..., Any] | None = None, progress: Progress | None = None):
-        # Imported at call time: the evaluator may probe for a GPU, which `formloop --help` need not do.
-        from formloop.sol import sol_report
-        from formloop.verify import check_instance
-
         self.population = population
         self.chip_name = chip
         self.chip = get_chip(chip)
@@ -337,58 +219,23 @@ def run_loop(workloads: Sequence[WorkloadSpec], *, chip: str = "illustrative", t
         return Loop(pop, chip=chip, settings=settings, progress=progress, **components).run(workloads, templates)
 
 
-def evaluator_for(tier: str):
-    """The evaluator for a tier setting: auto (gpu when a CUDA device is present, else model),
-    model, or gpu (refused where there is no CUDA device: never silently replaced by the model)."""
-    from formloop import evaluate
-
-    if tier == "auto":
-        return evaluate.best_available()
-    if tier == "model":
-        return evaluate.ModelEvaluator()
-    if tier == "gpu":
-        if not evaluate.gpu_available():
-            raise InvalidInput("tier", tier, "auto or model (no CUDA device is visible here)")
-        from formloop.evaluate.gpu import GpuEvaluator
-
-        return GpuEvaluator()
-    raise InvalidInput("tier", tier, ("auto", "model", "gpu"))
+def run(workload: str, shapes: Sequence[str] = (), *, dtype: str = "fp32", chip: str = "illustrative",
+        templates: Sequence[str] = (), settings: Settings | None = None, progress: Progress | None = None) -> dict:
+    """The loop as a user action: operator `workload` at each of `shapes` (the shape grammar), or a
+    suite (tiling-study); `templates` are user templates path/to/file.py:NAME drawn beside the
+    library's and the population's."""
+    if isinstance(shapes, str) or isinstance(templates, str):
+        raise InvalidInput("shapes/templates", shapes if isinstance(shapes, str) else templates,
+                           "a list of strings (one shape or one template spec each)")
+    user = [template_from(spec) if is_user_spec(spec) else _not_user(spec) for spec in templates]
+    known = [c.template for c in (*user, *library_candidates(dtype))]  # they say the extents of their operators
+    workloads = workloads_from(workload, list(shapes), dtype, known)
+    return plain(run_loop(workloads, chip=chip, templates=user, settings=settings_from(settings),
+                          progress=progress).as_dict())
 
 
-def default_prover() -> Callable[..., Any]:
-    from formloop.verify import prove_template
-
-    return prove_template
-
-
-def admit(population: Population, c: Candidate, prover: Callable[..., Any], timeout_s: float
-          ) -> tuple[str, str, float]:
-    """Prove a template and store it with its certificate: (status, note, prove seconds).
-
-    status is proved, refuted (note: the counterexample), unresolved (note: why) or refused
-    (note: the near-duplicate it repeats)."""
-    start = time.perf_counter()
-    cert = prover(c.template, timeout_s=timeout_s)
-    seconds = time.perf_counter() - start
-    try:
-        rec = population.add_template(c.template, origin=c.origin, certificate=cert,
-                                      source=source_text(c.template, c.origin), toolchain=TOOLCHAIN)
-    except NearDuplicate as exc:
-        return "refused", str(exc), seconds
-    return rec.status, _proof_note(rec.status, cert), seconds
-
-
-def _proof_note(status: str, cert) -> str:
-    if status == "refuted":
-        parts = []
-        for o in obligation_failures(cert):
-            parts.append(f"{o.obligation}: witness {dict(o.witness or {})}" + (f"; replay: {o.replay}" if o.replay else ""))
-        return "counterexample: " + " | ".join(parts)
-    if status == "unresolved":
-        reasons = [f"{o.obligation}: {o.reason}" for o in cert.obligations if o.reason and not o.proved]
-        missing = missing_kinds(cert)
-        return "unresolved: " + "; ".join(reasons + ([f"no proof of {', '.join(missing)}"] if missing else []))
-    return ""
+def _not_user(spec: str):
+    raise InvalidInput("template", spec, "a user template path/to/file.py:NAME (library templates are drawn anyway)")
 
 
 def _as_dict(obj) -> dict:
@@ -397,4 +244,3 @@ def _as_dict(obj) -> dict:
     if hasattr(obj, "__dataclass_fields__"):
         return asdict(obj)
     return {"value": str(obj)}
-

@@ -1,0 +1,35 @@
+"""The service layer: one function per user action, shared by the CLI and the MCP server.
+
+Every function takes plain values (names, shape text or mappings, numbers, paths as strings) and
+returns a plain, strict-JSON dict whose numbers say their unit and source; a face only parses its
+arguments and renders the dict. Errors are `formloop.errors` types naming the field and what is
+allowed. Store-backed actions take `settings` (store path, tier, time limits; default: the
+environment's).
+
+    templates   list_templates, show_template
+    proofs      prove_template (a certificate), admit_template / add_template (prove and store),
+                verify (fault | schedule | design | recheck), recheck_certificate, prove_chain, chain_faults
+    solving     solve, check            (gemm-tiling on h200/h100 routes to the GPU contract)
+    measuring   evaluate, measure, sol_report, sol_ops
+    co-design   wall_relax, codesign_study
+    population  population_query
+    the loop    run
+    campaigns   harness, integrity, schedule, campaign, synth_log
+"""
+from formloop.api.admission import add_template, admit_template
+from formloop.api.campaign import campaign, harness, integrity, schedule, synth_log
+from formloop.api.codesign import codesign_study, wall_relax
+from formloop.api.loop import run
+from formloop.api.measure import evaluate, measure
+from formloop.api.population import population_query
+from formloop.api.sol import sol_ops, sol_report
+from formloop.api.solve import check, solve
+from formloop.api.templates import list_templates, show_template
+from formloop.api.verify import chain_faults, prove_chain, prove_template, recheck_certificate, verify
+
+__all__ = [
+    "add_template", "admit_template", "campaign", "chain_faults", "check", "codesign_study", "evaluate", "harness",
+    "integrity", "list_templates", "measure", "population_query", "prove_chain", "prove_template",
+    "recheck_certificate", "run", "schedule", "show_template", "sol_ops", "sol_report", "solve", "synth_log", "verify",
+    "wall_relax",
+]

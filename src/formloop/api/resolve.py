@@ -1,0 +1,135 @@
+"""From the plain values a face passes to the objects the library works on: templates (library
+names with options, or user files), chips, settings, the population. The Hopper routing lives
+here, once: on an H100 or H200, `gemm-tiling` means the Triton family's contract (gemm-tiling-gpu),
+whichever face asks."""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from formloop.errors import InvalidInput
+from formloop.evaluate.calibrate import Calibration
+from formloop.hw.chips import Chip, get_chip
+from formloop.library import gemm_tiling, gemm_tiling_gpu, template_factory
+from formloop.library.user import file_origin, library_origin, load_user_template
+from formloop.population import Population
+from formloop.settings import Settings, load_settings
+from formloop.template import Template
+
+GPU_CONTRACT = "gpu (Triton family)"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A template and where it can be loaded again (library:NAME?opts or file:PATH:NAME)."""
+
+    template: Template
+    origin: str
+
+
+def is_user_spec(template: str) -> bool:
+    return template.endswith(".py") or ".py:" in template
+
+
+def template_from(template: str, options: Mapping[str, Any] | None = None, dtype: str | None = None) -> Candidate:
+    """A library template by name (factory `options`; `dtype` too when the factory takes one and the
+    options do not set it) or a user template path/to/file.py:NAME."""
+    if not isinstance(template, str) or not template:
+        raise InvalidInput("template", template, "a library template name or path/to/file.py:NAME")
+    if options is not None and not isinstance(options, Mapping):
+        raise InvalidInput("options", options, "an object of factory options, e.g. {\"pre\": \"exact\"}")
+    if is_user_spec(template):
+        if options:
+            raise InvalidInput("options", dict(options), "none for a user template (its file fixes them)")
+        return Candidate(load_user_template(template), file_origin(template))
+    factory = template_factory(template)
+    accepted = [p for p in inspect.signature(factory).parameters if p != "self"]
+    opts = dict(options or {})
+    for key in opts:
+        if key not in accepted:
+            raise InvalidInput(f"option of {template}", key, accepted or "none")
+    if dtype is not None and "dtype" in accepted and "dtype" not in opts:
+        opts["dtype"] = dtype
+    t = factory(**opts)
+    return Candidate(t, library_origin(template, dict(t.options)))
+
+
+def chip_from(name: str) -> Chip:
+    if not isinstance(name, str):
+        raise InvalidInput("chip", name, "a chip name, e.g. illustrative or h200")
+    return get_chip(name)
+
+
+def settings_from(settings: Settings | None) -> Settings:
+    return settings if settings is not None else load_settings()
+
+
+def open_population(settings: Settings | None = None) -> Population:
+    """The store to write to (created when missing)."""
+    s = settings_from(settings)
+    return Population(s.store_path, busy_timeout_ms=s.busy_timeout_ms)
+
+
+def read_population(settings: Settings | None = None) -> tuple[Population, str]:
+    """The store to read, and its path: a missing file reads as an empty store and is not created."""
+    s = settings_from(settings)
+    if not Path(s.store_path).exists():
+        return Population(":memory:"), str(s.store_path)
+    return Population(s.store_path, busy_timeout_ms=s.busy_timeout_ms), str(s.store_path)
+
+
+# -- the Hopper routing --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Routed:
+    """The template a request resolves to on a chip, the contract it is solved under, and what a
+    report adds about it (the calibration of the GPU contract)."""
+
+    candidate: Candidate
+    contract: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def is_hopper(chip: str) -> bool:
+    return isinstance(chip, str) and chip.lower() in gemm_tiling_gpu.HOPPER_CHIPS
+
+
+def route(template: str, options: Mapping[str, Any] | None, chip: str, dtype: str,
+          calibration: str | None = None) -> Routed:
+    """The template `template` names on `chip`: gemm-tiling on a Hopper chip is gemm-tiling-gpu
+    (the Triton family's decisions and cost model); anything else is itself."""
+    opts = dict(options or {})
+    if template == gemm_tiling.NAME and is_hopper(chip):
+        pre = opts.pop("pre", "exact")
+        if pre != "exact":
+            raise InvalidInput(f"contract (--pre) with --chip {chip}", pre, ["exact"],
+                               fix="the Triton family's schedule is fixed (P = S-1, beta = 1)")
+        if opts.pop("dtype", dtype) != dtype or opts:
+            raise InvalidInput(f"options of {gemm_tiling.NAME} with --chip {chip}", dict(options or {}),
+                               "pre=exact only (the dtype is the workload's)")
+        return gpu_contract(dtype, calibration)
+    if template == gemm_tiling_gpu.NAME:
+        return gpu_contract(opts.pop("dtype", dtype), calibration, opts)
+    if calibration is not None:
+        raise InvalidInput("calibration", calibration, f"none for {template}",
+                           fix=f"a calibration applies to {gemm_tiling_gpu.NAME} (gemm-tiling on h200 or h100)")
+    c = template_from(template, opts, dtype)
+    return Routed(c, str(c.template.options.get("pre", "")))
+
+
+def gpu_contract(dtype: str, calibration: str | None = None, options: Mapping[str, Any] | None = None) -> Routed:
+    """gemm-tiling-gpu for `dtype`, with a stored calibration's efficiency terms if given."""
+    if options:
+        raise InvalidInput(f"options of {gemm_tiling_gpu.NAME}", dict(options), "dtype only (and --calibration)")
+    if calibration is None:
+        c = template_from(gemm_tiling_gpu.NAME, {"dtype": dtype})
+        return Routed(c, GPU_CONTRACT, {"calibration": "priors"})
+    path = Path(calibration)
+    if not path.is_file():
+        raise InvalidInput("calibration", calibration, "a calibration JSON written by benchmarks/gemm.py")
+    cal = Calibration.load(path)
+    c = template_from(gemm_tiling_gpu.NAME, {"dtype": dtype, "calibration": cal.values, "calibration_id": cal.key})
+    return Routed(c, GPU_CONTRACT, {"calibration": cal.key})

@@ -1,0 +1,90 @@
+"""Element types: the one table every layer reads (bytes, torch dtype, tensor-core mode, tolerances).
+
+A row is a storage format (fp32, bf16, ...) or a compute mode over another format's storage (tf32:
+fp32 in memory, TF32 tensor cores in the dot). Which rows a consumer accepts is the consumer's
+business (the GEMM kernels take `KERNEL_DTYPES`, the speed-of-light counts take storage rows); the
+numbers are declared here only. torch is not imported here: rows name its dtypes by attribute."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from formloop.errors import InvalidInput, UnknownName
+
+
+@dataclass(frozen=True)
+class DType:
+    """One element type.
+
+    bytes: storage bytes per element. torch: the attribute of the torch module that stores it.
+    storage: False for a compute mode that lives in another row's storage (tf32 in fp32).
+    peak: the chip's peak-rate key for math in this type (`Chip.peak`).
+    dot_precision: `input_precision` of Triton's tl.dot for the GEMM kernels ("ieee" | "tf32"),
+    None where the kernels do not take this type.
+    kernel_tolerance: ‖out − ref‖ / ‖ref‖ a kernel may reach against a float64 reference on the same
+    (already rounded) inputs; None where no kernel takes this type.
+    compare_rtol: the relative slack (and the RMS-scaled absolute slack) of an element-wise output
+    comparison (`formloop.measure.compare`); fp32's leaves room for TF32 tensor cores.
+    aliases: other spellings accepted on input (torch names, common short names)."""
+
+    name: str
+    bytes: int
+    torch: str
+    storage: bool
+    peak: str
+    dot_precision: str | None
+    kernel_tolerance: float | None
+    compare_rtol: float | None
+    aliases: tuple[str, ...] = ()
+
+
+DTYPES: tuple[DType, ...] = (
+    DType("fp64", 8, "float64", True, "fp64", None, None, 1e-9, ("float64", "double")),
+    DType("fp32", 4, "float32", True, "fp32", "ieee", 1e-4, 2e-3, ("float32", "float")),
+    DType("tf32", 4, "float32", False, "tf32", "tf32", 2e-3, None),
+    DType("bf16", 2, "bfloat16", True, "bf16", "ieee", 1e-2, 2e-2, ("bfloat16",)),
+    DType("fp16", 2, "float16", True, "fp16", "ieee", 2e-3, 1e-2, ("float16", "half")),
+    DType("fp8", 1, "float8_e4m3fn", True, "fp8", None, None, 1.25e-1, ("float8_e4m3fn", "fp8e4m3", "fp8_e4m3")),
+    DType("fp8e5m2", 1, "float8_e5m2", True, "fp8", None, None, 2.5e-1, ("float8_e5m2", "fp8_e5m2")),
+)
+
+_BY_NAME = {d.name: d for d in DTYPES}
+_BY_SPELLING = {**{a: d for d in DTYPES for a in d.aliases}, **_BY_NAME}
+
+KERNEL_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.kernel_tolerance is not None)
+"""The element types the template library's GEMM kernels compute in (and workloads may name)."""
+STORAGE_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.storage)
+
+
+def get_dtype(name: str, among: Iterable[str] | None = None, *, field: str = "dtype") -> DType:
+    """The row for `name` or one of its aliases ('torch.' prefix and case ignored), refused with
+    `field` and the allowed names when unknown or not `among` the names the caller accepts."""
+    allowed = sorted(among) if among is not None else sorted(_BY_NAME)
+    key = str(name).strip().lower().removeprefix("torch.") if isinstance(name, str) else None
+    row = _BY_SPELLING.get(key) if key is not None else None
+    if row is None:
+        raise UnknownName(field, name, allowed)
+    if row.name not in allowed:
+        raise InvalidInput(field, name, allowed)
+    return row
+
+
+def dtype_bytes(name: str, among: Iterable[str] | None = None) -> int:
+    """Storage bytes per element of `name`."""
+    return get_dtype(name, among).bytes
+
+
+def dtype_of_torch(torch_dtype: object) -> DType:
+    """The storage row of a torch dtype (torch.float32 -> fp32), refused when the table lacks it."""
+    key = str(torch_dtype).removeprefix("torch.")
+    for d in DTYPES:
+        if d.storage and d.torch == key:
+            return d
+    raise UnknownName("torch dtype", str(torch_dtype), [f"torch.{d.torch}" for d in DTYPES if d.storage])
+
+
+def torch_dtype(name: str):
+    """The torch dtype that stores `name` (imports torch: only callers that already need it call this)."""
+    import torch
+
+    return getattr(torch, get_dtype(name).torch)
