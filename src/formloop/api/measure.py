@@ -41,7 +41,7 @@ def measure(template: str, shape: Shape, *, chip: str = "h200", dtype: str = "bf
     if template != gemm_tiling.NAME:
         raise InvalidInput("template", template, [gemm_tiling.NAME])
     if not is_hopper(chip):
-        raise InvalidInput("chip", chip, gemm_tiling_gpu.HOPPER_CHIPS,
+        raise InvalidInput("chip", chip, gemm_tiling_gpu.CONTRACT_CHIPS,
                            fix="the Triton family's contract is written for Hopper")
     if solver not in SOLVERS:
         raise InvalidInput("solver", solver, sorted(SOLVERS))

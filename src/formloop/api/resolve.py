@@ -94,7 +94,7 @@ class Routed:
 
 
 def is_hopper(chip: str) -> bool:
-    return isinstance(chip, str) and chip.lower() in gemm_tiling_gpu.HOPPER_CHIPS
+    return isinstance(chip, str) and chip.lower() in gemm_tiling_gpu.CONTRACT_CHIPS
 
 
 def route(template: str, options: Mapping[str, Any] | None, chip: str, dtype: str,

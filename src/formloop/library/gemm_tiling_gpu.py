@@ -50,7 +50,6 @@ NAME = "gemm-tiling-gpu"
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
 # The chips whose specs this contract is written for (TMA copies, 227 KiB of shared memory a block).
 CONTRACT_CHIPS = ("h200", "h100")
-HOPPER_CHIPS = CONTRACT_CHIPS  # the former name, kept until cli/ reads CONTRACT_CHIPS
 US = 1e6
 
 Tm = decision("Tm", (16, 32, 64, 128, 256), doc="rows of the output tile a block computes (BLOCK_M)")
