@@ -44,10 +44,7 @@ def _mapped(method: Callable) -> Callable:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:
-            named = as_store_error(exc, self.path)
-            if isinstance(named, StoreDamaged):
-                self.damaged = named
-            raise named from exc
+            raise self._named(exc) from exc
     return wrapper
 
 
@@ -83,6 +80,12 @@ class Population:
     @_mapped
     def journal_mode(self) -> str:
         return str(self.conn.execute("PRAGMA journal_mode").fetchone()[0])
+
+    def _named(self, exc: sqlite3.Error) -> Exception:
+        named = as_store_error(exc, self.path)
+        if isinstance(named, StoreDamaged):  # from now on this object refuses to write
+            self.damaged = named
+        return named
 
     def _writable(self) -> None:
         if self.damaged is not None:
@@ -342,10 +345,7 @@ class Population:
             with claims.claim(self.conn, template_hash, toolchain, lease_s=lease, on_wait=on_wait) as found:
                 yield found
         except sqlite3.Error as exc:
-            named = as_store_error(exc, self.path)
-            if isinstance(named, StoreDamaged):
-                self.damaged = named
-            raise named from exc
+            raise self._named(exc) from exc
 
     # -- retrieval --------------------------------------------------------------------------
     @_mapped
