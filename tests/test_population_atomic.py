@@ -133,7 +133,7 @@ def test_kill_9_of_a_writer_loop_loses_no_commit_and_splits_no_design(tmp_path):
     rng = random.Random(2024)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     committed: list[int] = []
-    kills = 6
+    kills = 4
     for round_ in range(kills):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(round_ * 1_000_000)],
                                 stdout=subprocess.PIPE, text=True, env=env)

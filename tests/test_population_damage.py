@@ -12,7 +12,8 @@ import sqlite3
 import pytest
 
 from formloop.errors import FormloopError, InvalidInput
-from formloop.population import (Population, StoreDamaged, StoreError, StoreMissing, StoreReadOnly, StoreUnavailable)
+from formloop.population import (Population, SchemaError, StoreDamaged, StoreError, StoreMissing, StoreReadOnly,
+                                 StoreUnavailable, migrate)
 from formloop.population.maintenance import check_store
 from formloop.storefile import StoreBusy, StoreConstraint, as_store_error
 from formloop.verify.proofstore import ProofStore
@@ -266,3 +267,19 @@ def test_reader_sees_a_live_writers_rows_without_checkpointing_them(seeded):
             assert snapshot(path)[0] == main_file
     finally:
         shutil.rmtree(root)
+
+
+def test_reading_an_older_store_never_migrates_it(tmp_path):
+    for version in (1, 2):
+        path = tmp_path / f"v{version}.db"
+        conn = sqlite3.connect(path, isolation_level=None)
+        migrate(conn, upto=version)
+        conn.close()
+        before = snapshot(path)
+        if version == 1:  # lacks the columns reads need: named, with the way to upgrade it
+            with pytest.raises(SchemaError, match="writing command"):
+                Population(path, mode="read")
+        else:
+            with Population(path, mode="read") as p:
+                assert p.counts()["designs"] == 0 and p.schema_version == 2
+        assert snapshot(path) == before
