@@ -7,7 +7,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -18,27 +17,7 @@ from formloop.population import NearDuplicate, Population, SCHEMA_VERSION, migra
 from formloop.population.schema import descriptor_key
 from formloop.template import Constraint, Template
 from formloop.verify.outcome import ObligationResult, Verdict
-
-
-@dataclass
-class FakeCertificate:
-    """Stands in for the verifier's certificate: the store reads only these fields."""
-
-    template_hash: str
-    obligations: list = field(default_factory=list)
-    verdict: Verdict = Verdict.PROVED
-
-    def to_json(self) -> str:
-        return json.dumps({"template_hash": self.template_hash, "verdict": self.verdict.value})
-
-
-def cert(t: Template, verdicts=("proved", "proved", "proved")) -> FakeCertificate:
-    obs = [ObligationResult(k, Verdict(v), 0.01, witness={"x": 1} if v == "counterexample" else None,
-                            trace=("load x", "read x") if v == "counterexample" else ())
-           for k, v in zip(("K1", "coverage[rows]", "K3"), verdicts)]
-    overall = Verdict.PROVED if all(v == "proved" for v in verdicts) else (
-        Verdict.COUNTEREXAMPLE if "counterexample" in verdicts else Verdict.UNRESOLVED)
-    return FakeCertificate(t.content_hash, obs, overall)
+from tests.storecases import CHIP, GEMM, WL, FakeCertificate, cert
 
 
 def toy(name: str, descriptor: dict) -> Template:
@@ -47,9 +26,8 @@ def toy(name: str, descriptor: dict) -> Template:
                     (Constraint("fits", x >= n),), (Constraint("covers", x >= n),), cost=x, descriptor=descriptor)
 
 
-ROWS = {"algorithm": "rmsnorm", "reuse": "row in registers", "placement": "program per row", "resources": ("registers",)}
-GEMM = get_template("gemm-tiling")
-WL, CHIP = "gemm fp32 M=64 N=64 K=64", "illustrative"
+ROWS = {"algorithm": "rmsnorm", "reuse": "row in registers", "placement": "program per row",
+        "resources": ("registers",)}
 
 
 @pytest.fixture
@@ -72,7 +50,8 @@ def test_status_comes_from_the_certificate(store):
     assert store.counterexamples(t.content_hash) == [
         {"obligation": "K1", "witness": {"x": 1}, "trace": ["load x", "read x"], "replay": ""}]
     u = toy("unresolved-toy", {**ROWS, "algorithm": "softmax"})
-    assert store.add_template(u, origin="x", certificate=cert(u, ("proved", "unresolved", "proved"))).status == "unresolved"
+    rec = store.add_template(u, origin="x", certificate=cert(u, ("proved", "unresolved", "proved")))
+    assert rec.status == "unresolved"
 
 
 def test_proved_needs_all_three_kinds(store):
@@ -114,12 +93,14 @@ def test_performance_facts_carry_chip_and_workload(store):
     assert d == store.add_design(GEMM.content_hash, workload=WL, chip=CHIP, assignment={"Tm": 16}, predicted=1.0,
                                  unit="us", solver="milp")  # idempotent
     with pytest.raises(InvalidInput, match="measurement chip/workload"):
-        store.add_measurement(d, workload="gemm fp32 M=1 N=1 K=1", chip=CHIP, tier="model", device="cpu", latency_s=1e-6)
+        store.add_measurement(d, workload="gemm fp32 M=1 N=1 K=1", chip=CHIP, tier="model", device="cpu",
+                              latency_s=1e-6)
     with pytest.raises(InvalidInput, match="tier"):
         store.add_measurement(d, workload=WL, chip=CHIP, tier="guess", device="cpu", latency_s=1e-6)
     with pytest.raises(InvalidInput, match="failure"):
         store.add_measurement(d, workload=WL, chip=CHIP, tier="gpu", device="h200", latency_s=None)
-    store.add_measurement(d, workload=WL, chip=CHIP, tier="gpu", device="h200", latency_s=None, failure="CompileError: x")
+    store.add_measurement(d, workload=WL, chip=CHIP, tier="gpu", device="h200", latency_s=None,
+                          failure="CompileError: x")
     store.add_measurement(d, workload=WL, chip=CHIP, tier="model", device="cpu", latency_s=2e-6)
     # the schema itself refuses a fact without a chip, whatever the caller does
     with pytest.raises(sqlite3.IntegrityError):
@@ -162,7 +143,8 @@ def test_concurrent_writer_processes_lose_nothing(tmp_path):
     with Population(path) as p:  # the template row the designs refer to
         p.add_template(GEMM, origin="library:gemm-tiling", certificate=cert(GEMM))
     n, tags = 60, ("w0", "w1", "w2")
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag, str(n), GEMM.content_hash]) for tag in tags]
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag, str(n), GEMM.content_hash])
+             for tag in tags]
     assert [pr.wait(timeout=120) for pr in procs] == [0, 0, 0]
     with Population(path) as p:
         for tag in tags:
@@ -175,7 +157,8 @@ def test_concurrent_writer_processes_lose_nothing(tmp_path):
 def test_concurrent_first_open_migrates_once(tmp_path):
     path = tmp_path / "fresh.db"
     code = "import sys; from formloop.population import Population; print(Population(sys.argv[1]).schema_version)"
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
     outs = [pr.communicate(timeout=120)[0].strip() for pr in procs]
     assert outs == [str(SCHEMA_VERSION)] * 3
 
@@ -194,7 +177,7 @@ def test_older_store_is_migrated_in_place(tmp_path):
     assert [r[1] for r in conn.execute("PRAGMA table_info(measurements)")].count("failure") == 0
     conn.close()
     with Population(path) as p:
-        assert p.migrated == [2] and p.schema_version == 2
+        assert p.migrated == [2, 3] and p.schema_version == SCHEMA_VERSION == 3
         assert p.templates()[0].name == "old"
         key = p.conn.execute("SELECT descriptor_key FROM templates").fetchone()[0]
         assert json.loads(key)["reuse"] == ["memory", "shared", "tiles"]  # filled by the data migration

@@ -1,7 +1,13 @@
 """The population: an SQLite store of templates, proofs, designs and measurements (see store.py)."""
-from formloop.population.certify import certificate_status, missing_kinds
-from formloop.population.schema import SCHEMA_VERSION, migrate
-from formloop.population.store import NearDuplicate, Population, TemplateRecord, near_duplicate, scope_miss
+from formloop.population.certify import certificate_status, is_settled, missing_kinds
+from formloop.population.claims import ProofClaim
+from formloop.population.schema import SCHEMA_VERSION, SchemaError, migrate
+from formloop.population.store import (MeasurementFact, NearDuplicate, Population, TemplateRecord, near_duplicate,
+                                       scope_miss)
+from formloop.storefile import (StoreBusy, StoreConstraint, StoreDamaged, StoreError, StoreMissing, StoreReadOnly,
+                                StoreUnavailable)
 
-__all__ = ["NearDuplicate", "Population", "SCHEMA_VERSION", "TemplateRecord", "certificate_status", "migrate",
-           "missing_kinds", "near_duplicate", "scope_miss"]
+__all__ = ["MeasurementFact", "NearDuplicate", "Population", "ProofClaim", "SCHEMA_VERSION", "SchemaError",
+           "StoreBusy", "StoreConstraint", "StoreDamaged", "StoreError", "StoreMissing", "StoreReadOnly",
+           "StoreUnavailable", "TemplateRecord", "certificate_status", "is_settled", "migrate", "missing_kinds",
+           "near_duplicate", "scope_miss"]

@@ -44,6 +44,15 @@ def certificate_status(certificate: Any, template_hash: str) -> str:
     return "unresolved"
 
 
+# (stored template status, newest certificate verdict) pairs that settle a template for a toolchain:
+# the verifier is not called again. An unresolved attempt settles nothing.
+SETTLED = (("proved", "proved"), ("refuted", "counterexample"))
+
+
+def is_settled(status: str | None, verdict: str | None) -> bool:
+    return (status, verdict) in SETTLED
+
+
 def missing_kinds(certificate: Any) -> list[str]:
     proved = {kind_of(o) for o in certificate.obligations if o.verdict is Verdict.PROVED}
     return [k for k in KINDS if k not in proved]

@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from formloop.errors import FormloopError
+from formloop.storefile import StoreDamaged, StoreError, StoreUnavailable, as_store_error
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,20 @@ CREATE INDEX certificates_by_template ON certificates (template_hash, toolchain)
 """
 
 
+V3 = """
+CREATE TABLE proof_claims (
+    template_hash TEXT NOT NULL,           -- no reference: the template is stored only once it is proved
+    toolchain     TEXT NOT NULL,
+    owner         TEXT NOT NULL,           -- host:pid:nonce of the process proving it
+    host          TEXT NOT NULL,
+    pid           INTEGER NOT NULL,
+    claimed_at    REAL NOT NULL,
+    expires_at    REAL NOT NULL,           -- after this another process may take the claim over
+    PRIMARY KEY (template_hash, toolchain)
+);
+"""
+
+
 def descriptor_key(descriptor: dict) -> str:
     """The normalized descriptor: lower-case word sets per field, JSON with sorted keys.
 
@@ -123,25 +137,33 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "templates, certificates, counterexamples, designs, measurements", V1),
     Migration(2, "descriptor keys, measurement provenance and failure class, calibrations, indexes", V2,
               _fill_descriptor_keys),
+    Migration(3, "proof claims: concurrent runs prove a template once", V3),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
+# Reading needs the columns of schema 2 (provenance, failure); schema 3 adds only what writers use.
+MIN_READABLE = 2
+# The tables each schema version must hold; a store that lacks one is damaged, not merely old.
+TABLES = {1: {"templates", "certificates", "counterexamples", "designs", "measurements"}}
+TABLES[2] = TABLES[1] | {"calibrations"}
+TABLES[3] = TABLES[2] | {"proof_claims"}
+FACT_TABLES = ("templates", "certificates", "counterexamples", "designs", "measurements", "calibrations")
 
 
-class SchemaError(FormloopError, RuntimeError):
-    """A store written by a newer formloop, or a migration that failed."""
+class SchemaError(StoreError):
+    """A store written by a newer formloop, one too old to read without upgrading, or a failed migration."""
 
 
 def version_of(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION) -> list[int]:
+def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION, *, path: str = "the store") -> list[int]:
     """Apply the missing migrations up to `upto` in one IMMEDIATE transaction; return those applied.
 
     The version is read again after the write lock is taken, so a concurrent opener that migrated
     first leaves nothing to do here."""
     if version_of(conn) >= upto:
-        _refuse_newer(conn)
+        _refuse_newer(conn, path)
         return []
     applied: list[int] = []
     conn.execute("BEGIN IMMEDIATE")
@@ -157,19 +179,52 @@ def migrate(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION) -> list[int]:
                 applied.append(m.version)
         conn.execute("COMMIT")
     except BaseException as exc:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         if isinstance(exc, sqlite3.Error):
-            raise SchemaError(f"migration to schema {upto} failed: {exc}") from exc
+            named = as_store_error(exc, path)
+            if isinstance(named, (StoreDamaged, StoreUnavailable)):  # damage, a lock, a full disk: say that
+                raise named from exc
+            raise SchemaError(f"migration of {path} to schema {upto} failed: {exc}", path=path) from exc
         raise
-    _refuse_newer(conn)
+    _refuse_newer(conn, path)
     return applied
 
 
-def _refuse_newer(conn: sqlite3.Connection) -> None:
+def check_tables(conn: sqlite3.Connection, path: str) -> int:
+    """The store's schema version, after checking it holds that version's tables.
+
+    A file with no tables is a new store (version 0); tables that are not ours make it another
+    program's database, refused rather than migrated into."""
+    version = version_of(conn)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version == 0:
+        if names:
+            raise StoreError(f"{path} is an SQLite database but not a formloop store "
+                             f"(tables: {', '.join(sorted(names))})",
+                             path=path, fix="name another file as the store")
+        return 0
+    missing = TABLES.get(min(version, SCHEMA_VERSION), set()) - names
+    if missing:
+        raise StoreDamaged(path, f"schema {version} must hold table(s) {', '.join(sorted(missing))}, which are gone")
+    return version
+
+
+def refuse_unreadable(conn: sqlite3.Connection, path: str) -> None:
+    """For a store opened only for reading: refuse a schema too old to read or too new to understand."""
+    _refuse_newer(conn, path)
+    v = version_of(conn)
+    if v < MIN_READABLE:
+        raise SchemaError(f"store {path} has schema {v}, older than this formloop reads ({MIN_READABLE})", path=path,
+                          fix="run one writing command on it (formloop run, formloop population add) to upgrade it "
+                              "in place")
+
+
+def _refuse_newer(conn: sqlite3.Connection, path: str) -> None:
     v = version_of(conn)
     if v > SCHEMA_VERSION:
-        raise SchemaError(f"store schema {v} is newer than this formloop understands ({SCHEMA_VERSION})",
-                          fix="upgrade formloop or point FORMLOOP_STORE at another file")
+        raise SchemaError(f"{path}: store schema {v} is newer than this formloop understands ({SCHEMA_VERSION})",
+                          path=path, fix="upgrade formloop or point FORMLOOP_STORE at another file")
 
 
 def _statements(sql: str) -> list[str]:

@@ -18,10 +18,13 @@ import z3
 from pathlib import Path
 
 from formloop.errors import InvalidInput
+from formloop.storefile import StoreDamaged, StoreReadOnly, create_whole, damage_in_header, inspect, mapped_errors, \
+    maps_errors, quick_check
 from formloop.verify.outcome import ObligationResult, Verdict
 
 DEFAULT_PROOF_STORE = Path(".formloop") / "proofs.sqlite"
 SCHEMA_VERSION = 1
+CACHE_FIX = "the proof store only saves time: move it aside (or delete it) and the proofs are redone"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -79,16 +82,31 @@ def query_key(normalized: str, solver_context: str, checker_version: str) -> str
 class ProofStore:
     """SQLite file (or ':memory:') holding nodes, proof results and UNSAT queries.
 
-    Writes are batched in one transaction per run; call `commit()` (the checker does) to persist."""
+    Writes are batched in one transaction per run; call `commit()` (the checker does) to persist.
+    A file that fails the header checks or quick_check is refused (StoreDamaged) and never written;
+    every sqlite3 error becomes a named formloop.storefile error."""
 
     def __init__(self, path: str | Path | None = None):
         self.path = DEFAULT_PROOF_STORE if path is None else path
+        with mapped_errors(self.path):
+            self._open()
+
+    def _open(self) -> None:
         if str(self.path) != ":memory:":
-            p = Path(self.path)
-            if p.exists() and p.is_dir():
-                raise InvalidInput("proof store path", str(p), "a file path (not a directory)")
-            p.parent.mkdir(parents=True, exist_ok=True)
+            state = inspect(self.path)  # a directory is refused here
+            if not state.dir_writable or (state.exists and not state.file_writable):
+                raise StoreReadOnly(self.path, "the file or its directory is not writable")
+            if not state.exists:  # made whole under another name, so an empty file is always damage
+                create_whole(Path(self.path), lambda db: db.executescript(_SCHEMA), timeout_s=30.0)
+                state = inspect(self.path)
+            damage = damage_in_header(state)
+            if damage:
+                raise StoreDamaged(self.path, damage, fix=CACHE_FIX)
         self.db = sqlite3.connect(str(self.path), timeout=30.0)
+        found = quick_check(self.db)
+        if found:
+            self.db.close()
+            raise StoreDamaged(self.path, "quick_check found: " + "; ".join(found[:3]), fix=CACHE_FIX)
         self.db.executescript(_SCHEMA)
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is None:
@@ -99,6 +117,7 @@ class ProofStore:
         self.db.commit()
 
     # -- proof nodes ------------------------------------------------------------------------
+    @maps_errors
     def proved(self, key: str) -> ObligationResult | None:
         """The stored result for `key` if and only if it is a proof."""
         row = self.db.execute("SELECT verdict, result FROM proofs WHERE key = ?", (key,)).fetchone()
@@ -106,37 +125,45 @@ class ProofStore:
             return None
         return _result_from_json(row[1])
 
+    @maps_errors
     def result(self, key: str) -> ObligationResult | None:
         """The stored result for `key`, whatever its verdict (for inspection, never for reuse)."""
         row = self.db.execute("SELECT result FROM proofs WHERE key = ?", (key,)).fetchone()
         return None if row is None else _result_from_json(row[0])
 
+    @maps_errors
     def put_result(self, key: str, name: str, result: ObligationResult, checker: str) -> None:
         self.db.execute(
             "INSERT OR REPLACE INTO proofs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (key, name, result.verdict.value, result.seconds, result.solver, checker,
              json.dumps(result.as_dict(), default=str), time.time()))
 
+    @maps_errors
     def put_nodes(self, rows: Iterable[tuple[str, str, str, str, tuple[str, ...]]]) -> None:
         """(key, name, kind, text, premise keys) per node; content-addressed, so re-puts are no-ops."""
         self.db.executemany("INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, ?, ?)",
                             [(k, n, kind, text, json.dumps(list(p))) for k, n, kind, text, p in rows])
 
     # -- queries ----------------------------------------------------------------------------
+    @maps_errors
     def has_unsat(self, key: str) -> bool:
         return self.db.execute("SELECT 1 FROM queries WHERE key = ?", (key,)).fetchone() is not None
 
+    @maps_errors
     def put_unsat(self, key: str, solver: str, checker: str, seconds: float) -> None:
         self.db.execute("INSERT OR IGNORE INTO queries VALUES (?, 'unsat', ?, ?, ?, ?)",
                         (key, solver, checker, seconds, time.time()))
 
     # -- housekeeping -----------------------------------------------------------------------
+    @maps_errors
     def counts(self) -> dict[str, int]:
         return {t: self.db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("nodes", "proofs", "queries")}
 
+    @maps_errors
     def commit(self) -> None:
         self.db.commit()
 
+    @maps_errors
     def close(self) -> None:
         self.db.commit()
         self.db.close()
