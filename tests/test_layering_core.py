@@ -11,7 +11,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 CORE = ("formloop.expr", "formloop.template", "formloop.solve", "formloop.verify", "formloop.library")
 LAYERS = [  # each package may import from its own layer and earlier ones
-    ("formloop.errors", "formloop.settings", "formloop.dtypes"),
+    ("formloop.errors", "formloop.settings", "formloop.dtypes", "formloop.storefile"),
     ("formloop.expr",),
     ("formloop.template", "formloop.workload"),
     ("formloop.solve", "formloop.verify", "formloop.hw", "formloop.sol"),

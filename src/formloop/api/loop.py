@@ -18,7 +18,7 @@ from formloop.api.resolve import Candidate, is_user_spec, settings_from, templat
 from formloop.api.values import plain
 from formloop.errors import FormloopError, InvalidInput
 from formloop.hw.chips import get_chip
-from formloop.population import Population, scope_miss
+from formloop.population import MeasurementFact, Population, scope_miss
 from formloop.settings import Settings, load_settings
 from formloop.sol import sol_report
 from formloop.solve import solve_milp
@@ -116,25 +116,26 @@ class Loop:
         if h in self.proved:
             return self.proved[h]
         start = time.perf_counter()
-        rec, last = self.population.find(h), self.population.latest_certificate(h, TOOLCHAIN)
-        if rec is not None and last is not None and (rec.status, last[0]) in (("proved", "proved"),
-                                                                              ("refuted", "counterexample")):
-            # Same contract, same toolchain: the stored verdict stands; the verifier is not called.
-            self.proofs_reused += rec.status == "proved"
-            note = "" if rec.status == "proved" else "counterexample (stored): " + " | ".join(
-                f"{x['obligation']}: witness {x['witness']}" for x in self.population.counterexamples(h))
-            out = (rec.status, "reused", time.perf_counter() - start, note)
-        else:
-            self.progress(f"proving {c.template.name} ({h})")
-            self.verifier_calls += 1
-            try:
-                status, note, seconds = admit(self.population, c, self.prover, self.settings.prove_timeout_s)
-            except Exception as exc:  # noqa: BLE001 - one broken template must not end the run
-                # Nothing is stored: without a certificate the template stays out of the population.
-                status, seconds = "unresolved", time.perf_counter() - start
-                note = f"the verifier raised {type(exc).__name__}: {exc}"
-            self.proofs_new += status == "proved"
-            out = (status, "new", seconds, note)
+        # One proof per template across every run sharing the store: a concurrent run's attempt is waited for.
+        with self.population.claim_proof(h, TOOLCHAIN, on_wait=self.progress) as claim:
+            if not claim.owned:
+                # Same contract, same toolchain: the stored verdict stands; the verifier is not called.
+                self.proofs_reused += claim.status == "proved"
+                note = {"proved": "", "refuted": "counterexample (stored): " + " | ".join(
+                    f"{x['obligation']}: witness {x['witness']}" for x in self.population.counterexamples(h))
+                        }.get(claim.status, f"{claim.status} (attempt stored by a concurrent run)")
+                out = (claim.status, "reused", time.perf_counter() - start, note)
+            else:
+                self.progress(f"proving {c.template.name} ({h})")
+                self.verifier_calls += 1
+                try:
+                    status, note, seconds = admit(self.population, c, self.prover, self.settings.prove_timeout_s)
+                except Exception as exc:  # noqa: BLE001 - one broken template must not end the run
+                    # Nothing is stored: without a certificate the template stays out of the population.
+                    status, seconds = "unresolved", time.perf_counter() - start
+                    note = f"the verifier raised {type(exc).__name__}: {exc}"
+                self.proofs_new += status == "proved"
+                out = (status, "new", seconds, note)
         self.proved[h] = out
         return out
 
@@ -159,14 +160,16 @@ class Loop:
         row.check = "ok" if check.ok else "; ".join(str(v) for v in check.violations)
         if not check.ok:
             return row
-        row.design_id = self.population.add_design(
+        fact = self._evaluate(w, t, sol.assignment, row)
+        # The design and its measurement commit together: a run killed here leaves both or neither.
+        row.design_id, _ = self.population.add_design_with_measurements(
             t.content_hash, workload=w.key, chip=self.chip_name, assignment=sol.assignment,
-            predicted=sol.objective, unit=sol.unit, solver=sol.solver, bound=sol.bound, gap=sol.gap)
-        self._evaluate(w, t, sol.assignment, row)
+            predicted=sol.objective, unit=sol.unit, solver=sol.solver, bound=sol.bound, gap=sol.gap,
+            measurements=[fact])
         self._speed_of_light(w, row)
         return row
 
-    def _evaluate(self, w: WorkloadSpec, t: Template, assignment, row: LoopRow) -> None:
+    def _evaluate(self, w: WorkloadSpec, t: Template, assignment, row: LoopRow) -> MeasurementFact:
         clock = time.perf_counter()
         m = self.evaluator.evaluate(t, assignment, w.params, self.chip)
         row.seconds["evaluate"] = time.perf_counter() - clock
@@ -177,10 +180,10 @@ class Loop:
             row.measured_us = m.latency_us
         else:  # a failed instance keeps its failure class; its latency is not a number to report
             row.note = f"evaluate ({m.tier}): {m.failure or 'correctness check failed'}"
-        self.population.add_measurement(
-            row.design_id, workload=w.key, chip=self.chip_name, tier=row.tier, device=prov.device,
-            latency_s=m.latency_us * 1e-6 if m.ok else None, error=error, versions=dict(prov.versions),
-            provenance=_as_dict(prov), failure="" if m.ok else (m.failure or "correctness check failed"))
+        return MeasurementFact(
+            tier=row.tier, device=prov.device, latency_s=m.latency_us * 1e-6 if m.ok else None, error=error,
+            versions=dict(prov.versions), provenance=_as_dict(prov),
+            failure="" if m.ok else (m.failure or "correctness check failed"))
 
     def _speed_of_light(self, w: WorkloadSpec, row: LoopRow) -> None:
         try:

@@ -78,7 +78,7 @@ def read_population(settings: Settings | None = None) -> tuple[Population, str]:
     s = settings_from(settings)
     if not Path(s.store_path).exists():
         return Population(":memory:"), str(s.store_path)
-    return Population(s.store_path, busy_timeout_ms=s.busy_timeout_ms), str(s.store_path)
+    return Population(s.store_path, busy_timeout_ms=s.busy_timeout_ms, mode="read"), str(s.store_path)
 
 
 # -- the Hopper routing --------------------------------------------------------------------------
