@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from formloop.measure.compare import TOLERANCES, compare_outputs, compare_tensor
-from formloop.measure.harness import Session, evaluate, load_candidate
+from formloop.measure.harness import evaluate
+from formloop.measure.session import Session, load_candidate
 from formloop.errors import FormloopError, InvalidInput, StructureError
 
 FIX = Path(__file__).parent / "fixtures" / "integrity"
