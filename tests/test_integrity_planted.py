@@ -69,7 +69,8 @@ def test_inherited_and_patched_forwards_are_torch_only_at_run_time():
         assert op in hit.witness["aten_compute_ops"] and hit.witness["own_launches"] == []
         assert report.verdict is IntegrityVerdict.TORCH_ONLY and not report.flags("probe:")
     # the patched class defines a Triton kernel: the source shows it, the call never launches it
-    honest = check_integrity(FIX / "problems" / "rowsum.py", FIX / "honest" / "rowsum.py", seed=3, probes=("torch-only",))
+    honest = check_integrity(FIX / "problems" / "rowsum.py", FIX / "honest" / "rowsum.py", seed=3,
+                             probes=("torch-only",))
     (ok,) = honest.checks
     assert ok.reason.startswith("passed") and any(x.startswith("triton:") for x in ok.details["own_launches"])
 

@@ -141,5 +141,6 @@ def test_compiled_extension_counts_as_a_kernel_but_tl_load_does_not():
            "class ModelNew(nn.Module):\n    def forward(self, x, y):\n        return ext.add(x, y)\n")
     (ok,) = static_scan(src)
     assert ok.obligation == "torch-only" and ok.verdict is Verdict.UNRESOLVED and "ext.add" in ok.reason
-    out = scan("class ModelNew(nn.Module):\n    def forward(self, x):\n        x = x.contiguous()\n        return launch(x)\n")
+    out = scan("class ModelNew(nn.Module):\n    def forward(self, x):\n        x = x.contiguous()\n"
+               "        return launch(x)\n")
     assert out["torch-only"].details["launches"] == ["k (line 12)"]

@@ -112,7 +112,8 @@ def test_zero_inputs_are_refused():
 
 def test_bad_problems_and_candidates_name_what_is_wrong(tmp_path):
     no_inputs = tmp_path / "no_inputs.py"
-    no_inputs.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_init_inputs():\n    return []\n")
+    no_inputs.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n"
+                         "def get_init_inputs():\n    return []\n")
     with pytest.raises(FormloopError, match="get_inputs"):
         evaluate(no_inputs, FIX / "honest" / "add.py", timing=False)
     broken = tmp_path / "broken.py"

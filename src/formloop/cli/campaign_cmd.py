@@ -78,9 +78,10 @@ def harness(
     rtol: Optional[float] = typer.Option(None, help="override the dtype's relative tolerance (0 < rtol < 1)"),
     precision: Optional[str] = typer.Option(None, help="cast inputs and both models to fp32 | fp16 | bf16 | fp64 "
                                                        "(KernelBench's precision option)"),
-    eval_mode: bool = typer.Option(False, "--eval/--no-eval", help="call .eval() on both models (KernelBench does not)"),
-    tolerance: str = typer.Option("formloop", help="the rule deciding correctness: formloop (magnitude-aware, "
-                                                   "float64 truth) | kernelbench (allclose at its precision tolerance)"),
+    eval_mode: bool = typer.Option(False, "--eval/--no-eval",
+                                   help="call .eval() on both models (KernelBench does not)"),
+    tolerance: str = typer.Option("formloop", help="the rule deciding correctness: formloop (magnitude-aware, float64 "
+                                                   "truth) | kernelbench (allclose at its precision tolerance)"),
     timing_mode: str = typer.Option("auto", help="auto (CUDA graph, eager if not capturable) | graph | eager"),
     timeout: float = typer.Option(600.0, help="wall-clock limit of the whole run in seconds (0 < t <= 86400)"),
     memory_gb: Optional[float] = typer.Option(None, help="host memory limit of the run in GiB (default: 3/4 of RAM)"),
@@ -129,11 +130,12 @@ def harness(
         console.print("not timed: the candidate is incorrect")
     if chip:
         console.print(f"SOL floor: {_ms(d['sol_floor_s'])} ({d['sol_note']}); SOL fraction: "
-                      + (f"{d['sol_fraction']:.3f} (gpu)" if d["sol_fraction"] is not None else "n/a (needs a gpu timing)"))
+                      + (f"{d['sol_fraction']:.3f} (gpu)" if d["sol_fraction"] is not None
+                         else "n/a (needs a gpu timing)"))
     for w in d["warnings"]:
         console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
-    console.print(f"[bold]{'correct' if d['correct'] else 'INCORRECT'}[/]; replay: formloop harness {problem} {candidate} "
-                  f"--seed {d['seed']}")
+    console.print(f"[bold]{'correct' if d['correct'] else 'INCORRECT'}[/]; replay: formloop harness {problem} "
+                  f"{candidate} --seed {d['seed']}")
     if not d["correct"]:
         raise typer.Exit(1)
 

@@ -97,7 +97,8 @@ class GpuEvaluator:
             runnable = template.program(assignment, workload)
             correctness, timing = self.measure(runnable)
         except Exception as exc:  # noqa: BLE001 - a compile or launch failure is a result, with its class
-            return failed(*args, self.provenance(), f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+            first = str(exc).splitlines()[0][:300] if str(exc) else ""
+            return failed(*args, self.provenance(), f"{type(exc).__name__}: {first}")
         return measurement_from(template, assignment, workload, chip_name(chip), correctness, timing, self.provenance)
 
 

@@ -210,13 +210,13 @@ def compare_tensor(c: Any, r: Any, t: Any = None, *, rule: Rule | None = None, r
     rule_name = rule.name if rule is not None else "formloop"
     if isinstance(rule, AllClose):
         ok = bool(allclose)
-        reason = "" if ok else (f"output {index}: {s['kb_bad']} of {n} elements fail torch.allclose(atol={rule.atol:g}, "
-                                f"rtol={rule.rtol:g}) against the reference (KernelBench rule)")
+        reason = "" if ok else (f"output {index}: {s['kb_bad']} of {n} elements fail torch.allclose("
+                                f"atol={rule.atol:g}, rtol={rule.rtol:g}) against the reference (KernelBench rule)")
     elif isinstance(rule, NormBound):
         ok = all_written and norm_rel <= rule.rel and max_err_rms <= rule.element_factor * rule.rel
         reason = "" if ok else (f"output {index}: {s['unwritten']} unwritten (non-finite) elements" if not all_written
-                                else f"output {index}: relative error {norm_rel:.3g} (bound {rule.rel:g}), worst element "
-                                     f"{max_err_rms:.3g} x RMS (bound {rule.element_factor * rule.rel:g})")
+                                else f"output {index}: relative error {norm_rel:.3g} (bound {rule.rel:g}), worst "
+                                     f"element {max_err_rms:.3g} x RMS (bound {rule.element_factor * rule.rel:g})")
     else:
         ok = e["bad"] == 0
         reason = "" if ok else (f"output {index}: {e['bad']} of {n} elements outside tolerance (worst "

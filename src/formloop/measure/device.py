@@ -125,7 +125,8 @@ def device_facts(index: int = 0) -> dict[str, Any]:
     import torch
 
     props = torch.cuda.get_device_properties(index)
-    versions = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "capability": f"{props.major}.{props.minor}"}
+    versions = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
+                "capability": f"{props.major}.{props.minor}"}
     try:
         import triton
 

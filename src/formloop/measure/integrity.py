@@ -69,7 +69,8 @@ def flag(detector: str, severity: IntegrityVerdict, message: str, *, evidence: M
                             details={"detector": detector, "severity": severity.value})
 
 
-def passed(detector: str, note: str = "", *, seconds: float = 0.0, details: Mapping[str, Any] | None = None) -> ObligationResult:
+def passed(detector: str, note: str = "", *, seconds: float = 0.0,
+           details: Mapping[str, Any] | None = None) -> ObligationResult:
     """A detector ran and found nothing (evidence of absence, not proof)."""
     return ObligationResult(obligation=detector, verdict=Verdict.UNRESOLVED, seconds=seconds,
                             solver="formloop.integrity", reason=f"passed{': ' + note if note else ''}",
@@ -145,8 +146,9 @@ def check_sol_ceiling(measured_s: float, floor_s: float, *, source: str, margin:
                 "fraction_of_floor": measured_s / floor_s, "floor": floor_note}
     if measured_s < limit:
         return flag("sol-ceiling", IntegrityVerdict.GAMING,
-                    f"measured {measured_s * 1e3:.4g} ms is {100 * (1 - measured_s / floor_s):.1f}% below the SOL floor "
-                    f"{floor_s * 1e3:.4g} ms ({floor_note or 'most generous precision'}): the work cannot all have been done",
+                    f"measured {measured_s * 1e3:.4g} ms is {100 * (1 - measured_s / floor_s):.1f}% below the SOL "
+                    f"floor {floor_s * 1e3:.4g} ms ({floor_note or 'most generous precision'}): the work cannot all "
+                    "have been done",
                     evidence=evidence)
     return passed("sol-ceiling", f"{measured_s / floor_s:.2f}x the floor", details=evidence)
 

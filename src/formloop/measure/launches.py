@@ -77,7 +77,8 @@ class LaunchRecord:
 
     def evidence(self, limit: int = 30) -> dict[str, Any]:
         return {"own_launches": self.custom[:limit], "triton_launches": sorted(set(self.triton))[:limit],
-                "aten_compute_ops": self.compute_ops[:limit], "extension_calls": sorted(set(self.extension_calls))[:limit],
+                "aten_compute_ops": self.compute_ops[:limit],
+                "extension_calls": sorted(set(self.extension_calls))[:limit],
                 "opaque_custom_ops": sorted(set(self.opaque_ops))[:limit], "gpu_kernels": self.kernels[:limit],
                 "profiled": self.profiled, "notes": self.notes}
 
@@ -197,7 +198,9 @@ def _classify_kernels(prof: Any, rec: LaunchRecord) -> None:
     from torch.autograd import DeviceType
 
     events = list(prof.events())
-    frontend = {e.id: e for e in events if e.device_type == DeviceType.CPU}
+    # operators and annotations (not runtime calls such as cudaLaunchKernel, which carry a link themselves)
+    frontend = {e.id: e for e in events
+                if e.device_type == DeviceType.CPU and not getattr(e, "linked_correlation_id", 0)}
     linked = 0
     for e in events:
         if e.device_type != DeviceType.CUDA or e.name.startswith(_NON_KERNELS):

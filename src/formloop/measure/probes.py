@@ -44,7 +44,8 @@ def run_probe(name: str, s: Session, base: Any) -> list:
         raise  # out of memory ends the run (the sandbox names it), it does not fail one probe
     except Exception as exc:  # noqa: BLE001 - the probe did not finish: say so, never 'minor'
         found = [flag(f"probe:{name}", IntegrityVerdict.PROBE_FAILED,
-                      f"the {name} probe failed ({type(exc).__name__}: {str(exc)[:300]}); the attempt is not vouched for",
+                      f"the {name} probe failed ({type(exc).__name__}: {str(exc)[:300]}); the attempt is not "
+                      "vouched for",
                       evidence={"probe": name, "error": type(exc).__name__, "message": str(exc)[:300]})]
     dt = time.perf_counter() - t0
     return [replace(c, seconds=dt, replay=s.replay("check_integrity") + f" with probes=({name!r},)",

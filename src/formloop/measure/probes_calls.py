@@ -107,7 +107,8 @@ def probe_trivial(s: Session, base: Any) -> list:
                                                                if lax else ""),
                                evidence={"output": k, "constant": float(c0), "reference_rms": rms,
                                          "passes_fixed_atol_1e-2": lax},
-                               trace=("inputs = get_inputs()", "candidate(inputs) is constant; reference(inputs) is not")))
+                               trace=("inputs = get_inputs()",
+                                      "candidate(inputs) is constant; reference(inputs) is not")))
             return checks
     return checks + [passed("trivial-output")]
 

@@ -46,7 +46,8 @@ def probe_unseen(s: Session, base: Any) -> list:
     cmp = s.compare(s.call(clone_all(inputs)), ref, truth)
     if cmp.ok:
         return [passed("unseen-inputs", f"seed {seed}")]
-    return [flag("unseen-inputs", GAMING, f"correct on the benchmark's input sets but wrong on unseen inputs: {cmp.reason}",
+    return [flag("unseen-inputs", GAMING,
+                 f"correct on the benchmark's input sets but wrong on unseen inputs: {cmp.reason}",
                  evidence={"seed": seed, **cmp.as_dict()},
                  trace=(f"inputs = get_inputs() under seed {seed}, each float tensor * (0.5 + U[0,1))",
                         "compare candidate(inputs) with reference(inputs)"))]
@@ -86,7 +87,8 @@ def probe_shapes(s: Session, base: Any) -> list:
             finally:
                 s.base_overrides = saved
             tried.append(variant)
-            trace = (f"set module globals {variant} of the problem", f"inputs = get_inputs() -> shapes {_shapes(inputs)}",
+            trace = (f"set module globals {variant} of the problem",
+                     f"inputs = get_inputs() -> shapes {_shapes(inputs)}",
                      "compare candidate(inputs) with reference(inputs)")
             try:
                 got = s.call(clone_all(inputs))
@@ -96,7 +98,8 @@ def probe_shapes(s: Session, base: Any) -> list:
                 continue
             cmp = s.compare(got, ref, truth)
             if not cmp.ok:
-                out.append(flag("shape-scope", GAMING, f"hard-coded to the benchmark shape: wrong at {variant}: {cmp.reason}",
+                out.append(flag("shape-scope", GAMING,
+                                f"hard-coded to the benchmark shape: wrong at {variant}: {cmp.reason}",
                                 evidence={"variant": variant, "shapes": _shapes(inputs), **cmp.as_dict()}, trace=trace))
     if not tried:
         return [not_applicable("shape-scope", f"the reference rejects every variant tried: {variants}")]

@@ -248,7 +248,8 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                 status, message = RunStatus.TIMED_OUT, f"no result within {lim.wall_s:g} s; killed"
                 break
             if _vm_bytes(proc.pid, "VmRSS") > memory:
-                status, message = RunStatus.CRASHED, f"resident memory above the limit of {memory / 2**30:.2f} GiB; killed"
+                status = RunStatus.CRASHED
+                message = f"resident memory above the limit of {memory / 2**30:.2f} GiB; killed"
                 break
     except KeyboardInterrupt:
         _kill(proc)

@@ -181,7 +181,8 @@ class Session:
             with torch.device(self.device):
                 cand = self.candidate.build(self.init_inputs)
         except Exception as exc:
-            raise StructureError(f"candidate {self.candidate.name} failed to build: {type(exc).__name__}: {exc}") from None
+            raise StructureError(f"candidate {self.candidate.name} failed to build: "
+                                 f"{type(exc).__name__}: {exc}") from None
         note = "none (no parameters)"
         if isinstance(cand, torch.nn.Module):
             cand = cand.to(self.device)

@@ -169,7 +169,8 @@ def static_scan(source: str, *, entry: str = "ModelNew.forward",
                 torch_ops.append((op, node.lineno))
                 if op.split(".")[-1].lower() in HEAVY_MODULES:
                     heavy.append((op, node.lineno))
-            elif parts[-1] not in LAYOUT_OPS and (parts[0] in _TORCH_ROOTS or (len(parts) >= 2 and parts[-1] in HEAVY_OPS)):
+            elif parts[-1] not in LAYOUT_OPS and (parts[0] in _TORCH_ROOTS
+                                                  or (len(parts) >= 2 and parts[-1] in HEAVY_OPS)):
                 torch_ops.append((name, node.lineno))
                 if parts[-1] in HEAVY_OPS:
                     heavy.append((name, node.lineno))
@@ -182,7 +183,8 @@ def static_scan(source: str, *, entry: str = "ModelNew.forward",
     if not launches:
         out.append(flag("torch-only", IntegrityVerdict.TORCH_ONLY,
                         f"{where} launches no kernel of its own"
-                        + (f"; it calls PyTorch operators: {', '.join(sorted({n for n, _ in torch_ops}))}" if torch_ops else ""),
+                        + (f"; it calls PyTorch operators: {', '.join(sorted({n for n, _ in torch_ops}))}"
+                           if torch_ops else ""),
                         evidence={"kernels_defined": sorted(scan.kernels), "extensions": sorted(scan.extensions),
                                   "torch_ops": [f"{n} (line {ln})" for n, ln in torch_ops]},
                         replay=f"formloop.measure.integrity.static_scan(source, entry={entry!r})"))

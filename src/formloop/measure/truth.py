@@ -121,7 +121,8 @@ def truth_of(model: Any, model64: Any, inputs: list, native: Any, device: str | 
         return None, f"float64 truth needs {need / 2**30:.1f} GiB > budget {budget / 2**30:.1f} GiB and the outputs " \
                      "have no common leading extent to block over; compared with the reference itself"
     block_rows = max(1, min(rows, math.floor(rows * budget / (2 * need))))
-    candidates = [tuple(k for k, v in enumerate(inputs) if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == rows)]
+    candidates = [tuple(k for k, v in enumerate(inputs)
+                        if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == rows)]
     if candidates[0][:1] and candidates[0] != candidates[0][:1]:
         candidates.append(candidates[0][:1])
     for sliced in candidates:
