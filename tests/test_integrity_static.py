@@ -55,7 +55,8 @@ def test_heavy_torch_beside_a_kernel_is_minor():
 
 def test_streams_and_threads_are_noted_as_minor():
     src = ("import threading\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
-           "        s = torch.cuda.Stream()\n        threading.Thread(target=launch, args=(x,)).start()\n        return launch(x)\n")
+           "        s = torch.cuda.Stream()\n        threading.Thread(target=launch, args=(x,)).start()\n"
+           "        return launch(x)\n")
     hit = scan(src)["stream-use"]
     assert hit.details["severity"] == "minor" and len(hit.witness["calls"]) == 2
 

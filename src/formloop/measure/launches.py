@@ -218,6 +218,15 @@ def _classify_kernels(prof: Any, rec: LaunchRecord) -> None:
             origin = "candidate"
         rec.kernels.append({"name": e.name[:120], "origin": origin, "launched_under": op[:80],
                             "stream": getattr(e, "device_resource_id", None)})
+    if not (rec.triton or rec.extension_calls or rec.opaque_ops):
+        # nothing of the candidate's was seen launching from Python: an unlinked kernel is a library's
+        # whose link the profiler lost, not a way around the detector
+        for k in rec.kernels:
+            if k["origin"] == "candidate":
+                k["origin"] = "unattributed"
+                if "unlinked" not in " ".join(rec.notes):
+                    rec.notes.append("unlinked kernels with no Triton, extension or custom-op launch seen from "
+                                     "Python are not counted as the candidate's")
     if rec.kernels and not linked and rec.compute_ops:
         # aten computed, yet no kernel links to any operator: the profiler's linkage is not usable here
         rec.notes.append("profiler kernels could not be linked to operators; decided by the launch hooks")

@@ -8,6 +8,7 @@ KeyboardInterrupt raised by the candidate are not caught here: run untrusted can
 `formloop.measure.jobs.run_integrity` (a child process) to turn them into a named verdict."""
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -48,6 +49,9 @@ def run_probe(name: str, s: Session, base: Any) -> list:
                       "vouched for",
                       evidence={"probe": name, "error": type(exc).__name__, "message": str(exc)[:300]})]
     dt = time.perf_counter() - t0
+    if torch.cuda.is_available():  # what one probe cached must not crowd the next (inputs may be 6 GB)
+        gc.collect()
+        torch.cuda.empty_cache()
     return [replace(c, seconds=dt, replay=s.replay("check_integrity") + f" with probes=({name!r},)",
                     details={**c.details, "probe": name}) for c in found]
 
