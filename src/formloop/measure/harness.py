@@ -192,10 +192,18 @@ def evaluate(problem: Any, candidate: Any, *, sets: int = 3, seed: int | None = 
     if chip:
         phase("harness", "SOL floor")
         result.sol_floor_s, result.sol_note = sol_floor(s.problem, chip, dtype, clock_mhz)
-        if result.sol_floor_s and result.cand_time is not None:
-            ceiling = check_sol_ceiling(result.cand_time.seconds, result.sol_floor_s, source=result.cand_time.source,
-                                        floor_note=result.sol_note)
-            if ceiling.verdict is Verdict.COUNTEREXAMPLE:
-                result.warnings.append(f"faster than the SOL bound: {ceiling.reason}; run `formloop integrity` on "
-                                       "this problem and candidate before believing the speedup")
+        warning = sol_warning(result.cand_time, result.sol_floor_s, result.sol_note)
+        if warning:
+            result.warnings.append(warning)
     return result
+
+
+def sol_warning(timing: Timing | None, floor_s: float | None, floor_note: str = "") -> str | None:
+    """The harness's warning for a GPU time more than the SOL-ceiling margin below the floor."""
+    if timing is None or not floor_s:
+        return None
+    ceiling = check_sol_ceiling(timing.seconds, floor_s, source=timing.source, floor_note=floor_note)
+    if ceiling.verdict is not Verdict.COUNTEREXAMPLE:
+        return None
+    return (f"faster than the SOL bound: {ceiling.reason}; run `formloop integrity` on this problem and candidate "
+            "before believing the speedup")
