@@ -34,7 +34,8 @@ def _float_bytes64(values: list) -> int:
 
 def memory_budget(device: str | torch.device) -> int:
     if str(device).startswith("cuda") and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        index = torch.device(device).index
+        free, _ = torch.cuda.mem_get_info(index if index is not None else torch.cuda.current_device())
         return int(free // 4)
     return CPU_BUDGET
 
