@@ -47,12 +47,24 @@ def test_harness_json_and_table():
     assert t.exit_code == 1 and "INCORRECT" in t.stdout and "mutated" in t.stdout
 
 
+def test_harness_json_exit_status_is_1_when_incorrect():
+    """--json keeps the documented exit codes (it once exited 0 for an incorrect candidate)."""
+    r = invoke("harness", FIX / "problems" / "add.py", FIX / "cheats" / "mutate_input.py", "--seed", 1, "--no-time",
+               "--json")
+    assert r.exit_code == 1, r.output
+    d = json.loads(r.stdout)
+    assert d["status"] == "completed" and d["correct"] is False and d["mutated"]
+    z = invoke("harness", FIX / "problems" / "softmax_wide.py", FIX / "cheats" / "zeros_small_output.py", "--seed", 2,
+               "--no-time", "--json")
+    assert z.exit_code == 1 and json.loads(z.stdout)["correct"] is False
+
+
 def test_integrity_exit_status_and_evidence():
-    r = invoke("integrity", FIX / "problems" / "matmul.py", FIX / "cheats" / "torch_only.py", "--probe", "static",
+    r = invoke("integrity", FIX / "problems" / "matmul.py", FIX / "cheats" / "torch_only.py", "--probe", "torch-only",
                "--json")
     assert r.exit_code == 1
     d = json.loads(r.stdout)
-    assert d["verdict"] == "torch-only" and d["checks"][0]["witness"]["torch_ops"]
+    assert d["verdict"] == "torch-only" and d["checks"][0]["witness"]["aten_compute_ops"] == ["aten::mm"]
     ok = invoke("integrity", FIX / "problems" / "add.py", FIX / "honest" / "add.py", "--seed", 2)
     assert ok.exit_code == 0 and "verdict: clean" in ok.stdout
 

@@ -2,8 +2,9 @@
 import pytest
 
 from formloop.errors import InvalidInput, StructureError
-from formloop.measure.integrity import (IntegrityReport, IntegrityVerdict, check_sol_ceiling, flag, generous_floor_s,
-                                    parse_verdict, passed, static_scan, verdict_of)
+from formloop.measure.integrity import (ACCEPTED, IntegrityReport, IntegrityVerdict, check_sol_ceiling, flag,
+                                       generous_floor_s, parse_verdict, passed, verdict_of)
+from formloop.measure.static import static_scan
 from formloop.verify.outcome import Verdict
 
 KERNEL = '''
@@ -54,7 +55,8 @@ def test_heavy_torch_beside_a_kernel_is_minor():
 
 def test_streams_and_threads_are_noted_as_minor():
     src = ("import threading\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
-           "        s = torch.cuda.Stream()\n        threading.Thread(target=launch, args=(x,)).start()\n        return launch(x)\n")
+           "        s = torch.cuda.Stream()\n        threading.Thread(target=launch, args=(x,)).start()\n"
+           "        return launch(x)\n")
     hit = scan(src)["stream-use"]
     assert hit.details["severity"] == "minor" and len(hit.witness["calls"]) == 2
 
@@ -69,8 +71,17 @@ def test_malformed_candidates_name_what_is_wrong():
         static_scan("def broken(:\n")
     with pytest.raises(StructureError, match="no class ModelNew"):
         static_scan("x = 1\n")
-    with pytest.raises(StructureError, match="ModelNew.forward"):
-        static_scan("class ModelNew:\n    pass\n")
+    with pytest.raises(StructureError, match="forward"):
+        static_scan("def helper(x):\n    return x\n", entry="forward")
+
+
+def test_an_inherited_forward_is_left_to_the_runtime_detector_not_scored():
+    """`class ModelNew(Model): pass` has no forward in its source; the scan must neither crash (a
+    crash was once scored 'minor, accepted') nor guess: it says the call decides."""
+    (na,) = static_scan("class Model:\n    def forward(self, x):\n        return x\n"
+                        "class ModelNew(Model):\n    pass\n")
+    assert na.obligation == "torch-only" and na.verdict is Verdict.UNRESOLVED
+    assert na.reason.startswith("not applicable") and "inherits it from Model" in na.reason
 
 
 def test_sol_ceiling_flags_more_than_ten_percent_below_the_floor():
@@ -108,8 +119,21 @@ def test_verdict_is_the_worst_flag():
     assert report.accepted and report.as_dict()["verdict"] == "minor"
     assert not IntegrityReport("p", "c", False, (ok,)).accepted
     assert parse_verdict("torch-only") is IntegrityVerdict.TORCH_ONLY
-    with pytest.raises(InvalidInput, match="clean, minor, torch-only, gaming"):
+    with pytest.raises(InvalidInput, match="clean, minor, probe-failed, torch-only, gaming"):
         parse_verdict("fine")
+
+
+def test_a_failed_probe_or_run_is_never_accepted_and_outranks_minor():
+    minor = flag("a", IntegrityVerdict.MINOR, "m")
+    broken = flag("probe:cache", IntegrityVerdict.PROBE_FAILED, "the cache probe failed")
+    gaming = flag("c", IntegrityVerdict.GAMING, "g")
+    assert verdict_of([minor, broken]) is IntegrityVerdict.PROBE_FAILED
+    assert verdict_of([broken, gaming]) is IntegrityVerdict.GAMING
+    assert not IntegrityReport("p", "c", True, (minor, broken)).accepted
+    assert ACCEPTED == {IntegrityVerdict.CLEAN, IntegrityVerdict.MINOR}
+    for name in ("crashed", "timed-out", "exited"):
+        v = parse_verdict(name)
+        assert v not in ACCEPTED and verdict_of([gaming, flag("run", v, name)]) is v
 
 
 def test_compiled_extension_counts_as_a_kernel_but_tl_load_does_not():
@@ -118,5 +142,6 @@ def test_compiled_extension_counts_as_a_kernel_but_tl_load_does_not():
            "class ModelNew(nn.Module):\n    def forward(self, x, y):\n        return ext.add(x, y)\n")
     (ok,) = static_scan(src)
     assert ok.obligation == "torch-only" and ok.verdict is Verdict.UNRESOLVED and "ext.add" in ok.reason
-    out = scan("class ModelNew(nn.Module):\n    def forward(self, x):\n        x = x.contiguous()\n        return launch(x)\n")
+    out = scan("class ModelNew(nn.Module):\n    def forward(self, x):\n        x = x.contiguous()\n"
+               "        return launch(x)\n")
     assert out["torch-only"].details["launches"] == ["k (line 12)"]

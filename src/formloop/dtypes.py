@@ -25,6 +25,8 @@ class DType:
     (already rounded) inputs; None where no kernel takes this type.
     compare_rtol: the relative slack (and the RMS-scaled absolute slack) of an element-wise output
     comparison (`formloop.measure.compare`); fp32's leaves room for TF32 tensor cores.
+    kernelbench_tol: KernelBench's allclose tolerance (atol = rtol) for outputs of this type; None where
+    KernelBench states none.
     aliases: other spellings accepted on input (torch names, common short names)."""
 
     name: str
@@ -36,14 +38,15 @@ class DType:
     kernel_tolerance: float | None
     compare_rtol: float | None
     aliases: tuple[str, ...] = ()
+    kernelbench_tol: float | None = None
 
 
 DTYPES: tuple[DType, ...] = (
-    DType("fp64", 8, "float64", True, "fp64", None, None, 1e-9, ("float64", "double")),
-    DType("fp32", 4, "float32", True, "fp32", "ieee", 1e-4, 2e-3, ("float32", "float")),
+    DType("fp64", 8, "float64", True, "fp64", None, None, 1e-9, ("float64", "double"), 1e-4),
+    DType("fp32", 4, "float32", True, "fp32", "ieee", 1e-4, 2e-3, ("float32", "float"), 1e-4),
     DType("tf32", 4, "float32", False, "tf32", "tf32", 2e-3, None),
-    DType("bf16", 2, "bfloat16", True, "bf16", "ieee", 1e-2, 2e-2, ("bfloat16",)),
-    DType("fp16", 2, "float16", True, "fp16", "ieee", 2e-3, 1e-2, ("float16", "half")),
+    DType("bf16", 2, "bfloat16", True, "bf16", "ieee", 1e-2, 2e-2, ("bfloat16",), 1e-2),
+    DType("fp16", 2, "float16", True, "fp16", "ieee", 2e-3, 1e-2, ("float16", "half"), 1e-2),
     DType("fp8", 1, "float8_e4m3fn", True, "fp8", None, None, 1.25e-1, ("float8_e4m3fn", "fp8e4m3", "fp8_e4m3")),
     DType("fp8e5m2", 1, "float8_e5m2", True, "fp8", None, None, 2.5e-1, ("float8_e5m2", "fp8_e5m2")),
 )

@@ -10,42 +10,34 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from formloop.api.values import plain
+from formloop.errors import InvalidInput
 from formloop.campaign.metrics import best_speedups, summary
 from formloop.campaign.plots import plot_attempt_fast_p, plot_fast_p, plot_pareto
 from formloop.campaign.replaylog import dump_log, load_log
 from formloop.campaign.schedule import Policy, best_policy, pareto_front, replay, sweep
 from formloop.campaign.synthetic import synthetic_log
-from formloop.measure.integrity import generous_floor_s
-from formloop.sol.problem import load_problem
 
 
-def harness(problem: str, candidate: str, *, sets: int = 3, seed: int | None = None, timing: bool = True,
-            chip: str | None = None, clock_mhz: float | None = None, dtype: str | None = None,
-            rtol: float | None = None) -> dict:
-    """A candidate against a problem's reference: correctness on fresh inputs, input immutability,
-    timing, speedup and SOL fraction (imports torch)."""
-    from formloop.measure.harness import evaluate  # imports torch
+def harness(problem: str, candidate: str, *, limits=None, **options) -> dict:
+    """A candidate against a problem's reference, in a child process under `limits`: correctness on
+    fresh inputs, input immutability, timing, speedup and SOL fraction. `status` says whether the run
+    completed (else crashed | timed-out | exited, with the culprit); options as
+    `formloop.measure.harness.evaluate`'s."""
+    from formloop.measure.jobs import run_harness
 
-    res = evaluate(Path(problem), Path(candidate), sets=sets, seed=seed, timing=timing, chip=chip, dtype=dtype,
-                   clock_mhz=clock_mhz, rtol=rtol)
-    return plain(res.as_dict())
+    return plain(run_harness(problem, candidate, limits=limits, **options))
 
 
-def integrity(problem: str, candidate: str, *, seed: int | None = None, probes: Sequence[str] | None = None,
-              chip: str | None = None, clock_mhz: float | None = None) -> dict:
-    """The integrity verdict of one attempt with the evidence of every detector; with `chip` the
-    candidate is also timed and held against the SOL ceiling (imports torch)."""
-    from formloop.measure.harness import evaluate  # these three import torch
-    from formloop.measure.probes import check_integrity
-    from formloop.sol.auto import sol_for_problem
+def integrity(problem: str, candidate: str, *, probes: Sequence[str] | None = None, limits=None, **options) -> dict:
+    """The integrity verdict of one attempt with the evidence of every detector, in a child process
+    under `limits`; with `chip` the candidate is also timed and held against the SOL ceiling."""
+    from formloop.measure.jobs import run_integrity
+    from formloop.measure.probes import PROBE_NAMES
 
-    timing = floor = None
-    if chip:
-        floor, _ = generous_floor_s(sol_for_problem(load_problem(Path(problem)), chip, clock_mhz=clock_mhz))
-        timing = evaluate(Path(problem), Path(candidate), sets=1, seed=seed).cand_time
-    report = check_integrity(Path(problem), Path(candidate), seed=seed, probes=tuple(probes) if probes else None,
-                             timing=timing, sol_floor_s=floor)
-    return plain(report.as_dict())
+    unknown = [p for p in (probes or []) if p not in PROBE_NAMES]
+    if unknown:
+        raise InvalidInput("probe", unknown[0], PROBE_NAMES)
+    return plain(run_integrity(problem, candidate, limits=limits, probes=tuple(probes) if probes else None, **options))
 
 
 def schedule(log: str, *, eps: float | None = None, window: int | None = None, sweep_grid: bool = False,

@@ -38,56 +38,106 @@ def _floats(text: str, field: str, *, integer: bool = False) -> list:
     return out
 
 
+def _limits(timeout: float, memory_gb: Optional[float]):
+    from formloop.measure.sandbox import Limits
+
+    if memory_gb is not None and not (isinstance(memory_gb, float) and 0.0625 <= memory_gb <= 4096):
+        raise InvalidInput("memory-gb", memory_gb, "a number 0.0625 ... 4096 (GiB)")
+    return Limits(wall_s=timeout, memory_bytes=int(memory_gb * 2**30) if memory_gb is not None else None)
+
+
+def _run_failure(d: dict, json_out: bool) -> None:
+    """A sandboxed run that did not finish: its named verdict; exit 2 when the problem's own code
+    failed (bad input), 1 when the candidate's did."""
+    if json_out:
+        print_json(d)
+    else:
+        code = f"exit code {d['exitcode']}, " if d["exitcode"] is not None else ""
+        console.print(f"[bold red]{d['verdict'].upper()}[/]: {d['summary']} ({code}after {d['seconds']:.1f} s); "
+                      "not accepted", highlight=False)
+    raise typer.Exit(2 if d.get("culprit") == "problem" else 1)
+
+
+def _timing_line(t: dict) -> str:
+    dev = t.get("device") or {}
+    after = dev.get("after") or {}
+    clock = f"; SM {after['sm_mhz']:g} MHz" if "sm_mhz" in after else ""
+    power = f", {dev['mean_power_w']:.0f} W mean" if "mean_power_w" in dev else \
+        (f", {after['power_w']:.0f} W" if "power_w" in after else "")
+    return f"{t['method']}{clock}{power}"
+
+
 @app.command()
 @friendly
 def harness(
     problem: Path = typer.Argument(..., help="problem file (Model, get_inputs, get_init_inputs)"),
     candidate: Path = typer.Argument(..., help="candidate file defining ModelNew"),
-    sets: int = typer.Option(3, help="fresh random input sets for the correctness check"),
-    seed: Optional[int] = typer.Option(None, help="seed of the input sets (default: a secret random one, printed)"),
+    sets: int = typer.Option(3, help="fresh random input sets for the correctness check (1 ... 100)"),
+    seed: Optional[int] = typer.Option(None, help="seed of the input sets, 0 ... 2^63-1 (default: secret, printed)"),
     time_it: bool = typer.Option(True, "--time/--no-time", help="time reference and candidate"),
     chip: Optional[str] = typer.Option(None, help="chip for the SOL floor, e.g. h100"),
     clock_mhz: Optional[float] = typer.Option(None, help="locked clock for the SOL floor"),
     dtype: Optional[str] = typer.Option(None, help="dtype for the SOL floor (default: the problem's)"),
-    rtol: Optional[float] = typer.Option(None, help="override the dtype's relative tolerance"),
+    rtol: Optional[float] = typer.Option(None, help="override the dtype's relative tolerance (0 < rtol < 1)"),
+    precision: Optional[str] = typer.Option(None, help="cast inputs and both models to fp32 | fp16 | bf16 | fp64 "
+                                                       "(KernelBench's precision option)"),
+    eval_mode: bool = typer.Option(False, "--eval/--no-eval",
+                                   help="call .eval() on both models (KernelBench does not)"),
+    tolerance: str = typer.Option("formloop", help="the rule deciding correctness: formloop (magnitude-aware, float64 "
+                                                   "truth) | kernelbench (allclose at its precision tolerance)"),
+    timing_mode: str = typer.Option("auto", help="auto (CUDA graph, eager if not capturable) | graph | eager"),
+    timeout: float = typer.Option(600.0, help="wall-clock limit of the whole run in seconds (0 < t <= 86400)"),
+    memory_gb: Optional[float] = typer.Option(None, help="host memory limit of the run in GiB (default: 3/4 of RAM)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Check a candidate against a problem's reference: correctness on fresh inputs (poisoned
-    allocations, fp64 truth, magnitude-aware tolerance), input immutability, timing, speedup and
-    SOL fraction. Without a GPU, times are host wall time labelled 'cpu' and no SOL fraction is given.
-    Exit status 1 when the candidate is incorrect."""
-    out = api.harness(str(problem), str(candidate), sets=sets, seed=seed, timing=time_it, chip=chip, dtype=dtype,
-                      clock_mhz=clock_mhz, rtol=rtol)
+    """Check a candidate against a problem's reference: correctness on fresh inputs drawn on the
+    device (poisoned allocations, float64 truth, magnitude-aware tolerance), input immutability,
+    timing by the one timer, the timed output and one more input set after timing, speedup and SOL
+    fraction (a warning when faster than the SOL bound). Problem and candidate run in a child process
+    under the time and memory limits. Without a GPU, times are host wall time labelled 'cpu' and no
+    SOL fraction is given. Exit status: 0 correct; 1 incorrect, or the candidate crashed, timed out or
+    exited; 2 bad input (including a problem file whose own code fails). --json keeps these codes."""
+    d = api.harness(str(problem), str(candidate), limits=_limits(timeout, memory_gb), sets=sets, seed=seed,
+                    timing=time_it, chip=chip, dtype=dtype, clock_mhz=clock_mhz, rtol=rtol, precision=precision,
+                    eval_mode=eval_mode, tolerance=tolerance, timing_mode=timing_mode)
+    if d["status"] != "completed":
+        _run_failure(d, json_out)
     if json_out:
-        print_json(out)
+        print_json(d)
+        if not d["correct"]:
+            raise typer.Exit(1)
         return
-    res = with_non_finite(out)
-    t = Table(title=f"harness: {res['candidate']} vs {res['problem']} (device {res['device']}, seed {res['seed']})")
-    for col in ("input set", "result", "worst error / allowed", "||c-t||/||t||", "detail"):
+    t = Table(title=f"harness: {d['candidate']} vs {d['problem']} (device {d['device']}, seed {d['seed']})")
+    for col in ("input set", "result", "worst error / allowed", "||c-t||/||t||", "allclose (KB)", "detail"):
         t.add_column(col)
-    for i, c in enumerate(res["sets"]):
-        t.add_row(str(i), "[green]ok[/]" if c["ok"] else "[red]FAIL[/]", f"{c['max_ratio']:.3g}",
-                  f"{c['norm_rel_error']:.2e}", c["reason"])
+    rows = [(str(i), c) for i, c in enumerate(d["sets"])]
+    rows += [(label, d[key]) for key, label in (("timed_output", "timed output"), ("after_timing", "after timing"))
+             if d[key] is not None]
+    for label, c in rows:
+        t.add_row(label, "[green]ok[/]" if c["ok"] else "[red]FAIL[/]", f"{c['max_ratio']:.3g}",
+                  f"{c['norm_rel_error']:.2e}", "-" if c["allclose"] is None else str(c["allclose"]), c["reason"])
     console.print(t)
-    console.print(f"weights: {res['weights']}; inputs unchanged: {not res['mutated']}"
-                  + (f" ([red]mutated: {res['mutated']}[/])" if res["mutated"] else ""))
-    for note in res["notes"]:
+    console.print(f"weights: {d['weights']}; inputs unchanged: {d['inputs_unchanged']}"
+                  + (f" ([red]mutated: {d['mutated']}[/])" if d["mutated"] else ""))
+    console.print(f"protocol: {d['protocol']}", highlight=False)
+    for note in d["notes"]:
         console.print(f"note: {note}")
-    ref, cand = res["reference_time"], res["candidate_time"]
-    if cand:
-        src = cand["source"]
-        console.print(f"reference {_ms(ref['seconds'])}, candidate {_ms(cand['seconds'])} "
-                      f"(median of {cand['reps']}, source: {src}{'; ' + cand['note'] if cand['note'] else ''})")
-        console.print(f"speedup: {res['speedup']:.3g}x reference (source: {src})")
+    if d["candidate_time"]:
+        ct, rt = d["candidate_time"], d["reference_time"]
+        console.print(f"reference {_ms(rt['seconds'])}, candidate {_ms(ct['seconds'])} (source: {ct['source']}; "
+                      f"{_timing_line(ct)})", highlight=False)
+        console.print(f"speedup: {d['speedup']:.3g}x reference (source: {ct['source']})")
     elif time_it:
         console.print("not timed: the candidate is incorrect")
     if chip:
-        console.print(f"SOL floor: {_ms(res['sol_floor_s'])} ({res['sol_note']}); SOL fraction: "
-                      + (f"{res['sol_fraction']:.3f} (gpu)" if res["sol_fraction"] is not None
+        console.print(f"SOL floor: {_ms(d['sol_floor_s'])} ({d['sol_note']}); SOL fraction: "
+                      + (f"{d['sol_fraction']:.3f} (gpu)" if d["sol_fraction"] is not None
                          else "n/a (needs a gpu timing)"))
-    console.print(f"[bold]{'correct' if res['correct'] else 'INCORRECT'}[/]; replay: formloop harness {problem} "
-                  f"{candidate} --seed {res['seed']}")
-    if not res["correct"]:
+    for w in d["warnings"]:
+        console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
+    console.print(f"[bold]{'correct' if d['correct'] else 'INCORRECT'}[/]; replay: formloop harness {problem} "
+                  f"{candidate} --seed {d['seed']}")
+    if not d["correct"]:
         raise typer.Exit(1)
 
 
@@ -96,38 +146,47 @@ def harness(
 def integrity(
     problem: Path = typer.Argument(..., help="problem file"),
     candidate: Path = typer.Argument(..., help="candidate file defining ModelNew"),
-    seed: Optional[int] = typer.Option(None, help="seed of all probe inputs (default: secret random, printed)"),
-    probe: Optional[list[str]] = typer.Option(None, help="run only these probes (repeatable): static, trivial, unseen, "
-                                              "shapes, memory, cache, mutation, skipped, side-stream, launch-failure"),
+    seed: Optional[int] = typer.Option(None, help="seed of all probe inputs, 0 ... 2^63-1 (default: secret, printed)"),
+    probe: Optional[list[str]] = typer.Option(None, help="run only these probes (repeatable): static, torch-only, "
+                                              "trivial, unseen, shapes, memory, cache, mutation, skipped, side-stream, "
+                                              "launch-failure, call-count"),
     chip: Optional[str] = typer.Option(None, help="add the SOL-ceiling check against this chip (GPU timings only)"),
     clock_mhz: Optional[float] = typer.Option(None, help="locked clock for the SOL floor"),
+    precision: Optional[str] = typer.Option(None, help="cast inputs and models to fp32 | fp16 | bf16 | fp64"),
+    eval_mode: bool = typer.Option(False, "--eval/--no-eval", help="call .eval() on both models"),
+    timeout: float = typer.Option(900.0, help="wall-clock limit of the whole run in seconds (0 < t <= 86400)"),
+    memory_gb: Optional[float] = typer.Option(None, help="host memory limit of the run in GiB (default: 3/4 of RAM)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Integrity verdict for one attempt (clean | minor | torch-only | gaming) with the evidence of
-    every detector: static torch-only scan, cached or hard-coded results, skipped computation, input
-    mutation, uninitialized or recycled memory, work after return, swallowed launch failures and
-    (with --chip and a GPU) the SOL ceiling. Exit status 1 when the attempt is not accepted."""
-    report = api.integrity(str(problem), str(candidate), seed=seed, probes=probe, chip=chip, clock_mhz=clock_mhz)
+    """Integrity verdict for one attempt (clean | minor | probe-failed | torch-only | gaming, or
+    crashed | timed-out | exited when the run did not finish) with the evidence of every detector:
+    what the call launched (torch-only at run time), the source scan, cached or hard-coded results,
+    skipped computation, input mutation, uninitialized or recycled memory, lazy outputs, work after
+    return, swallowed launch failures, work that stops after repeated calls and (with --chip and a
+    GPU) the SOL ceiling. Runs in a child process under the time and memory limits. Exit status: 0
+    accepted; 1 not accepted; 2 bad input (including a problem file whose own code fails)."""
+    d = api.integrity(str(problem), str(candidate), limits=_limits(timeout, memory_gb), seed=seed, probes=probe,
+                      chip=chip, clock_mhz=clock_mhz, precision=precision, eval_mode=eval_mode)
+    if d["status"] != "completed":
+        _run_failure(d, json_out)
     if json_out:
-        print_json(report)
+        print_json(d)
     else:
-        t = Table(title=f"integrity: {report['candidate']} vs {report['problem']} (seed {report['seed']})")
+        t = Table(title=f"integrity: {d['candidate']} vs {d['problem']} (seed {d['seed']})")
         for col in ("detector", "result", "finding"):
             t.add_column(col)
-        for c in report["checks"]:
+        for c in d["checks"]:
             flagged = c["verdict"] == "counterexample"
             res = f"[red]FLAG {c['details'].get('severity', '')}[/]" if flagged else c["reason"].split(":")[0]
             t.add_row(c["obligation"], res, c["reason"] if flagged else c["reason"].partition(": ")[2])
         console.print(t)
-        for c in report["checks"]:
-            if c["verdict"] != "counterexample":
-                continue
+        for c in (c for c in d["checks"] if c["verdict"] == "counterexample"):
             steps = " -> ".join(map(str, c["trace"])) if c["trace"] else f"evidence {c['witness']}"
             console.print(f"[bold]{c['obligation']}[/]: {steps}\n  replay: formloop integrity {problem} {candidate} "
-                          f"--seed {report['seed']} --probe {c['details'].get('probe', 'static')}", highlight=False)
-        console.print(f"correct on fresh inputs: {report['correct']}; verdict: [bold]{report['verdict']}[/]; "
-                      f"accepted: {report['accepted']}")
-    if not report["accepted"]:
+                          f"--seed {d['seed']} --probe {c['details'].get('probe', 'static')}", highlight=False)
+        console.print(f"correct on fresh inputs: {d['correct']}; verdict: [bold]{d['verdict']}[/]; "
+                      f"accepted: {d['accepted']}")
+    if not d["accepted"]:
         raise typer.Exit(1)
 
 

@@ -2,36 +2,27 @@
 
 Correctness before timing: fresh random operands for every check (never zeros), the output
 poisoned with NaN before the launch so an unwritten element fails, relative Frobenius error and
-worst element against a float64 reference. Timing: the launches are captured in a CUDA graph
-(launch overhead out of the number, the same for every competitor), cycling over enough operand
-sets that together exceed the L2 several times (so repeats do not measure the cache); each graph
-replay is timed with CUDA events and the median per launch is reported with its p20/p80."""
+worst element against a float64 reference, computed by the one checker (formloop.measure.compare,
+rule NormBound). Timing is the one timer's (formloop.measure.timer, graph mode): the launches are
+captured in a CUDA graph that cycles over enough operand sets to exceed the L2 several times, each
+replay is timed with CUDA events and the median per launch is reported with its p20/p80, beside the
+SM clock and power read before and after."""
 from __future__ import annotations
 
 import math
-import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from formloop.evaluate.measurement import Correctness, Measurement, Provenance, Runnable, Tier, failed
+from formloop.evaluate.measurement import ELEMENT_FACTOR, Correctness, Measurement, Provenance, Runnable, Tier, failed
 from formloop.evaluate.model import chip_name
+from formloop.measure.compare import NormBound, compare_tensor
+from formloop.measure.device import device_facts, read_clocks
+from formloop.measure.timer import TimingPolicy, operand_sets_for, time_launches
 from formloop.template import Template
 
-
-@dataclass(frozen=True)
-class TimingPolicy:
-    """How long to time: each replay should last `graph_ms`; `budget_ms` of replays per instance;
-    operand sets spanning `l2_multiple` times the L2."""
-
-    graph_ms: float = 2.0
-    budget_ms: float = 40.0
-    min_reps: int = 5
-    max_reps: int = 30
-    max_launches: int = 2000
-    max_sets: int = 64
-    l2_multiple: float = 3.0
+__all__ = ["GpuEvaluator", "TimingPolicy", "check", "device_facts", "gpu_available", "measurement_from",
+           "read_clocks", "time_runnable"]
 
 
 def gpu_available() -> bool:
@@ -40,38 +31,6 @@ def gpu_available() -> bool:
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
-
-
-def read_clocks() -> dict[str, float]:
-    """Current SM and memory clocks (MHz) through NVML, else nvidia-smi; empty if neither answers."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        return {"sm": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-                "mem": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
-                "sm_max": float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))}
-    except Exception:  # noqa: BLE001 - any NVML failure falls through to nvidia-smi
-        pass
-    try:
-        text = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,clocks.max.sm",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10).stdout
-        sm, mem, sm_max = (float(x) for x in text.strip().splitlines()[0].split(","))
-        return {"sm": sm, "mem": mem, "sm_max": sm_max}
-    except Exception:  # noqa: BLE001
-        return {}
-
-
-def device_facts(device: int = 0) -> dict[str, Any]:
-    import torch
-    import triton
-
-    props = torch.cuda.get_device_properties(device)
-    return {"device": props.name, "sm_count": props.multi_processor_count,
-            "l2_bytes": int(getattr(props, "L2_cache_size", 50 * 2**20)),
-            "versions": {"torch": torch.__version__, "triton": triton.__version__,
-                         "cuda": str(torch.version.cuda), "capability": f"{props.major}.{props.minor}"}}
 
 
 def check(runnable: Runnable, device: str, generator) -> Correctness:
@@ -83,60 +42,22 @@ def check(runnable: Runnable, device: str, generator) -> Correctness:
     runnable.launch(case)
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
-    out = runnable.output(case).double()
     ref = runnable.reference(case).double()
-    written = bool(torch.isfinite(out).all().item())
-    diff = out - ref
-    ref_norm = ref.norm().item()
-    rel = diff.norm().item() / ref_norm if ref_norm > 0 else math.inf
-    rms = ref_norm / math.sqrt(ref.numel())
-    worst = diff.abs().max().item() / rms if rms > 0 else math.inf
-    return Correctness(rel_error=rel if written else math.nan, max_error_rms=worst if written else math.nan,
-                       tolerance=runnable.tolerance, all_written=written, reference="float64")
+    out = runnable.output(case)
+    cmp = compare_tensor(out.double(), ref, rule=NormBound(runnable.tolerance, ELEMENT_FACTOR))
+    return Correctness(rel_error=cmp.norm_rel_error if cmp.all_written else math.nan,
+                       max_error_rms=cmp.max_error_rms if cmp.all_written else math.nan,
+                       tolerance=runnable.tolerance, all_written=cmp.all_written, reference="float64")
 
 
 def time_runnable(runnable: Runnable, device: str, generator, policy: TimingPolicy, l2_bytes: int) -> dict[str, Any]:
     """Median seconds per launch over CUDA-graph replays that cycle over rotating operand sets."""
-    import torch
-
-    n_sets = max(1, min(policy.max_sets, math.ceil(policy.l2_multiple * l2_bytes / max(1, runnable.case_bytes))))
+    n_sets = operand_sets_for(runnable.case_bytes, l2_bytes, policy)
     cases = [runnable.new_case(device, generator) for _ in range(n_sets)]
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for c in cases:  # warm-up: compilation, handles, workspaces stay out of the numbers
-            runnable.launch(c)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for c in cases:
-        runnable.launch(c)
-    end.record()
-    torch.cuda.synchronize()
-    estimate_ms = max(start.elapsed_time(end) / n_sets, 1e-4)
-    launches = max(n_sets, min(policy.max_launches, math.ceil(policy.graph_ms / estimate_ms)))
-    launches = n_sets * math.ceil(launches / n_sets)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(launches):
-            runnable.launch(cases[i % n_sets])
-    graph.replay()
-    torch.cuda.synchronize()
-    reps = int(min(policy.max_reps, max(policy.min_reps, policy.budget_ms // max(estimate_ms * launches, 1e-3))))
-    per_launch = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        per_launch.append(start.elapsed_time(end) / launches * 1e3)  # µs
-    del graph
-    per_launch.sort()
-    q = lambda f: per_launch[min(len(per_launch) - 1, int(f * len(per_launch)))]  # noqa: E731
-    return {"median_us": q(0.5), "p20_us": q(0.2), "p80_us": q(0.8), "reps": reps, "launches": launches,
-            "operand_sets": n_sets, "timing": f"CUDA graph of {launches} launches over {n_sets} operand sets, "
-                                              f"{reps} replays, event-timed median"}
+    run = time_launches(lambda i: runnable.launch(cases[i]), n_sets, device=device, mode="graph", policy=policy)
+    t = run.timing
+    return {"median_us": t.seconds * 1e6, "p20_us": t.p20_s * 1e6, "p80_us": t.p80_s * 1e6, "reps": t.reps,
+            "launches": t.launches, "operand_sets": t.operand_sets, "timing": t.describe(), "device": dict(t.device)}
 
 
 class GpuEvaluator:
@@ -176,7 +97,8 @@ class GpuEvaluator:
             runnable = template.program(assignment, workload)
             correctness, timing = self.measure(runnable)
         except Exception as exc:  # noqa: BLE001 - a compile or launch failure is a result, with its class
-            return failed(*args, self.provenance(), f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+            first = str(exc).splitlines()[0][:300] if str(exc) else ""
+            return failed(*args, self.provenance(), f"{type(exc).__name__}: {first}")
         return measurement_from(template, assignment, workload, chip_name(chip), correctness, timing, self.provenance)
 
 
@@ -189,7 +111,8 @@ def measurement_from(template: Template, assignment, workload, chip: str, correc
     return Measurement(template.name, template.content_hash, dict(assignment), dict(workload), chip,
                        timing["median_us"], provenance_fn(timing["timing"]), correctness=correctness,
                        spread_us=(timing["p20_us"], timing["p80_us"]), reps=timing["reps"],
-                       details={"launches": timing["launches"], "operand_sets": timing["operand_sets"]})
+                       details={"launches": timing["launches"], "operand_sets": timing["operand_sets"],
+                                "device_state": timing.get("device", {})})
 
 
 def _why(c: Correctness) -> str:

@@ -1,9 +1,20 @@
 """formloop.measure: the measuring side in one package.
 
-    harness.evaluate(problem, candidate)      correctness on fresh inputs, timing, speedup, SOL fraction
-    probes.check_integrity(problem, candidate) verdict clean | minor | torch-only | gaming, with evidence
-    compare                                    output comparison with dtype- and magnitude-aware tolerances
-    memory                                     poisoned allocations, settling, input snapshots
-    integrity                                  verdicts, the SOL-ceiling check and the static scan
+    timer      time_launches / time_calls: CUDA graph over rotating operand sets, eager per call,
+               or host wall time (labelled cpu); clocks and power beside every GPU number
+    device     clock, power and temperature readings (NVML or nvidia-smi); device facts
+    compare    the one output checker: formloop's magnitude-aware rule, KernelBench's allclose and
+               the evaluator's norm bound, computed where the tensors live, in blocks
+    truth      the float64 truth of a reference, whole or in row blocks on the device
+    memory     poisoned allocations, settling, input snapshots
+    session    loading a problem and a candidate; input sets on the device; poisoned calls
+    harness    evaluate(problem, candidate): correctness, timing, timed-output and after-timing
+               checks, speedup, SOL fraction (with a warning beyond speed of light)
+    integrity  verdicts (clean | minor | probe-failed | torch-only | gaming | crashed | timed-out |
+               exited) and the SOL-ceiling check
+    static     the source scan; launches: the runtime kernel recorder (torch-only at run time)
+    probes     check_integrity(problem, candidate) over probes_calls and probes_inputs
+    sandbox    run_in_child: untrusted code in a child process with time and memory limits
+    jobs       run_harness / run_integrity: the harness and the battery, sandboxed (what the CLI runs)
 
-Modules import torch lazily, so importing the package needs no torch."""
+Modules import torch at module level; importing the package itself needs no torch."""

@@ -1,260 +1,35 @@
 """The problem harness: is a candidate correct, how fast is it, how far from speed of light?
 
-A problem is a module in the common kernel-benchmark format (`Model`, `get_inputs()`,
-`get_init_inputs()`); a candidate is a module (file) with `ModelNew`, a `ModelNew` class, or a plain
-function for problems without parameters. Correctness runs on several fresh random input sets drawn
-under a secret seed (reported, so a run can be replayed), never on zeros; every uninitialized
-allocation the candidate makes is poisoned (NaN) so stale memory cannot pass for a result; inputs
-must come back unchanged. Timing uses CUDA events on a GPU and is labelled 'gpu'; without a GPU it is
-host wall time labelled 'cpu' (Triton kernels then run in Triton's interpreter) and is never
-compared with a GPU speed-of-light floor."""
+Correctness runs on several fresh input sets drawn on the device under a secret seed (reported, so
+a run can be replayed), never on zeros; every uninitialized allocation the candidate makes is
+poisoned (NaN) so stale memory cannot pass for a result; inputs must come back unchanged; outputs are
+compared with the reference and its float64 truth where they live (formloop.measure.compare). Timing
+is the one timer's (formloop.measure.timer): a CUDA graph over rotating operand sets on a GPU,
+labelled 'gpu'; host wall time labelled 'cpu' without one (Triton kernels then run in Triton's
+interpreter), never compared with a GPU speed-of-light floor. Two checks guard the timing itself:
+the output the timed graph writes is checked (a call that skips its work while being captured
+fails), and one more fresh input set is checked after timing (a candidate that stops working after
+the calls a checker makes fails). A candidate faster than the SOL bound is reported with a warning
+that points to `formloop integrity`."""
 from __future__ import annotations
 
-import copy
-import hashlib
-import importlib.util
-import inspect
-import os
-import random
-import secrets
-import statistics
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from formloop.measure.compare import Comparison, compare_outputs, flatten
-from formloop.measure.memory import POISON, changed_inputs, clone_all, poisoned, settle
-from formloop.errors import InvalidInput, StructureError
-from formloop.measure.integrity import code_file
+from formloop.errors import InvalidInput
+from formloop.measure.compare import Comparison, flatten
+from formloop.measure.integrity import check_sol_ceiling
+from formloop.measure.memory import changed_inputs, clone_all
+from formloop.measure.sandbox import phase
+from formloop.measure.session import Session
+from formloop.measure.timer import MODES, Timing, TimingPolicy, operand_sets_for, time_calls
+from formloop.verify.outcome import Verdict
 
+CPU_OPERAND_SETS = 2   # no cache to defeat on a CPU; two sets still expose a call-count cheat
 
-
-# --- loading ---------------------------------------------------------------------------------
-
-def _import_file(path: Path, kind: str):
-    if not path.is_file():
-        raise InvalidInput(f"{kind} path", str(path), "an existing .py file")
-    name = f"formloop_{kind}_{path.stem}_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise InvalidInput(f"{kind} path", str(path), "a Python source file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Triton and inspect look the source up through the module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(name, None)
-        raise StructureError(f"{kind} {path} failed to import: {type(exc).__name__}: {exc}") from None
-    return module
-
-
-def resolve_problem(problem: Any) -> Any:
-    """A problem object (anything with Model, get_inputs, get_init_inputs) or a path to one."""
-    if isinstance(problem, (str, Path)):
-        from formloop.sol.problem import load_problem
-        return load_problem(problem)
-    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not callable(getattr(problem, n, None))]
-    if missing:
-        raise StructureError(f"problem {getattr(problem, '__name__', problem)!r} lacks {', '.join(missing)}",
-                             fix="a problem defines class Model(nn.Module), get_inputs() and get_init_inputs()")
-    return problem
-
-
-def problem_name(problem: Any) -> str:
-    name = getattr(problem, "name", None) or getattr(problem, "__name__", "problem")
-    return str(name).rsplit("_", 1)[0] if str(name).startswith("formloop_problem_") else str(name)
-
-
-@dataclass
-class Candidate:
-    """What the harness runs: `build(init_inputs)` returns the callable under test."""
-
-    name: str
-    build: Callable[[list], Callable]
-    source_obj: Any                 # what the static detector reads (module, class or function)
-    kind: str                       # 'ModelNew' | 'function'
-    files: tuple[str, ...] = ()
-
-
-def load_candidate(candidate: Any) -> Candidate:
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # no GPU: Triton kernels run interpreted
-    if isinstance(candidate, Candidate):
-        return candidate
-    if isinstance(candidate, (str, Path)):
-        path = Path(candidate)
-        candidate = _import_file(path, "candidate")
-    if inspect.ismodule(candidate):
-        cls = getattr(candidate, "ModelNew", None)
-        if not inspect.isclass(cls):
-            raise StructureError(f"candidate {getattr(candidate, '__file__', candidate.__name__)} has no class ModelNew",
-                                 fix="define class ModelNew(torch.nn.Module) taking get_init_inputs() arguments")
-        return Candidate(Path(getattr(candidate, "__file__", candidate.__name__)).stem, lambda init: cls(*init),
-                         candidate, "ModelNew", (getattr(candidate, "__file__", ""),))
-    if inspect.isclass(candidate):
-        return Candidate(candidate.__name__, lambda init: candidate(*init), candidate, "ModelNew",
-                         (code_file(candidate) or "",))
-    if callable(candidate):
-        return Candidate(getattr(candidate, "__name__", "function"), lambda init: candidate, candidate, "function",
-                         (code_file(candidate) or "",))
-    raise InvalidInput("candidate", type(candidate).__name__, "a path, a module with ModelNew, a class or a function")
-
-
-# --- a session: one problem, one candidate -----------------------------------------------------
-
-class Session:
-    """Builds the reference, an fp64 truth model and the candidate with identical weights, draws
-    input sets and runs the candidate under poisoning. Probes and `evaluate` both use it."""
-
-    def __init__(self, problem: Any, candidate: Any, *, seed: int | None = None, device: str | None = None,
-                 rtol: float | None = None):
-        self.problem = resolve_problem(problem)
-        self.candidate = load_candidate(candidate)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.seed = secrets.randbits(31) if seed is None else int(seed)
-        self.rtol = rtol
-        self.name = problem_name(self.problem)
-        self.init_inputs = list(self.problem.get_init_inputs())
-        self.ref_model, self.cand_fn, self.weights = self._build()
-        try:
-            self.truth_model = copy.deepcopy(self.ref_model).to(torch.float64)
-        except Exception:
-            self.truth_model = None
-
-    def _build(self) -> tuple[Any, Callable, str]:
-        torch.manual_seed(self.seed)
-        ref = self.problem.Model(*self.init_inputs).to(self.device).eval()
-        torch.manual_seed(self.seed)
-        try:
-            cand = self.candidate.build(self.init_inputs)
-        except Exception as exc:
-            raise StructureError(f"candidate {self.candidate.name} failed to build: {type(exc).__name__}: {exc}") from None
-        note = "none (no parameters)"
-        if isinstance(cand, torch.nn.Module):
-            cand = cand.to(self.device).eval()
-            rs, cs = ref.state_dict(), cand.state_dict()
-            if rs and set(rs) == set(cs) and all(rs[k].shape == cs[k].shape for k in rs):
-                cand.load_state_dict(rs)
-                note = "copied from the reference"
-            elif rs:
-                note = "seeded initialisation (state_dict keys differ from the reference)"
-        elif any(True for _ in ref.parameters()):
-            raise InvalidInput("candidate", self.candidate.name, "a ModelNew class (the problem has parameters)")
-        return ref, cand, note
-
-    @contextmanager
-    def overrides(self, values: Mapping[str, Any]) -> Iterator[None]:
-        """Temporarily set module globals that `get_inputs` reads (shapes); restored afterwards."""
-        g = self.problem.get_inputs.__globals__
-        old = {k: g[k] for k in values}
-        g.update(values)
-        try:
-            yield
-        finally:
-            g.update(old)
-
-    def inputs(self, seed: int) -> list:
-        """A fresh input set: get_inputs() under `seed`, moved to the device; zeros are refused."""
-        torch.manual_seed(seed)
-        random.seed(seed)
-        try:
-            import numpy as np
-            np.random.seed(seed % (2**32))
-        except ImportError:
-            pass
-        values = list(self.problem.get_inputs())
-        for i, v in enumerate(values):
-            if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() and not bool(v.any()):
-                raise InvalidInput(f"get_inputs() of {self.name}, input {i}", "an all-zero tensor",
-                                   "random non-zero tensors", fix="draw inputs with torch.randn/rand")
-        return [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values]
-
-    def set_seed(self, i: int) -> int:
-        return (self.seed * 1_000_003 + 7919 * (i + 1)) % (2**31 - 1)
-
-    def reference(self, inputs: list) -> tuple[Any, Any]:
-        with torch.no_grad():
-            ref = self.ref_model(*clone_all(inputs))
-            truth = None
-            if self.truth_model is not None:
-                try:
-                    truth = self.truth_model(*[v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                                              else v for v in clone_all(inputs)])
-                except Exception:
-                    truth = None
-        return ref, truth
-
-    def call(self, inputs: list, *, fill: float = POISON, stale: list | None = None, poison: bool = True) -> Any:
-        """Run the candidate on `inputs` (not copied), poisoned allocations on, then settle."""
-        before = set(threading.enumerate())
-        with torch.no_grad():
-            if poison:
-                with poisoned(fill, stale):
-                    out = self.cand_fn(*inputs)
-            else:
-                out = self.cand_fn(*inputs)
-        settle(before)
-        return out
-
-    def compare(self, out: Any, ref: Any, truth: Any) -> Comparison:
-        return compare_outputs(out, ref, truth, rtol=self.rtol)
-
-    def replay(self, what: str = "evaluate") -> str:
-        return f"formloop.campaign.{what}(problem, candidate, seed={self.seed})"
-
-
-# --- timing ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Timing:
-    seconds: float                  # median of `reps`
-    source: str                     # 'gpu' (CUDA events) | 'cpu' (host wall time)
-    reps: int
-    min_s: float
-    max_s: float
-    note: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "source": self.source, "reps": self.reps, "min_s": self.min_s,
-                "max_s": self.max_s, "note": self.note}
-
-
-def time_callable(fn: Callable, inputs: list, *, warmup: int = 2, min_seconds: float = 0.05, max_reps: int = 50) -> Timing:
-    """Median runtime. On a GPU each rep is bracketed by CUDA events on the current stream and the
-    device is synchronized between reps; on a CPU it is perf_counter wall time, labelled 'cpu'."""
-    gpu = torch.cuda.is_available() and any(isinstance(v, torch.Tensor) and v.is_cuda for v in inputs)
-    times: list[float] = []
-    with torch.no_grad():
-        for _ in range(warmup):
-            fn(*inputs)
-        if gpu:
-            torch.cuda.synchronize()
-        start_all = time.perf_counter()
-        while len(times) < max_reps and (len(times) < 3 or time.perf_counter() - start_all < min_seconds):
-            if gpu:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn(*inputs)
-                b.record()
-                torch.cuda.synchronize()
-                times.append(a.elapsed_time(b) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                fn(*inputs)
-                times.append(time.perf_counter() - t0)
-    note = "" if gpu else ("host wall time; Triton kernels interpreted" if os.environ.get("TRITON_INTERPRET") == "1"
-                           else "host wall time")
-    return Timing(statistics.median(times), "gpu" if gpu else "cpu", len(times), min(times), max(times), note)
-
-
-# --- evaluate ----------------------------------------------------------------------------------
 
 @dataclass
 class HarnessResult:
@@ -267,13 +42,18 @@ class HarnessResult:
     mutated: list[dict[str, Any]]
     ref_time: Timing | None = None
     cand_time: Timing | None = None
+    timed_output: Comparison | None = None   # what the timed call wrote (graph) / returned (eager)
+    after_timing: Comparison | None = None   # one more fresh input set after the timed calls
     sol_floor_s: float | None = None
     sol_note: str = ""
+    protocol: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def correct(self) -> bool:
-        return all(c.ok for c in self.sets) and not self.mutated
+        guards = [c for c in (self.timed_output, self.after_timing) if c is not None]
+        return all(c.ok for c in self.sets) and not self.mutated and all(c.ok for c in guards)
 
     @property
     def speedup(self) -> float | None:
@@ -289,17 +69,19 @@ class HarnessResult:
         return None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"problem": self.problem, "candidate": self.candidate, "device": self.device, "seed": self.seed,
-                "weights": self.weights, "correct": self.correct, "inputs_unchanged": not self.mutated,
-                "mutated": self.mutated, "sets": [c.as_dict() for c in self.sets],
-                "reference_time": self.ref_time.as_dict() if self.ref_time else None,
-                "candidate_time": self.cand_time.as_dict() if self.cand_time else None,
+        opt = lambda x: x.as_dict() if x is not None else None  # noqa: E731
+        return {"status": "completed", "problem": self.problem, "candidate": self.candidate, "device": self.device,
+                "seed": self.seed, "weights": self.weights, "correct": self.correct,
+                "inputs_unchanged": not self.mutated, "mutated": self.mutated, "sets": [c.as_dict() for c in self.sets],
+                "timed_output": opt(self.timed_output), "after_timing": opt(self.after_timing),
+                "reference_time": opt(self.ref_time), "candidate_time": opt(self.cand_time),
                 "speedup": self.speedup, "sol_floor_s": self.sol_floor_s, "sol_note": self.sol_note,
-                "sol_fraction": self.sol_fraction, "notes": self.notes,
-                "replay": f"formloop harness PROBLEM CANDIDATE --seed {self.seed}"}
+                "sol_fraction": self.sol_fraction, "protocol": self.protocol, "notes": self.notes,
+                "warnings": self.warnings, "replay": f"formloop harness PROBLEM CANDIDATE --seed {self.seed}"}
 
 
-def sol_floor(problem: Any, chip: str, dtype: str | None = None, clock_mhz: float | None = None) -> tuple[float | None, str]:
+def sol_floor(problem: Any, chip: str, dtype: str | None = None,
+              clock_mhz: float | None = None) -> tuple[float | None, str]:
     """The problem's SOL time floor on `chip`, counted from its reference at dispatch level."""
     from formloop.sol.auto import sol_for_problem
     from formloop.sol.problem import Problem
@@ -311,36 +93,117 @@ def sol_floor(problem: Any, chip: str, dtype: str | None = None, clock_mhz: floa
                                         f"{report.compute_precision or report.dtype}, {report.bound}-bound (model)")
 
 
+def check_set(s: Session, index: int, label: str = "") -> tuple[Comparison, list[dict[str, Any]]]:
+    """One correctness check on fresh input set `index`: (comparison, mutated inputs)."""
+    inputs = s.inputs(s.set_seed(index))
+    ref, truth = s.reference(inputs)      # the reference's output stays alive: no freed-buffer reuse
+    mine = clone_all(inputs)
+    prefix = f"{label}: " if label else ""
+    try:
+        out = s.call(mine)
+    except (MemoryError, torch.OutOfMemoryError):
+        raise  # the run is out of memory, not the candidate merely wrong: the sandbox names it
+    except Exception as exc:
+        return Comparison(False, f"{prefix}candidate raised {type(exc).__name__}: {exc}"), []
+    cmp = s.compare(out, ref, truth)
+    if prefix and not cmp.ok:
+        cmp = Comparison(**{**cmp.as_dict(), "reason": prefix + cmp.reason})
+    return cmp, changed_inputs(inputs, mine)
+
+
+def _set_bytes(values: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in flatten(values) if isinstance(t, torch.Tensor))
+
+
+def _nan_fill(protect: list) -> Any:
+    """A poison for the timed graph's last output that never touches an input it aliases."""
+    ptrs = {t.untyped_storage().data_ptr() for t in flatten(protect) if isinstance(t, torch.Tensor)}
+
+    def fill(out: Any) -> None:
+        for t in flatten(out):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.untyped_storage().data_ptr() not in ptrs:
+                t.fill_(float("nan"))
+    return fill
+
+
+def _timing(s: Session, mode: str, policy: TimingPolicy, result: HarnessResult) -> None:
+    phase("harness", "timing")
+    gpu = str(s.device).startswith("cuda")
+    first = s.inputs(s.set_seed(1000))
+    bytes_per_set = _set_bytes(first) + _set_bytes(s.reference(first, truth=False)[0])
+    if gpu:
+        from formloop.measure.device import device_facts
+        n = operand_sets_for(bytes_per_set, device_facts(torch.cuda.current_device())["l2_bytes"], policy)
+    else:
+        n = CPU_OPERAND_SETS
+    seeds = [s.set_seed(1000 + k) for k in range(n)]
+    ref_sets = [first] + [s.inputs(x) for x in seeds[1:]]
+    cand_sets = [clone_all(x) for x in ref_sets]
+    with torch.no_grad():
+        phase("candidate", "timed calls")
+        run = time_calls(s.cand_fn, cand_sets, device=s.device, mode=mode, policy=policy,
+                         poison=_nan_fill(cand_sets))
+        phase("problem", "timed reference calls")
+        ref = time_calls(s.ref_model, ref_sets, device=s.device, mode=run.timing.mode if gpu else mode, policy=policy)
+        if gpu and ref.timing.mode != run.timing.mode:  # the reference could not be captured: both eager
+            phase("candidate", "timed calls (eager)")
+            run = time_calls(s.cand_fn, cand_sets, device=s.device, mode="eager", policy=policy)
+            result.notes.append(f"reference timed eagerly ({ref.timing.note}); candidate re-timed eagerly to match")
+    result.cand_time, result.ref_time = run.timing, ref.timing
+    del ref_sets, cand_sets
+    expected, truth = s.reference(s.inputs(seeds[run.last_set]))
+    timed = s.compare(run.last_output, expected, truth)
+    what = "output of the timed CUDA graph" if run.timing.mode == "graph" else "output of the last timed call"
+    result.timed_output = timed if timed.ok else Comparison(**{**timed.as_dict(), "reason": f"{what}: {timed.reason}"})
+
+
 def evaluate(problem: Any, candidate: Any, *, sets: int = 3, seed: int | None = None, timing: bool = True,
              chip: str | None = None, dtype: str | None = None, clock_mhz: float | None = None,
-             rtol: float | None = None, session: Session | None = None) -> HarnessResult:
-    """Correctness on `sets` fresh input sets, input immutability, then timing and SOL fraction."""
-    if sets < 1:
-        raise InvalidInput("sets", sets, "an integer >= 1")
-    s = session or Session(problem, candidate, seed=seed, rtol=rtol)
+             rtol: float | None = None, precision: str | None = None, eval_mode: bool = False,
+             tolerance: str = "formloop", timing_mode: str = "auto", policy: TimingPolicy | None = None,
+             overrides: Mapping[str, Any] | None = None, session: Session | None = None) -> HarnessResult:
+    """Correctness on `sets` fresh input sets, input immutability, then timing, the timed-output and
+    after-timing checks, and the SOL fraction (with a warning when it exceeds physics)."""
+    if not isinstance(sets, int) or not 1 <= sets <= 100:
+        raise InvalidInput("sets", sets, "an integer 1 ... 100")
+    if timing_mode not in MODES:
+        raise InvalidInput("timing mode", timing_mode, MODES)
+    phase("harness", "loading the problem and the candidate")
+    s = session or Session(problem, candidate, seed=seed, rtol=rtol, precision=precision, eval_mode=eval_mode,
+                           rule=tolerance, overrides=overrides)
     comparisons, mutated = [], []
     for i in range(sets):
-        inputs = s.inputs(s.set_seed(i))
-        ref, truth = s.reference(inputs)      # the reference's output stays alive: no freed-buffer reuse
-        mine = clone_all(inputs)
-        try:
-            out = s.call(mine)
-        except Exception as exc:
-            comparisons.append(Comparison(False, f"set {i}: candidate raised {type(exc).__name__}: {exc}"))
-            continue
-        mutated += [{**m, "set": i} for m in changed_inputs(inputs, mine)]
-        comparisons.append(s.compare(out, ref, truth))
+        phase("harness", f"correctness, input set {i}")
+        cmp, changes = check_set(s, i)
+        comparisons.append(cmp)
+        mutated += [{**m, "set": i} for m in changes]
     result = HarnessResult(s.name, s.candidate.name, s.device, s.seed, s.weights, comparisons, mutated)
+    result.protocol = {"precision": str(s.precision or "as get_inputs"), "eval_mode": s.eval_mode,
+                       "tolerance": s.rule, "rtol": s.rtol, "no_grad": True, "timing_mode": timing_mode}
     if s.truth_model is None:
-        result.notes.append("no fp64 truth (reference did not run in float64): compared with the reference itself")
+        result.notes.append("no float64 truth (the reference could not be copied): compared with the reference itself")
+    elif s.truth_note:
+        result.notes.append(s.truth_note)
     if timing and result.correct:
-        inputs = s.inputs(s.set_seed(sets))
-        result.ref_time = time_callable(s.ref_model, inputs)
-        result.cand_time = time_callable(s.cand_fn, clone_all(inputs))
+        _timing(s, timing_mode, policy or TimingPolicy(), result)
+        phase("harness", "after-timing check")
+        result.after_timing, late = check_set(s, sets + 1, "after timing")
+        result.mutated += [{**m, "set": "after timing"} for m in late]
     if chip:
+        phase("harness", "SOL floor")
         result.sol_floor_s, result.sol_note = sol_floor(s.problem, chip, dtype, clock_mhz)
+        warning = sol_warning(result.cand_time, result.sol_floor_s, result.sol_note)
+        if warning:
+            result.warnings.append(warning)
     return result
 
 
-def first_tensor(out: Any) -> torch.Tensor | None:
-    return next((x for x in flatten(out) if isinstance(x, torch.Tensor)), None)
+def sol_warning(timing: Timing | None, floor_s: float | None, floor_note: str = "") -> str | None:
+    """The harness's warning for a GPU time more than the SOL-ceiling margin below the floor."""
+    if timing is None or not floor_s:
+        return None
+    ceiling = check_sol_ceiling(timing.seconds, floor_s, source=timing.source, floor_note=floor_note)
+    if ceiling.verdict is not Verdict.COUNTEREXAMPLE:
+        return None
+    return (f"faster than the SOL bound: {ceiling.reason}; run `formloop integrity` on this problem and candidate "
+            "before believing the speedup")

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from formloop.measure.compare import TOLERANCES, compare_outputs, compare_tensor
-from formloop.measure.harness import Session, evaluate, load_candidate
+from formloop.measure.harness import evaluate
+from formloop.measure.session import Session, load_candidate
 from formloop.errors import FormloopError, InvalidInput, StructureError
 
 FIX = Path(__file__).parent / "fixtures" / "integrity"
@@ -111,7 +112,8 @@ def test_zero_inputs_are_refused():
 
 def test_bad_problems_and_candidates_name_what_is_wrong(tmp_path):
     no_inputs = tmp_path / "no_inputs.py"
-    no_inputs.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_init_inputs():\n    return []\n")
+    no_inputs.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n"
+                         "def get_init_inputs():\n    return []\n")
     with pytest.raises(FormloopError, match="get_inputs"):
         evaluate(no_inputs, FIX / "honest" / "add.py", timing=False)
     broken = tmp_path / "broken.py"
@@ -128,3 +130,19 @@ def test_bad_problems_and_candidates_name_what_is_wrong(tmp_path):
         Session(FIX / "problems" / "linear_relu.py", lambda x: x)
     with pytest.raises(InvalidInput, match="sets"):
         evaluate(FIX / "problems" / "add.py", FIX / "honest" / "add.py", sets=0)
+
+
+def test_faster_than_the_sol_bound_is_a_warning_that_points_to_integrity():
+    from formloop.measure.harness import sol_warning
+    from formloop.measure.timer import Timing
+
+    def timing(seconds, source="gpu"):
+        return Timing(seconds, source, "graph", 10, seconds, seconds, seconds, seconds)
+
+    floor = 4.0e-4  # the fingerprint cheat's case: a quarter of the floor (SOL fraction 4.0)
+    w = sol_warning(timing(1.0e-4), floor, "SOL floor on h200")
+    assert w and "faster than the SOL bound" in w and "formloop integrity" in w and "75.0% below" in w
+    assert sol_warning(timing(0.91 * floor), floor) is None          # within the 10% margin
+    assert sol_warning(timing(0.89 * floor), floor) is not None
+    assert sol_warning(timing(1.0e-6, source="cpu"), floor) is None  # a CPU time is never held to a GPU floor
+    assert sol_warning(None, floor) is None and sol_warning(timing(1e-6), None) is None

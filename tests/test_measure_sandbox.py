@@ -1,0 +1,156 @@
+"""Untrusted code in a child process: every way it can end becomes a named status; hostile candidates
+(exit, _exit, a signal, a hang, KeyboardInterrupt, a memory hog) get a named verdict from the harness
+and the integrity battery that is never accepted and never exit 0; a problem file that dies is bad
+input (exit 2)."""
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from formloop.cli import app
+from formloop.errors import InvalidInput
+from formloop.measure.sandbox import Limits, RunStatus, phase, run_in_child
+
+FIX = Path(__file__).parent / "fixtures" / "integrity"
+runner = CliRunner()
+
+
+def _returns(x):
+    phase("candidate", "adding")
+    return {"twice": 2 * x}
+
+
+def _bad_input():
+    raise InvalidInput("shape M", -1, "a positive integer")
+
+
+def _exits(code):
+    sys.exit(code)
+
+
+def _hard_exit():
+    phase("candidate", "forward")
+    os._exit(0)
+
+
+def _segfault():
+    phase("problem", "get_inputs()")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _hangs():
+    time.sleep(3600)
+
+
+def _interrupt():
+    raise KeyboardInterrupt
+
+
+def _hog():
+    return len(bytearray(64 << 30))
+
+
+def _spawns_and_hangs():
+    import subprocess
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    time.sleep(3600)
+
+
+def test_every_ending_is_named():
+    ok = run_in_child(_returns, 21)
+    assert ok.status is RunStatus.COMPLETED and ok.value == {"twice": 42} and ok.step == "candidate: adding"
+    bad = run_in_child(_bad_input)
+    assert bad.status is RunStatus.FAILED and "shape M" in bad.message
+    with pytest.raises(InvalidInput, match="shape M") as err:
+        bad.reraise()
+    assert err.value.field == "shape M"
+    for code in (0, 3):
+        out = run_in_child(_exits, code)
+        assert out.status is RunStatus.EXITED and out.exitcode == code and not out.ok
+    hard = run_in_child(_hard_exit)
+    assert hard.status is RunStatus.EXITED and hard.exitcode == 0 and hard.culprit == "candidate"
+    seg = run_in_child(_segfault)
+    assert seg.status is RunStatus.CRASHED and "SIGSEGV" in seg.message and seg.culprit == "problem"
+    kb = run_in_child(_interrupt)
+    assert kb.status is RunStatus.CRASHED and "KeyboardInterrupt" in kb.message
+    t0 = time.monotonic()
+    hang = run_in_child(_hangs, limits=Limits(wall_s=2.0))
+    assert hang.status is RunStatus.TIMED_OUT and time.monotonic() - t0 < 20
+    hog = run_in_child(_hog, limits=Limits(memory_bytes=1 << 30))
+    assert hog.status is RunStatus.CRASHED and "MemoryError" in hog.message
+
+
+def test_a_timed_out_child_takes_what_it_spawned_with_it():
+    out = run_in_child(_spawns_and_hangs, limits=Limits(wall_s=3.0))
+    assert out.status is RunStatus.TIMED_OUT
+    time.sleep(0.5)
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).endswith("time.sleep(3600)")]
+    assert left == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def test_limits_are_validated():
+    for bad in (float("nan"), 0, -1, 1e9):
+        with pytest.raises(InvalidInput, match="timeout"):
+            Limits(wall_s=bad)
+    with pytest.raises(InvalidInput, match="memory"):
+        Limits(memory_bytes=10)
+
+
+HOSTILE = {
+    "sys_exit": ("import sys\n", "sys.exit(0)", "exited"),
+    "os_exit": ("import os\n", "os._exit(0)", "exited"),
+    "segfault": ("import os, signal\n", "os.kill(os.getpid(), signal.SIGSEGV)", "crashed"),
+    "hang": ("import time\n", "time.sleep(3600)", "timed-out"),
+    "interrupt": ("", "raise KeyboardInterrupt", "crashed"),
+    "memory_hog": ("", "return len(bytearray(64 << 30))", "crashed"),
+}
+
+
+def _candidate(tmp_path: Path, name: str) -> Path:
+    imports, body, _ = HOSTILE[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(f"{imports}import torch\nfrom torch import nn\n\n\nclass ModelNew(nn.Module):\n"
+                    f"    def forward(self, x, y):\n        {body}\n")
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_candidate_gets_a_named_verdict_from_the_harness(tmp_path, name):
+    r = runner.invoke(app, ["harness", str(FIX / "problems" / "add.py"), str(_candidate(tmp_path, name)), "--json",
+                            "--timeout", "6" if name == "hang" else "60", "--memory-gb", "2"])
+    assert r.exit_code == 1, r.output
+    d = json.loads(r.stdout)
+    assert d["status"] == d["verdict"] == HOSTILE[name][2] and d["correct"] is False and d["accepted"] is False
+    assert d["culprit"] == "candidate" and "Traceback" not in r.stdout
+
+
+@pytest.mark.parametrize("name", ["os_exit", "hang", "interrupt"])
+def test_hostile_candidate_gets_a_named_verdict_from_integrity(tmp_path, name):
+    r = runner.invoke(app, ["integrity", str(FIX / "problems" / "add.py"), str(_candidate(tmp_path, name)),
+                            "--timeout", "6" if name == "hang" else "60"])
+    assert r.exit_code == 1, r.output
+    text = " ".join(r.stdout.split())
+    assert text.startswith(HOSTILE[name][2].upper() + ":") and "not accepted" in text and "candidate: forward" in text
+
+
+def test_a_problem_that_dies_is_bad_input(tmp_path):
+    problem = tmp_path / "dies.py"
+    problem.write_text("import os\nimport torch\nfrom torch import nn\n\nclass Model(nn.Module):\n"
+                       "    def forward(self, x):\n        return x\n\ndef get_inputs():\n    os._exit(0)\n\n"
+                       "def get_init_inputs():\n    return []\n")
+    r = runner.invoke(app, ["harness", str(problem), str(FIX / "honest" / "silu.py"), "--json"])
+    assert r.exit_code == 2, r.output
+    d = json.loads(r.stdout)
+    assert d["verdict"] == "exited" and d["culprit"] == "problem" and "get_inputs" in d["step"]
