@@ -68,15 +68,25 @@ def test_restrict_opens_menus_and_pins_the_rest():
         get_library("h100-lib")
 
 
-def test_a_configuration_is_a_chip_that_templates_read():
-    """The illustrative library's reference binds gemm-tiling exactly as the registered
-    illustrative chip; the Ventus reference carries the seed's fields of the ventus chip."""
+def test_a_configuration_is_a_chip_that_templates_sol_and_the_evaluator_read():
+    """The illustrative library's reference binds gemm-tiling, prices a SOL report and evaluates a
+    design exactly as the registered illustrative chip; the Ventus reference carries the seed's
+    fields of the ventus chip."""
+    from formloop.evaluate.model import ModelEvaluator
     from formloop.hw.chips import get_chip
     from formloop.library import gemm_tiling as gt
+    from formloop.sol import sol_report
 
     lib = get_library("illustrative")
-    chip = lib.reference.chip
-    assert gt.chip_params(chip) == gt.chip_params(get_chip("illustrative"))
+    chip, registered = lib.reference.chip, get_chip("illustrative")
+    assert gt.chip_params(chip) == gt.chip_params(registered)
+    a, b = (sol_report("gemm", (1000, 1000, 1000), "fp32", c, compute_precision="fp32") for c in (chip, registered))
+    assert (a.t_compute_s, a.t_memory_s) == (b.t_compute_s, b.t_memory_s)
+    t, w = gt.gemm_tiling(), gt.workload((1000, 1000, 1000))
+    design = {"Tm": 128, "Tn": 128, "Tk": 32, "S": 3, "P": 1, "beta": 0}
+    m = ModelEvaluator().evaluate(t, design, w, chip)
+    same = ModelEvaluator().evaluate(t, design, w, registered).latency_us
+    assert m.latency_us == same == pytest.approx(53.14, abs=0.01)      # the seed's 1000^3 optimum, us
     assert chip.components == lib.reference.as_dict() and chip.name.startswith("illustrative[")
     assert get_chip("illustrative").components == {}                    # a datasheet chip
     v, ref = ventus_library().reference.chip, get_chip("ventus")
