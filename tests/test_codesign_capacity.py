@@ -106,3 +106,23 @@ def test_table11_joint_matches_brute_force_on_a_sample(table11):
         sample = [chosen] + chips[:: max(1, len(chips) // 8)]
         assert brute_force(p, obj, [chosen]) == pytest.approx(joint["evaluated"], rel=1e-9)
         assert brute_force(p, obj, sample) >= joint["evaluated"] - 1e-12
+
+
+def test_table11_ordering_follows_what_bounds_the_reference_programs(table11):
+    """Hardware only ranks below software only here (the seed ranks it above) because the prefill
+    reference is bound by instruction issue, which no open hardware field raises, and the decode
+    reference is memory-bound, which resident warps relieve by half (RESULTS.md explains)."""
+    study, rows = table11
+    by = {r["scenario"]: r for r in tables.table11_bottlenecks(study) if r["objective"] in ("prefill", "decode")}
+    for sc in ("p128", "p512"):
+        r = by[sc]
+        assert r["memory_zeroed"] > 0.97 and r["compute_zeroed"] < 0.55           # issue-bound
+        assert r["hardware_only_ratio"] > 0.98 and r["software_only_ratio"] < 0.4
+    for sc in ("d128", "d512"):
+        r = by[sc]
+        assert r["compute_zeroed"] > 0.999 and r["memory_zeroed"] < 0.2           # memory-bound
+        assert 0.45 < r["hardware_only_ratio"] < 0.55 and r["hardware_only_changes"]["warps"] == (8, 16)
+        assert r["software_only_ratio"] < r["hardware_only_ratio"]
+    for obj in ("prefill", "decode", "all"):
+        cells = {r["method"]: r["evaluated"] for r in rows if r["objective"] == obj}
+        assert cells["software only"] < cells["hardware only"]

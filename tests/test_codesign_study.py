@@ -62,8 +62,9 @@ def test_cli_json_rows_and_table(tmp_path):
     rows = json.loads(res.output)
     assert {"objective", "start", "method", "ratio", "inner_problems"} <= set(rows[0])
     assert {r["method"] for r in rows} == {"fixed hardware", "sequential", "random + exact inner",
-                                           "wall relaxation", "coupled wall", "joint reference"}
-    assert len(rows) == 6 * 6 and png.stat().st_size > 1000
+                                           "wall relaxation", "wall relaxation, raw drop", "coupled wall",
+                                           "joint reference"}
+    assert len(rows) == 6 * 7 and png.stat().st_size > 1000
     res = runner.invoke(app, ["codesign", str(STUDY), "--plot", str(png)], env={"COLUMNS": "220"})
     assert res.exit_code == 0 and "wall relaxation" in res.output and "seed 000 Table 12" in res.output
 

@@ -20,10 +20,12 @@ def table_cost(p, h, scenario, k):
     return Cost(k["compute"] * p["comp"] + k["memory"] * p["mem"], {"compute": p["comp"], "memory": p["mem"]})
 
 
-def toy_problem(programs: list[dict], walls: dict[str, tuple], *, calibration=None, ceiling=10.0) -> CoDesignProblem:
-    """One scenario `s`; each wall `w` is a chip component with menu walls[w] and 1 mm² per unit."""
+def toy_problem(programs: list[dict], walls: dict[str, tuple], *, calibration=None, ceiling=10.0,
+                mm2: dict[str, float] | None = None) -> CoDesignProblem:
+    """One scenario `s`; each wall `w` is a chip component with menu walls[w] and mm2[w] (default 1)
+    mm² per unit."""
     comps = [Component("sm", "SMs", (1,), False)]
-    comps += [Component(w, "units", tuple(menu), False, logic_mm2=1.0) for w, menu in walls.items()]
+    comps += [Component(w, "units", tuple(menu), False, logic_mm2=(mm2 or {}).get(w, 1.0)) for w, menu in walls.items()]
     ref = {"sm": 1, **{w: menu[0] for w, menu in walls.items()}}
     lib = HardwareLibrary("toy", tuple(comps), ceiling, 0.0, ref)
     wall_specs = tuple(WallSpec(w, w, (lambda name: lambda p, h: p[name])(f"need_{w}")) for w in walls)
@@ -53,13 +55,27 @@ def miscalibrated() -> CoDesignProblem:
     ], {"w1": (1, 2, 3)}, calibration={"memory": 0.25})
 
 
+def knapsack() -> CoDesignProblem:
+    """Area binds. Walls w1 (3 mm² per unit), w2 and w3 (1 mm² each), all at 1, start area 5 mm²,
+    ceiling 8 mm². A costs 10 (the reference), B needs w1=2 and costs 5, C needs w2=2 and costs 8, D
+    needs w2=w3=2 and costs 4. Largest drop first buys w1 (0.5 for 3 mm²) and then cannot afford
+    anything; per mm² it buys w2 (0.2 for 1 mm²), then w3 (0.4 for 1 mm²) and ends at D, 0.4."""
+    return toy_problem([
+        {"name": "A", "need_w1": 1, "need_w2": 1, "need_w3": 1, "comp": 10, "mem": 0},
+        {"name": "B", "need_w1": 2, "need_w2": 1, "need_w3": 1, "comp": 5, "mem": 0},
+        {"name": "C", "need_w1": 1, "need_w2": 2, "need_w3": 1, "comp": 8, "mem": 0},
+        {"name": "D", "need_w1": 1, "need_w2": 2, "need_w3": 2, "comp": 4, "mem": 0},
+    ], {"w1": (1, 2), "w2": (1, 2), "w3": (1, 2)}, ceiling=8.0, mm2={"w1": 3.0})
+
+
 def brute_force(problem, objective):
     """min over chips within the ceiling and admitted programs of the evaluator's worst ratio."""
     best = float("inf")
     for h in problem.library.chips():
         worst = 0.0
         for sc in problem.objective(objective):
-            ok = [problem.measure(sc, p["name"], h).ratio for p in problem.menu(sc) if not problem.admitted(sc, p["name"], h)]
+            ok = [problem.measure(sc, p["name"], h).ratio for p in problem.menu(sc)
+                  if not problem.admitted(sc, p["name"], h)]
             worst = max(worst, min(ok, default=float("inf")))
         best = min(best, worst)
     return best
@@ -127,3 +143,16 @@ def test_inner_solve_bound_holds():
         r = relax_walls(p, "s", p.library.reference, coupled=coupled)
         assert r.calls <= r.bound
         assert r.inner_problems <= r.calls
+
+
+def test_moves_are_priced_per_mm2_where_area_binds():
+    p = knapsack()
+    start = p.library.reference
+    assert start.area == pytest.approx(5.0) and brute_force(p, "s") == pytest.approx(0.4)
+    r = relax_walls(p, "s", start)
+    assert [u.move for u in r.purchases] == ["w2+1", "w3+1"]
+    assert r.L == pytest.approx(0.4) and r.chip.as_dict() == {"sm": 1, "w1": 1, "w2": 2, "w3": 2}
+    raw = relax_walls(knapsack(), "s", start, gain="raw")    # the ablation: drop alone, area ignored
+    assert [u.move for u in raw.purchases] == ["w1+1"] and raw.L == pytest.approx(0.5)
+    with pytest.raises(InvalidInput, match="gain"):
+        relax_walls(p, "s", start, gain="per_area")

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from formloop.codesign.problem import CoDesignProblem
 from formloop.codesign.walls import InnerSolver
-from formloop.errors import Infeasible
+from formloop.errors import Infeasible, InvalidInput
 from formloop.hw.library import ChipConfig
 from formloop.solve import enumerate_designs, solve_milp
 from formloop.solve.enumerate import MAX_POINTS, feasible_mask, term_grid
@@ -33,13 +32,13 @@ class MethodResult:
     extra: dict = field(default_factory=dict)
 
 
-def evaluate_design(problem: CoDesignProblem, chip: ChipConfig | None, software: dict) -> float:
+def evaluate_design(problem, chip: ChipConfig | None, software: dict) -> float:
     if chip is None or any(p is None for p in software.values()):
         return float("inf")
     return max(problem.measure(sc, prog, chip).ratio for sc, prog in software.items())
 
 
-def fixed_hardware(problem: CoDesignProblem, objective: str, chip: ChipConfig) -> MethodResult:
+def fixed_hardware(problem, objective: str, chip: ChipConfig) -> MethodResult:
     """Software only: the best programs on `chip` (one inner problem)."""
     S = InnerSolver(problem, objective)
     inner = S.solve(chip)
@@ -47,11 +46,11 @@ def fixed_hardware(problem: CoDesignProblem, objective: str, chip: ChipConfig) -
                         evaluate_design(problem, chip, inner.software), len(S.problems))
 
 
-def hardware_only(problem: CoDesignProblem, objective: str, software: dict[str, str],
+def hardware_only(problem, objective: str, software: dict[str, str],
                   method: str = "hardware only") -> MethodResult:
     """The best chip within the ceiling for fixed programs (every chip checked; no inner problem)."""
     scs = problem.objective(objective)
-    t = problem.template(scs, None, software={sc: software[sc] for sc in scs})
+    t = problem.template_for(scs, None, software={sc: software[sc] for sc in scs})
     f = t.formulate({})
     chips = len(problem.library.chips())
     try:
@@ -64,7 +63,7 @@ def hardware_only(problem: CoDesignProblem, objective: str, software: dict[str, 
                         evaluate_design(problem, chip, software), 0, {"hardware_checked": chips})
 
 
-def sequential(problem: CoDesignProblem, objective: str, start: ChipConfig) -> MethodResult:
+def sequential(problem, objective: str, start: ChipConfig) -> MethodResult:
     """Software at the start chip, then the best chip for that software."""
     first = fixed_hardware(problem, objective, start)
     if any(p is None for p in first.software.values()):
@@ -77,7 +76,7 @@ def sequential(problem: CoDesignProblem, objective: str, start: ChipConfig) -> M
     return hw
 
 
-def random_search(problem: CoDesignProblem, objective: str, budget: int | None, seed: int) -> MethodResult:
+def random_search(problem, objective: str, budget: int | None, seed: int) -> MethodResult:
     """A seeded random order of the chips within the ceiling, the first `budget` SOLVEd exactly."""
     chips = problem.library.chips()
     order = np.random.default_rng(seed).permutation(len(chips))
@@ -95,36 +94,38 @@ def random_search(problem: CoDesignProblem, objective: str, budget: int | None, 
                         {"seed": seed, "trajectory": trajectory})
 
 
-def joint_milp(problem: CoDesignProblem, objective: str) -> MethodResult:
+def joint_milp(problem, objective: str) -> MethodResult:
     """One MILP over programs and chip decisions under the area ceiling (worst-scenario ratio)."""
     scs = problem.objective(objective)
-    f = problem.template(scs).formulate({})
+    f = problem.template_for(scs).formulate({})
     sol = solve_milp(f)
     chip = _chip_of(problem, sol.assignment)
-    software = {sc: problem.menu(sc)[int(sol.assignment[f"prog_{sc}"])]["name"] for sc in scs}
+    software = {sc: problem.software_of(sc, sol.assignment) for sc in scs}
     return MethodResult("joint reference", objective, chip, software, float(sol.objective),
                         evaluate_design(problem, chip, software), len(problem.library.chips()),
                         {"milp_seconds": sol.seconds, "milp_model": sol.model.as_dict()})
 
 
-def joint_enumeration(problem: CoDesignProblem, objective: str) -> MethodResult:
-    """Exhaustive joint search: each scenario's best admitted program at every chip (one numpy
-    pass over program × chip menus), the worst scenario per chip, the best chip in the ceiling."""
+def joint_enumeration(problem, objective: str) -> MethodResult:
+    """Exhaustive joint search: each scenario's best admitted software at every chip (one numpy
+    pass over the software × chip grid), the worst scenario per chip, the best chip in the ceiling."""
     scs = problem.objective(objective)
     worst = None
-    best_prog = {}
+    best_sw: dict[str, np.ndarray] = {}
     for sc in scs:
-        f = problem.template((sc,)).formulate({})
+        f = problem.template_for((sc,)).formulate({})
         if int(np.prod([len(d.decision.menu) for d in f.decisions])) > MAX_POINTS:
             raise Infeasible(f.template.name, ["joint grid larger than the enumeration limit"])
-        cost = np.where(feasible_mask(f), term_grid(f, f.cost), np.inf)
-        best_prog[sc] = np.argmin(cost, axis=0)
+        sw, hw = _split(f)
+        cost = np.where(feasible_mask(f), term_grid(f, f.cost), np.inf).reshape(-1, *hw)
+        best_sw[sc] = np.argmin(cost, axis=0)
         per_chip = cost.min(axis=0)
         worst = per_chip if worst is None else np.maximum(worst, per_chip)
     chip_decisions = [d for d in f.decisions if d.decision.side == "chip"]
-    area = np.where(feasible_mask(problem.template((scs[0],)).formulate({}),
-                                  [c for c in f.constraints if c.group == "area"]).any(axis=0), 0.0, np.inf)
-    total = worst + area
+    f0 = problem.template_for((scs[0],)).formulate({})
+    fits = feasible_mask(f0, [c for c in f0.constraints if c.group == "area"]).reshape(-1, *_split(f0)[1])
+    within = fits.any(axis=0)
+    total = worst + np.where(within, 0.0, np.inf)
     best = float(np.min(total))
     # Among tied chips, the smallest area (as wall relaxation breaks near-ties).
     tied = np.argwhere(total <= best + 1e-9 * max(1.0, abs(best))) if total.ndim else [()]
@@ -134,13 +135,28 @@ def joint_enumeration(problem: CoDesignProblem, objective: str) -> MethodResult:
         chip = _chip_of(problem, {d.name: d.decision.menu[i] for d, i in zip(chip_decisions, idx)})
         candidates.append((chip.area, idx, chip))
     _, idx, chip = min(candidates, key=lambda c: c[0])
-    software = {sc: problem.menu(sc)[int(best_prog[sc][idx])]["name"] for sc in scs}
+    software = {}
+    for sc in scs:
+        f = problem.template_for((sc,)).formulate({})
+        sw_decisions = [d for d in f.decisions if d.decision.side != "chip"]
+        pos = np.unravel_index(int(best_sw[sc][idx]), _split(f)[0])
+        software[sc] = problem.software_of(sc, {d.name: d.decision.menu[int(i)] for d, i in zip(sw_decisions, pos)})
     return MethodResult("joint enumeration", objective, chip, software, float(total[idx]),
                         evaluate_design(problem, chip, software), len(problem.library.chips()),
-                        {"chips_within_ceiling": int(np.isfinite(area).sum())})
+                        {"chips_within_ceiling": int(within.sum())})
 
 
-def _chip_of(problem: CoDesignProblem, assignment: dict) -> ChipConfig:
+def _split(f) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Menu sizes of the software decisions and of the chip decisions (software declared first)."""
+    sides = [d.decision.side for d in f.decisions]
+    if "chip" in sides and sides[sides.index("chip"):].count("software"):
+        raise InvalidInput("decision order of the joint formulation", sides, "software decisions before chip decisions")
+    sw = tuple(len(d.decision.menu) for d in f.decisions if d.decision.side != "chip")
+    hw = tuple(len(d.decision.menu) for d in f.decisions if d.decision.side == "chip")
+    return sw or (1,), hw
+
+
+def _chip_of(problem, assignment: dict) -> ChipConfig:
     values = problem.library.reference.as_dict()
     values.update({k: v for k, v in assignment.items() if k in values})
     return problem.library.chip(**values)

@@ -9,15 +9,24 @@ chip decisions open under the area ceiling and takes the worst scenario ratio as
 
 Ratios are cycles divided by the evaluator's cycles for the reference program on the reference
 chip (fixed at construction, so recalibrating the model never moves the yardstick).
+
+Wall relaxation and the baselines read a problem through a small set of members, which
+`TemplateCoDesign` (codesign/template_problem.py: a library template whose walls are chip
+parameters) offers too: library, version, cache, objective, open_walls, wall, solve_scenario,
+measure, demand, capacity, admitted, refit, recalibrate, certify, template_for, software_of,
+reference_programs, source, unit.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import math
+
+from formloop.codesign.chip_proofs import ChipCertificate, not_applicable
 from formloop.errors import Infeasible, InvalidInput, UnknownName
 from formloop.expr import Expr, const, decision, evaluate, maximum, where
-from formloop.hw.library import ChipConfig, HardwareLibrary, DENSITY
+from formloop.hw.library import ChipConfig, HardwareLibrary
 from formloop.solve import solve_milp
 from formloop.template import Constraint, Template
 
@@ -32,6 +41,11 @@ class WallSpec:
     resource: str
     demand: Callable[[Mapping, Mapping], object]
     doc: str = ""
+
+    @property
+    def limit(self) -> str:
+        """The name of the capacity the wall is bounded by (here: the chip component)."""
+        return self.resource
 
 
 @dataclass
@@ -49,6 +63,8 @@ class CoDesignProblem:
     calibration: dict[str, float] = field(default_factory=dict)     # the search model's factors
     version: int = 0                                                # bumps on every recalibration
     cache: dict = field(default_factory=dict, repr=False)           # (version, chip, removed, scenario) -> optimum
+    source: str = "model (analytic Ventus-like evaluator)"
+    unit: str = "worst-scenario cycle ratio to the reference program on the reference chip (evaluator: analytic model)"
 
     def __post_init__(self) -> None:
         for fam, progs in self.programs.items():
@@ -132,15 +148,11 @@ class CoDesignProblem:
             out[c.name] = decision(c.name, c.menu, side="chip", doc=c.doc) if len(c.menu) > 1 else c.menu[0]
         return out
 
-    def area_expr(self, hv: Mapping) -> object:
-        lib = self.library
-        total = lib.uncore_mm2
-        for c in lib.components:
-            per_unit = c.logic_mm2 + c.storage_kib * DENSITY[c.storage]
-            total = total + hv[c.name] * per_unit * (hv[lib.sm_component] if c.per_sm else 1)
-        return total
+    def software_of(self, scenario: str, assignment: Mapping) -> str:
+        """The program a joint solution picked for `scenario`."""
+        return self.menu(scenario)[int(assignment[f"prog_{scenario}"])]["name"]
 
-    def template(self, scenarios: Sequence[str], chip: ChipConfig | None = None,
+    def template_for(self, scenarios: Sequence[str], chip: ChipConfig | None = None,
                  removed: frozenset[str] = frozenset(), software: Mapping[str, str] | None = None) -> Template:
         """The formulation over `scenarios`: chip fixed (`chip`) or open under the ceiling,
         walls in `removed` dropped, programs fixed by name where `software` names them."""
@@ -164,7 +176,7 @@ class CoDesignProblem:
             ratios.append(self.cost(p, hv, sc, {t: v / ref for t, v in self.calibration.items()}).total)
         if chip is None:
             decisions += [v for v in hv.values() if isinstance(v, Expr)]
-            constraints.append(Constraint("area", const(self.area_expr(hv)) <= self.library.ceiling_mm2, "area",
+            constraints.append(Constraint("area", const(self.library.area_of(hv)) <= self.library.ceiling_mm2, "area",
                                           f"chip area within {self.library.ceiling_mm2} mm2"))
         constraints = [c for c in constraints if not _trivially_true(c.expr)]
         cost = maximum(*ratios) if len(ratios) > 1 else const(ratios[0])
@@ -183,6 +195,16 @@ class CoDesignProblem:
         ref = getattr(self, "reference_cycles", {}).get(scenario, cycles)
         return Measurement(scenario, program, chip, cycles, cycles / ref, {t: raw[t] * self.truth[t] for t in raw})
 
+    def bound_shares(self, scenario: str, program: str, chip: ChipConfig) -> dict[str, float]:
+        """What bounds a program on a chip: its evaluator cycles with the memory term zeroed and with
+        the compute term zeroed, as fractions of its cycles (near 1 with memory zeroed: issue-bound)."""
+        total = self.measure(scenario, program, chip).cycles
+        out = {}
+        for label, zero in (("memory_zeroed", "memory"), ("compute_zeroed", "compute")):
+            c = self.cost(self.program(scenario, program), chip.as_dict(), scenario, {**self.truth, zero: 0.0})
+            out[label] = float(evaluate(const(c.total), {})) / total
+        return out
+
     def predict_terms(self, scenario: str, program: str, chip: ChipConfig) -> dict[str, float]:
         c = self.cost(self.program(scenario, program), chip.as_dict(), scenario, self.calibration)
         return {t: float(evaluate(const(v), {})) * self.calibration[t] for t, v in c.raw.items()}
@@ -194,6 +216,33 @@ class CoDesignProblem:
 
     def demand(self, scenario: str, program: str, wall: str, chip: ChipConfig) -> float:
         return float(evaluate(const(self.wall(wall).demand(self.program(scenario, program), chip.as_dict())), {}))
+
+    def capacity(self, wall: str, chip: ChipConfig) -> float:
+        return float(chip[self.wall(wall).resource])
+
+    def solve_scenario(self, scenario: str, chip: ChipConfig,
+                       removed: frozenset[str] = frozenset()) -> "ScenarioOptimum":
+        return solve_scenario(self, scenario, chip, frozenset(removed))
+
+    def certify(self, chip: ChipConfig) -> ChipCertificate:
+        """Program menus carry no template obligations: every chip is admitted as far as proofs go."""
+        return not_applicable(chip.label())
+
+    def refit(self, optima, chip: ChipConfig) -> tuple[str, float] | None:
+        """The cost term whose prediction is furthest (in ratio) from the evaluator on these
+        scenario optima at `chip`, with the factor that refits it."""
+        worst, best = -1.0, None
+        for o in optima:
+            if o.program is None:
+                continue
+            pred = self.predict_terms(o.scenario, o.program, chip)
+            meas = self.measure(o.scenario, o.program, chip).terms
+            for t in self.terms:
+                if pred[t] > 0 and meas[t] > 0:
+                    miss = abs(math.log(meas[t] / pred[t]))
+                    if miss > worst:
+                        worst, best = miss, (t, self.calibration[t] * meas[t] / pred[t])
+        return best
 
     def recalibrate(self, term: str, factor: float) -> None:
         if term not in self.calibration:
@@ -235,8 +284,9 @@ def solve_scenario(problem: CoDesignProblem, scenario: str, chip: ChipConfig,
     return out
 
 
-def _solve_scenario(problem: CoDesignProblem, scenario: str, chip: ChipConfig, removed: frozenset[str]) -> ScenarioOptimum:
-    t = problem.template((scenario,), chip, removed)
+def _solve_scenario(problem: CoDesignProblem, scenario: str, chip: ChipConfig,
+                    removed: frozenset[str]) -> ScenarioOptimum:
+    t = problem.template_for((scenario,), chip, removed)
     try:
         sol = solve_milp(t.formulate({}))
     except Infeasible as exc:

@@ -1,5 +1,6 @@
-"""Study files (TOML): a co-design study's hardware menus, programs, objectives, starts and search
-settings, validated field by field; `load_study` returns a `Study` holding a `CoDesignProblem`."""
+"""Study files (TOML): a co-design study's hardware menus, programs (or a library template and its
+scenarios), objectives, starts and search settings, validated field by field; `load_study` returns a
+`Study` holding a `CoDesignProblem` or a `TemplateCoDesign`."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +11,11 @@ from pathlib import Path
 
 from formloop.codesign import ventus_model as vm
 from formloop.codesign.problem import CoDesignProblem, WallSpec
+from formloop.codesign.template_problem import TemplateCoDesign
 from formloop.errors import InvalidInput, UnknownName
-from formloop.hw.library import ChipConfig, check_menu, get_library
+from formloop.hw.libraries import get_library
+from formloop.hw.library import ChipConfig, HardwareLibrary, check_menu
+from formloop.library import get_template
 
 KINDS = ("capacity", "table11")
 PROGRAM_FIELDS = tuple(f.name for f in dataclasses.fields(vm.Program) if f.name not in ("name", "family"))
@@ -21,7 +25,7 @@ PROGRAM_FIELDS = tuple(f.name for f in dataclasses.fields(vm.Program) if f.name 
 class Study:
     name: str
     kind: str
-    problem: CoDesignProblem
+    problem: CoDesignProblem | TemplateCoDesign
     starts: dict[str, dict[str, ChipConfig]]          # start label -> objective -> chip
     k: int = 2
     rounds: int = 20
@@ -56,10 +60,53 @@ def load_study(path: str | Path) -> Study:
 
 
 def parse_study(data: Mapping) -> Study:
+    """A study file's contents as a `Study`: a program-menu problem over the Ventus model, or, with
+    a `[template]` table, a library template whose walls are chip parameters (`TemplateCoDesign`)."""
     name = _get(data, "name", str)
     kind = _get(data, "kind", str)
     if kind not in KINDS:
         raise InvalidInput("kind", kind, KINDS)
+    lib = _library(data)
+    ref = _get(data, "reference", dict)
+    ref_chip = _chip(lib, _get(ref, "chip", dict, {}, field_name="reference.chip"), "reference.chip")
+    if not lib.fits(ref_chip):
+        raise InvalidInput("reference.chip", ref_chip.label(lib.open_components()),
+                           f"a chip within the area ceiling {lib.ceiling_mm2} mm2 (it needs {ref_chip.area:.4f} mm2)")
+    lib = dataclasses.replace(lib, reference_values=ref_chip.as_dict())
+    objectives = _get(data, "objectives", dict)
+    search = _get(data, "search", dict, {})
+    if "template" in data:
+        problem = _template_problem(data, name, lib, objectives, search)
+    else:
+        problem = _program_problem(data, name, lib, ref, objectives)
+    starts: dict[str, dict[str, ChipConfig]] = {}
+    for label, per_obj in _get(data, "starts", dict, {}).items():
+        if not isinstance(per_obj, dict):
+            raise InvalidInput(f"starts.{label}", per_obj, "a table of objective = {component = value}")
+        starts[label] = {}
+        for obj, values in per_obj.items():
+            where = f"starts.{label}.{obj}"
+            if obj not in objectives:
+                raise UnknownName(f"objective in starts.{label}", obj, sorted(objectives))
+            h = _chip(lib, values, where)
+            if not lib.fits(h):
+                raise InvalidInput(where, h.label(lib.open_components()),
+                                   f"a chip within the area ceiling {lib.ceiling_mm2} mm2 (it needs {h.area:.4f} mm2)")
+            starts[label][obj] = h
+    budget = search.get("random_budget")
+    return Study(
+        name=name, kind=kind, problem=problem, starts=starts,
+        k=int(_get(search, "k", int, 2, field_name="search.k")),
+        rounds=int(_get(search, "rounds", int, 20, field_name="search.rounds")),
+        band=float(_get(search, "band", (int, float), 0.05, field_name="search.band")),
+        random_seeds=tuple(_get(search, "random_seeds", list, [0, 1, 2, 3, 4], field_name="search.random_seeds")),
+        random_budget=None if budget is None else int(budget),
+        seed_numbers=_get(data, "seed", dict, {}),
+    )
+
+
+def _library(data: Mapping) -> HardwareLibrary:
+    """The study's hardware library: the named library with the study's open menus, fixed values and ceiling."""
     base = get_library(_get(data, "library", str, "ventus"))
     hw = _get(data, "hardware", dict)
     open_menus = _get(hw, "open", dict, field_name="hardware.open")
@@ -72,16 +119,12 @@ def parse_study(data: Mapping) -> Study:
         if not isinstance(menu, list):
             raise InvalidInput(f"hardware.open.{comp}", menu, "a list of numbers")
         check_menu(f"hardware.open.{comp}", menu)
-    lib = base.restrict({k: tuple(v) for k, v in open_menus.items()}, fixed,
-                        ceiling_mm2=_get(data, "ceiling_mm2", (int, float), base.ceiling_mm2))
+    return base.restrict({k: tuple(v) for k, v in open_menus.items()}, fixed,
+                         ceiling_mm2=_get(data, "ceiling_mm2", (int, float), base.ceiling_mm2))
 
-    ref = _get(data, "reference", dict)
-    ref_chip = _chip(lib, _get(ref, "chip", dict, {}, field_name="reference.chip"), "reference.chip")
-    if not lib.fits(ref_chip):
-        raise InvalidInput("reference.chip", ref_chip.label(lib.open_components()),
-                           f"a chip within the area ceiling {lib.ceiling_mm2} mm2 (it needs {ref_chip.area:.4f} mm2)")
-    lib = dataclasses.replace(lib, reference_values=ref_chip.as_dict())
 
+def _program_problem(data: Mapping, name: str, lib: HardwareLibrary, ref: Mapping,
+                     objectives: Mapping) -> CoDesignProblem:
     progs = _get(data, "programs", dict)
     programs: dict[str, list[dict]] = {}
     for family in ("prefill", "decode"):
@@ -92,7 +135,6 @@ def parse_study(data: Mapping) -> Study:
         names = [p["name"] for p in programs[family]]
         if len(set(names)) != len(names):
             raise InvalidInput(f"programs.{family} names", names, "distinct names")
-    objectives = _get(data, "objectives", dict)
     for obj, scs in objectives.items():
         if not isinstance(scs, list) or not scs:
             raise InvalidInput(f"objectives.{obj}", scs, f"a non-empty list of scenarios from {sorted(vm.SCENARIOS)}")
@@ -111,36 +153,45 @@ def parse_study(data: Mapping) -> Study:
     for t in calibration:
         if t not in vm.TERMS:
             raise UnknownName("model.calibration term", t, vm.TERMS)
-    problem = CoDesignProblem(
+    return CoDesignProblem(
         name=name, library=lib, programs=programs, scenarios=scenarios,
         objectives={k: tuple(v) for k, v in objectives.items()}, walls=ventus_walls(), cost=vm.scenario_cost,
         terms=vm.TERMS, reference_programs=reference_programs, calibration=calibration,
     )
-    starts: dict[str, dict[str, ChipConfig]] = {}
-    for label, per_obj in _get(data, "starts", dict, {}).items():
-        if not isinstance(per_obj, dict):
-            raise InvalidInput(f"starts.{label}", per_obj, "a table of objective = {component = value}")
-        starts[label] = {}
-        for obj, values in per_obj.items():
-            where = f"starts.{label}.{obj}"
-            if obj not in objectives:
-                raise UnknownName(f"objective in starts.{label}", obj, sorted(objectives))
-            h = _chip(lib, values, where)
-            if not lib.fits(h):
-                raise InvalidInput(where, h.label(lib.open_components()),
-                                   f"a chip within the area ceiling {lib.ceiling_mm2} mm2 (it needs {h.area:.4f} mm2)")
-            starts[label][obj] = h
-    search = _get(data, "search", dict, {})
-    budget = search.get("random_budget")
-    return Study(
-        name=name, kind=kind, problem=problem, starts=starts,
-        k=int(_get(search, "k", int, 2, field_name="search.k")),
-        rounds=int(_get(search, "rounds", int, 20, field_name="search.rounds")),
-        band=float(_get(search, "band", (int, float), 0.05, field_name="search.band")),
-        random_seeds=tuple(_get(search, "random_seeds", list, [0, 1, 2, 3, 4], field_name="search.random_seeds")),
-        random_budget=None if budget is None else int(budget),
-        seed_numbers=_get(data, "seed", dict, {}),
-    )
+
+
+def _template_problem(data: Mapping, name: str, lib: HardwareLibrary, objectives: Mapping,
+                      search: Mapping) -> TemplateCoDesign:
+    """`[template]` names a library template and its options; `[scenarios.<name>]` gives each
+    scenario's workload parameters (gemm-tiling: M, N, K and e, bytes per element); `search.inner`
+    picks SOLVE's back end (milp or enumerate)."""
+    spec = _get(data, "template", dict)
+    template = get_template(_get(spec, "name", str, field_name="template.name"),
+                            **_get(spec, "options", dict, {}, field_name="template.options"))
+    wanted = [p.name for p in template.params if p.payload.kind == "workload"]
+    scenarios = {}
+    for sc, values in _get(data, "scenarios", dict).items():
+        if not isinstance(values, dict):
+            raise InvalidInput(f"scenarios.{sc}", values, f"a table of {', '.join(wanted)}")
+        for k, v in values.items():
+            if k not in wanted:
+                raise UnknownName(f"workload parameter in scenarios.{sc}", k, wanted)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise InvalidInput(f"scenarios.{sc}.{k}", v, "a number")
+        missing = [k for k in wanted if k not in values]
+        if missing:
+            raise InvalidInput(f"scenarios.{sc}", dict(values), f"a value for each of {', '.join(wanted)}",
+                               fix=f"add {', '.join(missing)}")
+        scenarios[sc] = dict(values)
+    for obj, scs in objectives.items():
+        if not isinstance(scs, list) or not scs:
+            raise InvalidInput(f"objectives.{obj}", scs, f"a non-empty list of scenarios from {sorted(scenarios)}")
+        for sc in scs:
+            if sc not in scenarios:
+                raise UnknownName(f"scenario in objectives.{obj}", sc, sorted(scenarios))
+    return TemplateCoDesign(name=name, template=template, library=lib, scenarios=scenarios,
+                            objectives={k: tuple(v) for k, v in objectives.items()},
+                            solver=_get(search, "inner", str, "milp", field_name="search.inner"))
 
 
 _MISSING = object()
@@ -152,7 +203,8 @@ def _get(d: Mapping, key: str, types, default=_MISSING, *, field_name: str | Non
         raise InvalidInput(name.rsplit(".", 1)[0], d, "a table")
     if key not in d:
         if default is _MISSING:
-            raise InvalidInput(name, None, f"a value of type {_type_names(types)}", fix=f"add `{key}` to the study file")
+            raise InvalidInput(name, None, f"a value of type {_type_names(types)}",
+                               fix=f"add `{key}` to the study file")
         return default
     v = d[key]
     if isinstance(v, bool) or not isinstance(v, types):

@@ -10,8 +10,9 @@ from formloop.codesign import baselines as bl
 from formloop.codesign.study import Study
 from formloop.codesign.walls import relax_walls
 
-CAPACITY_METHODS = ("fixed hardware", "sequential", "random + exact inner", "wall relaxation", "coupled wall",
-                    "joint reference")
+RAW_DROP = "wall relaxation, raw drop"      # ablation: moves ranked by latency drop, area ignored
+CAPACITY_METHODS = ("fixed hardware", "sequential", "random + exact inner", "wall relaxation", RAW_DROP,
+                    "coupled wall", "joint reference")
 SEED_KEYS = {"fixed hardware": "fixed", "sequential": "sequential", "random + exact inner": "random",
              "wall relaxation": "wall", "coupled wall": "coupled", "joint reference": "joint"}
 TABLE11_METHODS = ("software only", "hardware only", "sequential", "joint reference")
@@ -22,7 +23,7 @@ def _row(study: Study, objective: str, start: str, r: bl.MethodResult, **extra) 
     return {"objective": objective, "start": start, "method": r.method, "ratio": r.ratio, "evaluated": r.evaluated,
             "inner_problems": r.inner_problems, "chip": None if r.chip is None else r.chip.label(names),
             "area_mm2": None if r.chip is None else r.chip.area, "software": r.software,
-            "source": "model (analytic Ventus-like evaluator)", **{k: v for k, v in r.extra.items()}, **extra}
+            "source": study.problem.source, **{k: v for k, v in r.extra.items()}, **extra}
 
 
 def capacity_rows(study: Study) -> list[dict]:
@@ -48,15 +49,20 @@ def capacity_rows(study: Study) -> list[dict]:
             rows.append(_row(study, objective, label, worst, seeds=[r.extra["seed"] for r in runs],
                              seed_ratios=[r.ratio for r in runs], trajectories=[r.extra["trajectory"] for r in runs],
                              trajectory=None, seed=None))
-            for coupled, method in ((False, "wall relaxation"), (True, "coupled wall")):
-                r = relax_walls(p, objective, h, k=study.k, rounds=study.rounds, coupled=coupled, band=study.band)
+            for coupled, gain, method in ((False, "per_mm2", "wall relaxation"), (False, "raw", RAW_DROP),
+                                          (True, "per_mm2", "coupled wall")):
+                r = relax_walls(p, objective, h, k=study.k, rounds=study.rounds, coupled=coupled, band=study.band,
+                                gain=gain)
                 res = bl.MethodResult(method, objective, r.chip, r.software, r.L, r.evaluated, r.inner_problems)
                 rows.append(_row(study, objective, label, res, calls=r.calls, bound=r.bound, rounds=r.rounds,
-                                 trajectory=r.trajectory, recalibrations=r.recalibrations,
+                                 trajectory=r.trajectory, recalibrations=r.recalibrations, gain=gain,
                                  purchases=[{"move": u.move, "before": u.before.label(names),
                                              "after": u.after.label(names), "predicted_drop": u.predicted_drop,
                                              "evaluated_drop": u.evaluated_drop, "added_mm2": u.added_mm2,
-                                             "mechanism": list(u.mechanism)} for u in r.purchases]))
+                                             "mechanism": list(u.mechanism),
+                                             "certificate": None if u.certificate is None else u.certificate.summary()}
+                                            for u in r.purchases],
+                                 certificates={c: cert.as_dict() for c, cert in r.certificates.items()}))
             milp, enum = joint[objective]
             rows.append(_row(study, objective, label, milp, enumeration_ratio=enum.ratio,
                              enumeration_chip=enum.chip.label(names)))
@@ -83,6 +89,30 @@ def table11_rows(study: Study) -> list[dict]:
                          enumeration_chip=enum.chip.label(names), speedup_over_software=sw.ratio / milp.ratio,
                          chip_values=milp.chip.describe(names)))
     return rows
+
+
+def table11_bottlenecks(study: Study) -> list[dict]:
+    """Why each single side moves what it moves: per scenario, what bounds the reference program on
+    the reference chip (cycles with memory zeroed / with compute zeroed), its ratio on the chip
+    hardware only picks, and the program software only picks with its ratio on the reference chip."""
+    p = study.problem
+    ref = p.library.reference
+    names = p.library.open_components()
+    out = []
+    for objective in p.objectives:
+        scs = p.objective(objective)
+        hw = bl.hardware_only(p, objective, {sc: p.reference_programs[sc] for sc in scs})
+        sw = bl.fixed_hardware(p, objective, ref)
+        for sc in scs:
+            prog = p.reference_programs[sc]
+            out.append({"objective": objective, "scenario": sc, "reference_program": prog,
+                        **p.bound_shares(sc, prog, ref), "hardware_only_chip": hw.chip.label(names),
+                        "hardware_only_changes": {n: (ref[n], hw.chip[n]) for n in names if hw.chip[n] != ref[n]},
+                        "hardware_only_ratio": p.measure(sc, prog, hw.chip).ratio,
+                        "software_only_program": sw.software[sc],
+                        "software_only_ratio": p.measure(sc, sw.software[sc], ref).ratio,
+                        "source": p.source})
+    return out
 
 
 def cell(ratio: float, n: int | None = None) -> str:
@@ -119,7 +149,7 @@ def plot_capacity(study: Study, rows: list[dict], path: str | Path, start: str =
     objectives = list(study.problem.objectives)
     fig, axes = plt.subplots(1, len(objectives), figsize=(4.2 * len(objectives), 3.4), squeeze=False)
     markers = {"fixed hardware": "s", "sequential": "D", "random + exact inner": "o", "wall relaxation": "^",
-               "coupled wall": "v", "joint reference": "*"}
+               RAW_DROP: "<", "coupled wall": "v", "joint reference": "*"}
     for ax, objective in zip(axes[0], objectives):
         sel = [r for r in rows if r["objective"] == objective and r["start"].startswith(start)]
         for r in sel:

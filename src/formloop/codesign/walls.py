@@ -9,6 +9,12 @@ the incumbent under the new model, discard every stored price, price again); rec
 each wall with slack when L* stays the same; repeat until nothing gains or T rounds are spent.
 The coupled variant also screens each pair of walls with both removed and prices passing pairs.
 
+Proofs follow the chip: the start chip, every chip bought and every chip reclaimed to must be
+admitted by the problem's certificate (`problem.certify(chip)`: for a library template, its
+obligations proved at that chip); a priced move onto a chip that is not proved is passed over for
+the next best. `gain="raw"` ranks moves by the drop of L* alone, ignoring area: an ablation that
+shows what pricing per mm² buys where area binds.
+
 Counts: `calls` is every SOLVE the algorithm asks for (the quantity bounded by 1 + T(2n + bk + b²)
 for Algorithm 1; the coupled variant adds n(n-1)/2 pair screens per round), `inner_problems` the
 distinct (chip, removed walls, model version) among them, `scenario_solves` the MILPs actually run.
@@ -18,12 +24,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from formloop.codesign.problem import CoDesignProblem, ScenarioOptimum, solve_scenario
+from formloop.codesign.chip_proofs import ChipCertificate
+from formloop.codesign.problem import ScenarioOptimum
 from formloop.errors import InvalidInput
 from formloop.hw.library import ChipConfig, Step
 from formloop.solve.result import tied
 
 GAIN_TOL = 1e-9
+GAINS = ("per_mm2", "raw")
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,7 @@ class Inner:
 class InnerSolver:
     """SOLVE for one objective, with the counts the acceptance bound speaks about."""
 
-    def __init__(self, problem: CoDesignProblem, objective: str):
+    def __init__(self, problem, objective: str):
         self.problem, self.scenarios = problem, problem.objective(objective)
         self.calls = 0
         self.problems: set = set()
@@ -59,12 +67,12 @@ class InnerSolver:
         optima = []
         for sc in self.scenarios:
             before = len(self.problem.cache)
-            optima.append(solve_scenario(self.problem, sc, h, removed))
+            optima.append(self.problem.solve_scenario(sc, h, removed))
             self.scenario_solves += len(self.problem.cache) - before
         return Inner(h, removed, tuple(optima))
 
 
-def solve_chip(problem: CoDesignProblem, objective: str, h: ChipConfig) -> tuple[dict, float, dict[str, float]]:
+def solve_chip(problem, objective: str, h: ChipConfig) -> tuple[dict, float, dict[str, float]]:
     """SOLVE(h) -> (s*(h), L*(h), B(h)): the best programs, the worst ratio, and the walls whose
     removal lowers L* (Λ_i > 0) with their Λ_i."""
     S = InnerSolver(problem, objective)
@@ -82,6 +90,7 @@ class Purchase:
     evaluated_drop: float
     added_mm2: float
     mechanism: tuple[str, ...]
+    certificate: ChipCertificate | None = None
 
 
 @dataclass
@@ -108,6 +117,8 @@ class Relaxation:
     trajectory: list[tuple[int, float]] = field(default_factory=list)   # (distinct problems so far, L*)
     path: list[tuple[str, ChipConfig, float, int]] = field(default_factory=list)  # (step, chip, L*, model version)
     keys: frozenset = frozenset()        # the distinct inner problems: (model version, chip values, removed)
+    gain: str = "per_mm2"
+    certificates: dict = field(default_factory=dict)   # chip label -> ChipCertificate of every chip scored
 
     @property
     def bound(self) -> int:
@@ -128,8 +139,8 @@ class Relaxation:
         return sorted(out, key=lambda v: v.chip.area)
 
 
-def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, k: int = 2, rounds: int = 20,
-                coupled: bool = False, band: float = 0.05, near_tie: float = 1e-6) -> Relaxation:
+def relax_walls(problem, objective: str, start: ChipConfig, *, k: int = 2, rounds: int = 20, coupled: bool = False,
+                band: float = 0.05, near_tie: float = 1e-6, gain: str = "per_mm2") -> Relaxation:
     """Algorithm 1 (coupled=False) or its coupled variant from chip `start`."""
     lib = problem.library
     if not lib.fits(start):
@@ -137,10 +148,21 @@ def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, 
                            f"a chip with area <= {lib.ceiling_mm2} mm2 (this one: {start.area:.4f} mm2)")
     if k < 1 or rounds < 1:
         raise InvalidInput("k and rounds", (k, rounds), "positive integers")
+    if gain not in GAINS:
+        raise InvalidInput("gain", gain, GAINS)
     S = InnerSolver(problem, objective)
     walls = problem.open_walls
     names = lib.open_components()
     events: list[str] = []
+    certificates: dict[str, ChipCertificate] = {}
+
+    def certify(chip: ChipConfig) -> ChipCertificate:
+        cert = certificates[chip.label(names)] = problem.certify(chip)
+        return cert
+
+    if not (cert := certify(start)).admits:
+        raise InvalidInput("start chip", start.label(names), "a chip at which the template is proved",
+                           fix=cert.summary())
     h = start
     cur = S.solve(h)
     visited = [cur]
@@ -179,18 +201,28 @@ def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, 
             trajectory.append((len(S.problems), cur.L))   # the incumbent's L* (Proposition 2)
             drop, added = cur.L - res.L, h2.area - h.area
             if drop > GAIN_TOL and added > 0:
-                priced.append((drop / added, added, label, res))
-        # 3. Buy.
-        if not priced:
-            events.append("no move with a positive gain: stop")
+                priced.append((drop / added if gain == "per_mm2" else drop, added, label, res))
+        # 3. Buy the best priced move on a proved chip.
+        choice = None
+        for m in _ranked(priced, near_tie):
+            if (cert := certify(m[3].chip)).admits:
+                choice = m
+                break
+            events.append(f"pass over {m[2]}: chip not proved ({cert.summary()})")
+        if choice is None:
+            events.append("no move with a positive gain on a proved chip: stop")
             break
-        best = max(g for g, *_ in priced)
-        gain, added, label, res = min((m for m in priced if m[0] >= best * (1 - near_tie)), key=lambda m: m[1])
+        _, added, label, res = choice
         # 4. Validate on the evaluator.
         after = _measure(problem, res)
         predicted, evaluated = cur.L - res.L, measured - after
         if abs(predicted - evaluated) > band * max(abs(predicted), abs(evaluated)) + 1e-12:
-            term, factor = _responsible_term(problem, res)
+            refit = problem.refit(res.optima, res.chip)
+            if refit is None:
+                events.append(f"miss on {label}: predicted drop {predicted:.4f}, evaluated {evaluated:.4f}; "
+                              "no cost term to refit: stop")
+                break
+            term, factor = refit
             problem.recalibrate(term, factor)
             recalibrations += 1
             events.append(f"miss on {label}: predicted drop {predicted:.4f}, evaluated {evaluated:.4f}; "
@@ -199,19 +231,23 @@ def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, 
             measured = _measure(problem, cur)
             path.append(("recalibrated", h, cur.L, problem.version))
             continue
-        purchases.append(Purchase(h, res.chip, label, predicted, evaluated, added, _mechanism(problem, cur, res)))
+        purchases.append(Purchase(h, res.chip, label, predicted, evaluated, added, _mechanism(problem, cur, res),
+                                  certificates[res.chip.label(names)]))
         events.append(f"buy {label}: {h.label(names)} -> {res.chip.label(names)}, drop {predicted:.4f} "
                       f"(evaluated {evaluated:.4f}) for {added:.4f} mm2")
         h, cur, measured = res.chip, res, after
         path.append(("buy", h, cur.L, problem.version))
-        # 5. Reclaim one step of each wall with slack when L* stays.
+        # 5. Reclaim one step of each wall with slack when L* stays (onto a proved chip only).
         for w in walls:
             down = -lib.e(w.resource)
             if not h.can_move(down) or not _has_slack(problem, cur, w.name):
                 continue
             trial = S.solve(h + down)
             visited.append(trial)
-            if tied(trial.L, cur.L):
+            if math.isfinite(trial.L) and tied(trial.L, cur.L):   # inf - x <= inf: infinities never tie
+                if not (cert := certify(trial.chip)).admits:
+                    events.append(f"keep {w.resource}: reclaimed chip not proved ({cert.summary()})")
+                    continue
                 reclaims.append((h, trial.chip))
                 events.append(f"reclaim {w.resource}: {h.label(names)} -> {trial.chip.label(names)}")
                 h, cur = trial.chip, trial
@@ -221,10 +257,22 @@ def relax_walls(problem: CoDesignProblem, objective: str, start: ChipConfig, *, 
     trajectory.append((len(S.problems), cur.L))
     return Relaxation(objective, start, h, cur.L, measured, cur.software, visited, purchases, reclaims, events,
                       S.calls, len(S.problems), S.scenario_solves, rounds_run, len(walls), max_b, k, coupled,
-                      recalibrations, trajectory, path, frozenset(S.problems))
+                      recalibrations, trajectory, path, frozenset(S.problems), gain, certificates)
 
 
-def _measure(problem: CoDesignProblem, inner: Inner) -> float:
+def _ranked(priced: list, near_tie: float) -> list:
+    """Moves in buying order: the largest gain first; among gains within `near_tie` of it, the
+    smallest added area (then pricing order)."""
+    rest, out = list(priced), []
+    while rest:
+        best = max(m[0] for m in rest)
+        pick = min((m for m in rest if m[0] >= best * (1 - near_tie)), key=lambda m: m[1])
+        out.append(pick)
+        rest.remove(pick)
+    return out
+
+
+def _measure(problem, inner: Inner) -> float:
     """The evaluator's worst-scenario ratio for the inner optimum's programs on its chip."""
     out = []
     for o in inner.optima:
@@ -232,37 +280,20 @@ def _measure(problem: CoDesignProblem, inner: Inner) -> float:
     return max(out)
 
 
-def _responsible_term(problem: CoDesignProblem, inner: Inner) -> tuple[str, float]:
-    """The cost term whose prediction is furthest (in ratio) from the evaluator, and its refit factor."""
-    worst, best_term, factor = -1.0, problem.terms[0], problem.calibration[problem.terms[0]]
-    for o in inner.optima:
-        if o.program is None:
-            continue
-        pred = problem.predict_terms(o.scenario, o.program, inner.chip)
-        meas = problem.measure(o.scenario, o.program, inner.chip).terms
-        for t in problem.terms:
-            if pred[t] > 0 and meas[t] > 0:
-                miss = abs(math.log(meas[t] / pred[t]))
-                if miss > worst:
-                    worst, best_term, factor = miss, t, problem.calibration[t] * meas[t] / pred[t]
-    return best_term, factor
-
-
-def _has_slack(problem: CoDesignProblem, inner: Inner, wall: str) -> bool:
-    w = problem.wall(wall)
-    cap = inner.chip[w.resource]
+def _has_slack(problem, inner: Inner, wall: str) -> bool:
+    cap = problem.capacity(wall, inner.chip)
     return all(o.program is not None and problem.demand(o.scenario, o.program, wall, inner.chip) < cap
                for o in inner.optima)
 
 
-def _mechanism(problem: CoDesignProblem, before: Inner, after: Inner) -> tuple[str, ...]:
+def _mechanism(problem, before: Inner, after: Inner) -> tuple[str, ...]:
     """Which programs became legal: for each scenario whose program changed, the walls the new
     program broke on the old chip."""
     out = []
     for b, a in zip(before.optima, after.optima):
         if a.program == b.program or a.program is None:
             continue
-        needs = [f"{problem.wall(w).resource} {problem.demand(a.scenario, a.program, w, before.chip):g} > "
-                 f"{before.chip[problem.wall(w).resource]:g}" for w in problem.admitted(a.scenario, a.program, before.chip)]
+        needs = [f"{problem.wall(w).limit} {problem.demand(a.scenario, a.program, w, before.chip):g} > "
+                 f"{problem.capacity(w, before.chip):g}" for w in problem.admitted(a.scenario, a.program, before.chip)]
         out.append(f"{a.scenario}: {b.program} -> {a.program}" + (f" (needs {', '.join(needs)})" if needs else ""))
     return tuple(out)

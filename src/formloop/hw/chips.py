@@ -11,6 +11,11 @@ lacks the key, and asking for it raises, so nothing is silently substituted.
 Rule for `accumulators_per_block` (R_acc): half of the 32-bit registers one block may hold. The
 other half is left for addresses, operand fragments and pipeline state; on a 64 Ki-register
 block limit this gives the illustrative chip's 32768.
+
+A chip drawn from a hardware library (`formloop.hw.library`) is a `Chip` like any datasheet chip:
+`ChipConfig.chip` sets the fields its components govern and records the component values in
+`components` (empty for a datasheet chip), so templates, SOL, the evaluator and co-design all read
+one chip type.
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ class Chip:
     l1_per_sm: int = 0                     # bytes of L1 beside shared memory (0: unified/unknown)
     warps_per_sm: int = 0                  # resident 32-thread warps per SM
     notes: str = ""                        # assumptions that are ours, not the datasheet's
+    components: Mapping[str, float] = field(default_factory=dict)   # hardware-library values it was drawn from
 
     @property
     def clock_hz(self) -> float:

@@ -18,6 +18,12 @@ its storage kind), times the SM count for per-SM components, plus a fixed uncore
 Logic coefficients (SIMT core, warp slots, queue entries, tensor MACs, memory interface, uncore)
 are our stated assumptions at 7 nm, not a synthesis run: they set the scale so that the Ventus-like
 reference chip of seed 000 §5.5 sits below its 1.11 mm² ceiling with room to buy capacity.
+
+A configuration yields a `Chip` (`ChipConfig.chip`): the library names a registered base chip, and
+each component the `Chip` fields it sets (`chip_fields`: field, factor per unit of the component;
+`peak_flops.<precision>` sets one peak rate). So a library template reads a configuration's
+capacities through its own `bind_chip`, exactly as it reads a datasheet chip, and co-design can
+move the template's walls by moving components.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from numbers import Real
 
 from formloop.errors import InvalidInput, StructureError, UnknownName
+from formloop.hw.chips import Chip, get_chip
 
 SRAM_MM2_PER_KIB = 0.0005
 DENSITY = {"none": 0.0, "sram": SRAM_MM2_PER_KIB, "cache": 1.1 * SRAM_MM2_PER_KIB,
@@ -44,17 +51,35 @@ class Component:
     storage_kib: float = 0.0        # storage per unit of value, KiB
     storage: str = "none"           # density class of that storage (see DENSITY)
     doc: str = ""
+    chip_fields: tuple[tuple[str, float], ...] = ()   # (Chip field, factor per unit) this component sets
 
     def __post_init__(self) -> None:
         check_menu(f"menu of {self.name}", self.menu)
         if self.storage not in DENSITY:
             raise InvalidInput(f"storage kind of {self.name}", self.storage, sorted(DENSITY))
         if self.logic_mm2 < 0 or self.storage_kib < 0:
-            raise InvalidInput(f"area coefficients of {self.name}", (self.logic_mm2, self.storage_kib), "non-negative numbers")
+            raise InvalidInput(f"area coefficients of {self.name}", (self.logic_mm2, self.storage_kib),
+                               "non-negative numbers")
+        for name, factor in self.chip_fields:
+            if name not in CHIP_FIELDS and not name.startswith("peak_flops."):
+                raise InvalidInput(f"chip field of component {self.name}", name,
+                                   [*sorted(CHIP_FIELDS), "peak_flops.<precision>"])
+            if not factor > 0:
+                raise InvalidInput(f"factor of chip field {name} of component {self.name}", factor, "a positive number")
+
+    @property
+    def mm2_per_unit(self) -> float:
+        return self.logic_mm2 + self.storage_kib * DENSITY[self.storage]
 
     def area(self, value: Real, sm_count: int) -> float:
-        per_unit = self.logic_mm2 + self.storage_kib * DENSITY[self.storage]
-        return float(value) * per_unit * (sm_count if self.per_sm else 1)
+        return float(value) * self.mm2_per_unit * (sm_count if self.per_sm else 1)
+
+
+# Chip fields a component may set: the numbers a template's bind_chip reads (names, menus and
+# notes stay the base chip's).
+CHIP_FIELDS = frozenset({"sm_count", "mem_bandwidth", "smem_per_block", "smem_per_sm", "registers_per_sm",
+                         "registers_per_block", "l2_bytes", "accumulators_per_block", "barrier_cycles",
+                         "l1_per_sm", "warps_per_sm"})
 
 
 def check_menu(field_name: str, menu: Sequence) -> None:
@@ -125,6 +150,11 @@ class ChipConfig:
                 return False
         return True
 
+    @property
+    def chip(self) -> Chip:
+        """This configuration as a `Chip` (the library's base chip with its components' fields set)."""
+        return self.library.chip_spec(self)
+
     def __add__(self, step: Step) -> "ChipConfig":
         return self.moved(step)
 
@@ -155,6 +185,7 @@ class HardwareLibrary:
     reference_values: Mapping[str, Real]
     sm_component: str = "sm"
     source: str = ""
+    base_chip: str = ""             # registered chip whose other fields a configuration's Chip keeps
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.components]
@@ -162,6 +193,12 @@ class HardwareLibrary:
             raise StructureError(f"library {self.name} declares a component twice: {names}")
         if self.sm_component not in names:
             raise StructureError(f"library {self.name} has no SM-count component {self.sm_component!r}")
+        fields = [f for c in self.components for f, _ in c.chip_fields]
+        twice = sorted({f for f in fields if fields.count(f) > 1})
+        if twice:
+            raise StructureError(f"library {self.name}: chip fields {twice} are set by more than one component")
+        if fields and not self.base_chip:
+            raise StructureError(f"library {self.name} sets chip fields but names no base chip")
         self.chip(**self.reference_values)  # the reference must be a valid chip
 
     def component(self, name: str) -> Component:
@@ -181,7 +218,8 @@ class HardwareLibrary:
         out = []
         for c in self.components:
             if c.name not in values:
-                raise InvalidInput(f"chip component {c.name}", None, list(c.menu), fix="give a value for every component")
+                raise InvalidInput(f"chip component {c.name}", None, list(c.menu),
+                                   fix="give a value for every component")
             v = values[c.name]
             if v not in c.menu:
                 raise InvalidInput(f"chip component {c.name}", v, list(c.menu))
@@ -196,6 +234,36 @@ class HardwareLibrary:
         """The unit step e_i: one menu position up on component `name`."""
         self.component(name)
         return Step(((name, 1),))
+
+    def chip_spec(self, h: ChipConfig) -> Chip:
+        """The `Chip` of configuration `h`: the base chip with each component's fields set."""
+        if not self.base_chip:
+            raise StructureError(f"library {self.name} names no base chip", fix="set base_chip to a registered chip")
+        base = get_chip(self.base_chip)
+        fields: dict[str, Real] = {}
+        peaks = dict(base.peak_flops)
+        for c in self.components:
+            for name, factor in c.chip_fields:
+                value = h[c.name] * factor
+                if name.startswith("peak_flops."):
+                    peaks[name.split(".", 1)[1]] = float(value)
+                elif isinstance(getattr(base, name), int):
+                    if not float(value).is_integer():
+                        raise InvalidInput(f"{name} of {c.name}={h[c.name]:g} (x{factor:g})", value, "a whole number")
+                    fields[name] = int(value)
+                else:
+                    fields[name] = float(value)
+        open_names = self.open_components()
+        return replace(base, **fields, peak_flops=peaks, components=h.as_dict(),
+                       name=f"{self.name}[{h.describe(open_names)}]" if open_names else base.name,
+                       source=f"hardware library {self.name} over base chip {base.name}: {self.source}")
+
+    def area_of(self, values: Mapping[str, object]) -> object:
+        """Area (mm²) of component values: numbers, or expressions over chip decisions (the joint MILP)."""
+        total = self.uncore_mm2
+        for c in self.components:
+            total = total + values[c.name] * c.mm2_per_unit * (values[self.sm_component] if c.per_sm else 1)
+        return total
 
     def area_breakdown(self, h: ChipConfig) -> dict[str, float]:
         sm = int(h[self.sm_component])
@@ -250,51 +318,3 @@ class HardwareLibrary:
         grid = itertools.product(*(c.menu for c in self.components))
         out = [self.chip(**dict(zip(self.component_names, vals))) for vals in grid]
         return [h for h in out if self.fits(h)] if within_ceiling else out
-
-
-def ventus_library() -> HardwareLibrary:
-    """A Ventus-like GPGPU library (seed 000 §5.5): 32-thread warps, per-SM resources, one L2."""
-    comps = (
-        Component("sm", "SMs", (1, 2, 4), False, logic_mm2=0.12,
-                  doc="streaming multiprocessors (32-lane SIMT core, LSU, front end)"),
-        Component("warps", "warps/SM", (4, 8, 16), True, logic_mm2=0.003,
-                  doc="resident 32-thread warps per SM (PC, SIMT stack, scoreboard)"),
-        Component("smem_kib", "KiB/SM", (16, 32, 64, 128, 256), True, storage_kib=1, storage="sram",
-                  doc="shared memory per SM"),
-        Component("l1_kib", "KiB/SM", (16, 32, 64, 128), True, storage_kib=1, storage="cache",
-                  doc="L1 data cache per SM"),
-        Component("l2_kib", "KiB", (64, 128, 256, 512), False, storage_kib=1, storage="cache",
-                  doc="shared L2 cache"),
-        Component("vreg", "slots/SM", (256, 512, 1024, 2048, 4096), True, storage_kib=128 / 1024, storage="rf",
-                  doc="vector register slots per SM (one slot: 32 lanes x 32 bit = 128 B)"),
-        Component("sreg", "slots/SM", (64, 128, 256, 512, 1024, 2048), True, storage_kib=4 / 1024, storage="flop",
-                  doc="scalar register slots per SM (one slot: 32 bit)"),
-        Component("tensor_macs", "MAC/cycle/SM", (0, 64, 256), True, logic_mm2=0.0006,
-                  doc="tensor unit: 0 none, 64 = 4x4x4 shape, 256 = 8x8x4 shape (bf16 in, fp32 accumulate)"),
-        Component("queue", "requests/SM", (8, 16, 32, 64, 128), True, logic_mm2=0.0004, storage_kib=128 / 1024,
-                  storage="sram", doc="outstanding external-memory requests per SM (MSHR-like entries)"),
-        Component("mem_bw", "B/cycle", (32, 64, 128), False, logic_mm2=0.002,
-                  doc="external-memory service rate (controller and interface share)"),
-    )
-    reference = {"sm": 2, "warps": 8, "smem_kib": 128, "l1_kib": 64, "l2_kib": 128, "vreg": 1024,
-                 "sreg": 256, "tensor_macs": 0, "queue": 64, "mem_bw": 64}
-    return HardwareLibrary(
-        name="ventus", components=comps, ceiling_mm2=1.11, uncore_mm2=0.05, reference_values=reference,
-        source="seed 000 §5.5 reference: 2 SMs, 8 resident 32-thread warps/SM, 128 KiB shared memory and "
-               "64 KiB L1 per SM, 128 KiB L2, 64 B/cycle external memory, 1.11 mm2 ceiling; register, queue "
-               "and tensor values of the reference are ours",
-    )
-
-
-_LIBRARIES = {"ventus": ventus_library}
-
-
-def get_library(name: str) -> HardwareLibrary:
-    try:
-        return _LIBRARIES[name.lower()]()
-    except KeyError:
-        raise UnknownName("hardware library", name, sorted(_LIBRARIES)) from None
-
-
-def library_names() -> list[str]:
-    return sorted(_LIBRARIES)
