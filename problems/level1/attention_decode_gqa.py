@@ -3,7 +3,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-B, H, HKV, L, D = 4, 8, 2, 256, 64
+B, H, HKV, L, D = 64, 32, 8, 8192, 128
+SMALL = {"B": 4, "H": 8, "HKV": 2, "L": 256, "D": 64}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "attention_decode", "shape": {"B": B, "H": H, "Hkv": HKV, "L": L, "D": D}}
 
 

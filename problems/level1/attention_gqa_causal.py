@@ -1,9 +1,10 @@
-"""Causal grouped-query attention prefill: 8 query heads share 2 key/value heads (Qwen3 ratio 4:1)."""
+"""Causal grouped-query attention prefill: query heads share key/value heads 4:1 (Qwen3 ratio)."""
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-B, H, HKV, S, D = 1, 8, 2, 128, 64
+B, H, HKV, S, D = 8, 32, 8, 4096, 128
+SMALL = {"B": 1, "H": 8, "HKV": 2, "S": 128, "D": 64}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "attention_prefill", "shape": {"B": B, "H": H, "Hkv": HKV, "S": S, "D": D, "causal": 1}}
 
 

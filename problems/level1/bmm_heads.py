@@ -2,7 +2,8 @@
 import torch
 from torch import nn
 
-B, M, N, K = 16, 64, 64, 128
+B, M, N, K = 128, 512, 2048, 1024
+SMALL = {"B": 16, "M": 64, "N": 64, "K": 128}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "bmm", "shape": {"B": B, "M": M, "N": N, "K": K}}
 
 

@@ -2,7 +2,8 @@
 import torch
 from torch import nn
 
-N, C, H, W, K = 2, 16, 16, 16, 32
+N, C, H, W, K = 64, 64, 56, 56, 64
+SMALL = {"N": 2, "C": 16, "H": 16, "W": 16, "K": 32}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "conv2d", "shape": {"N": N, "C": C, "H": H, "W": W, "K": K, "R": 3, "S": 3, "pad": 1, "bias": 1}}
 
 

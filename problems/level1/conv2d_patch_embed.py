@@ -1,8 +1,9 @@
-"""Non-overlapping patch embedding: a stride-4, 4x4 convolution without bias."""
+"""Non-overlapping patch embedding: a PxP convolution of stride P without bias (ViT-B/16 at full size)."""
 import torch
 from torch import nn
 
-N, C, H, W, K, P = 2, 3, 32, 32, 64, 4
+N, C, H, W, K, P = 64, 3, 224, 224, 768, 16
+SMALL = {"N": 2, "C": 3, "H": 32, "W": 32, "K": 64, "P": 4}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "conv2d", "shape": {"N": N, "C": C, "H": H, "W": W, "K": K, "R": P, "S": P, "stride": P}}
 
 

@@ -2,7 +2,8 @@
 import torch
 from torch import nn
 
-M, N, K = 128, 256, 512
+M, N, K = 4096, 4096, 4096
+SMALL = {"M": 128, "N": 256, "K": 512}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "gemm", "shape": {"M": M, "N": N, "K": K}}
 
 

@@ -2,7 +2,8 @@
 import torch
 from torch import nn
 
-M, N, K = 8, 1024, 1024
+M, N, K = 16, 8192, 8192
+SMALL = {"M": 8, "N": 1024, "K": 1024}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "gemm", "shape": {"M": M, "N": N, "K": K}}
 
 

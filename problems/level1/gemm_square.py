@@ -1,8 +1,9 @@
-"""Square GEMM C = A @ B (FP32): the shape family of the seed's SOL example, scaled down for CPU."""
+"""Square GEMM C = A @ B (FP32), 8192 on a side: the shape family of the seed's SOL example."""
 import torch
 from torch import nn
 
-M = N = K = 256
+M = N = K = 8192
+SMALL = {"M": 256, "N": 256, "K": 256}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "gemm", "shape": {"M": M, "N": N, "K": K}}
 
 

@@ -2,7 +2,8 @@
 import torch
 from torch import nn
 
-M, N, K = 64, 512, 256
+M, N, K = 4096, 32768, 4096
+SMALL = {"M": 64, "N": 512, "K": 256}   # CPU-test sizes (problems/README.md)
 
 
 class Model(nn.Module):

@@ -3,7 +3,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-B, S, N, K = 2, 32, 384, 256
+B, S, N, K = 8, 2048, 16384, 4096
+SMALL = {"B": 2, "S": 32, "N": 384, "K": 256}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "linear", "shape": {"M": B * S, "N": N, "K": K, "bias": 1, "act": "gelu"}}
 
 

@@ -2,7 +2,8 @@
 import torch
 from torch import nn
 
-M, N, K = 64, 256, 512
+M, N, K = 8192, 8192, 8192
+SMALL = {"M": 64, "N": 256, "K": 512}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "linear", "shape": {"M": M, "N": N, "K": K, "bias": 1, "act": "relu"}}
 
 

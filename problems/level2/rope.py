@@ -2,7 +2,8 @@
 import torch
 from torch import nn
 
-B, S, H, D = 1, 64, 8, 64
+B, S, H, D = 16, 4096, 32, 128
+SMALL = {"B": 1, "S": 64, "H": 8, "D": 64}   # CPU-test sizes (problems/README.md)
 SOL = {"op": "rope", "shape": {"B": B, "S": S, "H": H, "D": D}}
 
 

@@ -1,10 +1,11 @@
-"""A Qwen3-style decoder layer at toy width: pre-norm, GQA with per-head q/k RMSNorm and RoPE,
+"""A Qwen3-8B-width decoder layer: pre-norm, GQA with per-head q/k RMSNorm and RoPE,
 causal attention, SwiGLU MLP, two residual adds. Prefill of S tokens."""
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-B, S, DM, H, HKV, DH, FF = 1, 32, 256, 4, 2, 64, 512
+B, S, DM, H, HKV, DH, FF = 1, 4096, 4096, 32, 8, 128, 12288
+SMALL = {"B": 1, "S": 32, "DM": 256, "H": 4, "HKV": 2, "DH": 64, "FF": 512}   # CPU-test sizes (problems/README.md)
 EPS = 1e-6
 SOL = {"op": "decoder_layer", "shape": {"B": B, "S": S, "Dm": DM, "H": H, "Hkv": HKV, "Dh": DH, "F": FF}}
 
