@@ -2,7 +2,7 @@
 and the reference's eager and torch.compile times (CUDA events, inputs made on the device), in a
 table printed last and a JSON file rewritten after every step (a run cut short keeps what it had).
 
-    PYTHONPATH=src python3 benchmarks/problems_table.py --out DIR [--chip h200] [--budget-s 420]
+    PYTHONPATH=src python3 benchmarks/problems_table.py --out DIR [--chip h200] [--budget-s 360]
 
 Without CUDA (the development CPU) it still runs: SOL only, every time labelled "not measured: no
 CUDA device". Two passes: SOL + eager for all problems first, then torch.compile while the budget
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="directory for problems_table.json")
     ap.add_argument("--root", type=Path, default=ROOT, help="problem set (default: the shipped problems/)")
     ap.add_argument("--chip", default="h200")
-    ap.add_argument("--budget-s", type=float, default=420.0, help="timing seconds before compile timings stop")
+    ap.add_argument("--budget-s", type=float, default=360.0, help="timing seconds before compile timings stop")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--small", action="store_true", help="SMALL sizes (a quick check of the command itself)")
     ap.add_argument("--level", type=int, action="append", default=[])

@@ -2,6 +2,7 @@
 with the hand formula wherever a problem names one, with torch's own FLOP counter on all matmul-class
 work (causal attention adjusted by the hand formula), and with independent per-problem formulas for the
 fused and whole-model problems. Problem files with defects are refused with a message naming the defect."""
+import functools
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,12 @@ PROBLEMS = sorted(p for p in ROOT.rglob("*.py") if not p.name.startswith("_"))
 BY_NAME = {p.stem: p for p in PROBLEMS}
 
 
+@functools.lru_cache(maxsize=None)
+def auto_sol(path: Path, small: bool = False):
+    """One automatic SOL per problem and size, shared by the checks below."""
+    return sol_for_problem(load_problem(path, small=small), "h100")
+
+
 def test_suite_size_levels_and_hints():
     assert len(PROBLEMS) >= 40
     levels = [load_problem(p).level for p in PROBLEMS]
@@ -30,8 +37,12 @@ def test_suite_size_levels_and_hints():
 def test_auto_equals_hand_formula_full_and_small(path):
     for small in (False, True):
         problem = load_problem(path, small=small)
-        auto = sol_for_problem(problem, "h100")
+        auto = auto_sol(path, small)
         assert auto.source == "dispatch" and not auto.uncounted and not auto.lower_bound
+        if small:   # CPU tests run the reference at this size
+            assert auto.bytes <= 16 << 20 and auto.flops <= 1e8
+        else:       # the GPU table runs it at this size
+            assert auto.bytes <= 32e9
         if problem.SOL is None:
             continue
         hand = sol_report(problem.SOL["op"], problem.SOL["shape"], auto.dtype, "h100")
@@ -59,7 +70,7 @@ def test_torch_flop_counter_agrees_on_matmul_work(path):
     expected = fc.get_total_flops()
     for heads, sq, skv, d in CAUSAL.get(path.stem, lambda m: [])(problem.module):
         expected += 4 * heads * d * (causal_pairs(sq, skv) - sq * skv)
-    assert sol_for_problem(problem, "h100").matmul_flops == expected
+    assert auto_sol(path).matmul_flops == expected
 
 
 def _linear_vec(m, n, bias=True):
@@ -118,7 +129,7 @@ VECTOR_TOLERANCE = {"mingpt_attention": 1e-3, "gpt_block": 1e-3}
 @pytest.mark.parametrize("name", sorted(VECTOR))
 def test_vector_flops_of_composite_problems(name):
     problem = load_problem(BY_NAME[name])
-    got = sol_for_problem(problem, "h100").vector_flops
+    got = auto_sol(BY_NAME[name]).vector_flops
     assert got == pytest.approx(VECTOR[name](problem.module), rel=VECTOR_TOLERANCE.get(name, 0))
 
 
@@ -136,7 +147,7 @@ def test_bytes_are_inputs_weights_and_outputs(path):
             expected += 2 * b.numel() * b.element_size()        # read and updated in place
     outs = out if isinstance(out, (tuple, list)) else [out]
     expected += sum(t.numel() * t.element_size() for t in outs)
-    assert sol_for_problem(problem, "h100").bytes == expected
+    assert auto_sol(path).bytes == expected
 
 
 def test_dtype_override_halves_bytes_only():

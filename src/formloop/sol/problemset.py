@@ -68,7 +68,8 @@ class SOLRow:
             d.update(flops=r.flops, matmul_flops=r.matmul_flops, vector_flops=r.vector_flops, bytes=r.bytes,
                      intensity=r.intensity, bound=r.bound, floor_s=r.time_floor_s,
                      compute_precision=r.compute_precision, dtype=r.dtype, chip=r.chip, lower_bound=r.lower_bound,
-                     uncounted=list(r.uncounted), notes=list(r.notes))
+                     uncounted=list(r.uncounted), notes=list(r.notes),
+                     floors_s=dict(r.variants))    # compute precision -> floor (fp32 references run without TF32)
         return d
 
 
