@@ -9,12 +9,12 @@ from formloop.measure.probes import check_integrity
 from formloop.measure.integrity import IntegrityVerdict
 from formloop.sol.problem import load_problem
 
-PROBLEMS = sorted((Path(__file__).parents[1] / "problems").glob("*.py"))
+PROBLEMS = sorted((Path(__file__).parents[1] / "problems").rglob("*.py"))   # level folders (problems/README.md)
 
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.stem)
 def test_reference_as_candidate_is_torch_only_and_nothing_else(path):
-    problem = load_problem(path)
+    problem = load_problem(path, small=True)      # the CPU-test sizes: full sizes are for the GPU
     report = check_integrity(problem, problem.Model, seed=13)
     assert report.correct
     assert [c.obligation for c in report.flags()] == ["torch-only"], [(c.obligation, c.reason) for c in report.flags()]

@@ -34,7 +34,7 @@ def test_table_names_units_and_source():
 
 
 def test_problem_file_and_named_shape_fields():
-    out = sol("--problem", str(PROBLEMS / "rmsnorm.py"), "--chip", "gb10", "--json")
+    out = sol("--problem", str(PROBLEMS / "level1" / "rmsnorm.py"), "--chip", "gb10", "--json")
     assert out.exit_code == 0, out.output
     r = json.loads(out.stdout)
     assert r["source"] == "dispatch" and r["chip"] == "gb10" and r["bound"] == "memory"

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "formloop.cli.chain_cmd",
     "formloop.cli.campaign_cmd",
     "formloop.cli.measure_cmd",
+    "formloop.cli.problems_cmd",
 )
 
 for _module in COMMAND_MODULES:

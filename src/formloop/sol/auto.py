@@ -1,204 +1,157 @@
-"""Automatic speed of light for any PyTorch reference: run it once under a dispatch mode that counts
-FLOPs per aten operator (the convention of `formloop.sol.ops`), and take the minimum bytes as its
-inputs + parameters + buffers + outputs, each distinct storage once.
+"""Automatic speed of light for any PyTorch reference, without allocating a single real tensor.
 
-Operators without a rule are not guessed: they are listed in the report's notes as uncounted."""
+The problem's model is built, its inputs are made and its forward is run on torch's meta device
+(shapes, dtypes and strides, no data; an operator without a meta kernel fails loudly instead of
+falling back to real memory), under `formloop.sol.trace.CountingMode` pricing every aten operator
+by `formloop.sol.rules`. A KernelBench-size problem (a 4096 x 393216
+fp32 activation, an 8192-sided GEMM, a whole ViT) costs what its graph costs, not what its tensors do.
+
+Minimum bytes: every input, weight and buffer the forward reads (each distinct storage once, only the
+part read), every in-place write to them, and every output. Buffers built as triangular masks
+(tril/triu of a constant) are index-computable and not counted. Operators without a rule are listed
+and the report's `lower_bound` is set: the floor then understates the true speed of light."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from formloop.dtypes import torch_dtype
-from formloop.errors import InvalidInput
+from formloop.errors import InvalidInput, StructureError
 from formloop.hw.chips import Chip
 from formloop.sol import resolve_chip
-from formloop.sol.ops import ACT_FLOPS, SOL_DTYPES, Counts, causal_pairs, normalize_dtype
+from formloop.sol.ops import SOL_DTYPES, Counts, normalize_dtype
 from formloop.sol.problem import Problem, call_inputs, load_problem
 from formloop.sol.report import SOLReport, build_report
+from formloop.sol.trace import CountingMode, FunctionLevel, distinct_elements, storage_key
 
-aten = torch.ops.aten
-
-def _numel(t) -> int:
-    return t.numel() if isinstance(t, torch.Tensor) else 1
-
-
-def _first(out):
-    return out[0] if isinstance(out, (tuple, list)) else out
+# The element types SOL counts in, as torch dtypes (from the one dtype table).
+_TORCH_DTYPES = {name: torch_dtype(name) for name in SOL_DTYPES}
 
 
-# --- rules: (args dict, output) -> (matmul FLOPs, vector FLOPs) ------------------------------------
-
-def _mm(a, out):
-    m, k = a["self"].shape
-    return 2 * m * k * a["mat2"].shape[1], 0
+def _tensors(values: Iterable) -> list[torch.Tensor]:
+    return [v for v in values if isinstance(v, torch.Tensor)]
 
 
-def _addmm(a, out):
-    m, k = a["mat1"].shape
-    n = a["mat2"].shape[1]
-    return 2 * m * n * k, m * n
+def _flat(out) -> list:
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat(o)]
+    return [out]
 
 
-def _bmm(a, out):
-    b, m, k = a["self"].shape
-    return 2 * b * m * k * a["mat2"].shape[2], 0
+def mask_buffers(model: torch.nn.Module, mode: CountingMode) -> list[torch.Tensor]:
+    """Buffers built as triangular masks (their pattern kept from construction): index-computable."""
+    return [b for b in model.buffers() if mode.pattern(b) is not None]
 
 
-def _baddbmm(a, out):
-    b, m, k = a["batch1"].shape
-    n = a["batch2"].shape[2]
-    return 2 * b * m * n * k, b * m * n
-
-
-def _conv(a, out):
-    w = a["weight"]
-    per_out = w.shape[1] * w[0, 0].numel()          # C/groups x kernel window
-    bias = _numel(out) if a.get("bias") is not None else 0
-    return 2 * _numel(out) * per_out, bias
-
-
-def _sdpa(a, out):
-    q, k = a["query"], a["key"]
-    *batch, sq, d = q.shape
-    skv = k.shape[-2]
-    heads = 1
-    for x in batch:
-        heads *= x
-    pairs = causal_pairs(sq, skv) if a.get("is_causal") else sq * skv
-    if a.get("attn_mask") is not None:
-        raise InvalidInput("attention mask in automatic SOL", "attn_mask",
-                           "is_causal or no mask (an arbitrary mask's kept pairs are data-dependent)")
-    return 4 * heads * pairs * d, 0
-
-
-def _pointwise(k: int) -> Callable:
-    return lambda a, out: (0, k * _numel(_first(out)))
-
-
-def _reduce(minus_out: bool) -> Callable:
-    return lambda a, out: (0, _numel(a["self"]) - (_numel(_first(out)) if minus_out else 0))
-
-
-def _softmax(a, out):
-    x = a["self"]
-    rows = _numel(x) // x.shape[a["dim"]] if x.dim() else 1
-    return 0, 5 * _numel(x) - 2 * rows
-
-
-def _layer_norm(a, out):
-    x = a["input"]
-    d = 1
-    for s in a["normalized_shape"]:
-        d *= s
-    rows = _numel(x) // d
-    affine = (a.get("weight") is not None) + (a.get("bias") is not None)
-    return 0, rows * ((5 + affine) * d + 2)
-
-
-def _gelu(a, out):
-    k = ACT_FLOPS["gelu_tanh" if a.get("approximate") == "tanh" else "gelu"]
-    return 0, k * _numel(out)
-
-
-RULES: dict[str, Callable] = {
-    "mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm, "convolution": _conv,
-    "_scaled_dot_product_flash_attention_for_cpu": _sdpa, "_scaled_dot_product_flash_attention": _sdpa,
-    "_scaled_dot_product_efficient_attention": _sdpa, "_scaled_dot_product_cudnn_attention": _sdpa,
-    "_softmax": _softmax, "native_layer_norm": _layer_norm, "gelu": _gelu,
-    "silu": _pointwise(ACT_FLOPS["silu"]),
-    "sum": _reduce(True), "amax": _reduce(True), "max": _reduce(True), "mean": _reduce(False),
-}
-RULES.update({name: _pointwise(1) for name in (
-    "add", "sub", "mul", "div", "rsub", "pow", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "erf",
-    "reciprocal", "relu", "maximum", "minimum", "clamp", "clamp_min", "clamp_max")})
-
-# Operators that move or relabel data without arithmetic.
-FREE = frozenset("""view _unsafe_view reshape t transpose permute expand clone copy copy_ contiguous cat stack
-split split_with_sizes chunk slice select index unsqueeze squeeze neg _to_copy to detach alias lift_fresh
-empty empty_like zeros zeros_like ones ones_like full full_like fill fill_ arange repeat repeat_interleave
-masked_fill embedding flatten unflatten unbind narrow as_strided expand_as view_as new_empty new_zeros
-new_ones _reshape_alias unsafe_view index_select gather roll flip where""".split())
-
-
-class CountingMode(TorchDispatchMode):
-    """Counts FLOPs of every dispatched aten operator by `RULES`; remembers the ones it cannot."""
-
-    def __init__(self):
-        super().__init__()
-        self.matmul = 0
-        self.vector = 0
-        self.by_op: Counter = Counter()
-        self.uncounted: Counter = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = func.overloadpacket.__name__.rstrip("_")   # in-place variants count as their op
-        if name in FREE:
-            return out
-        rule = RULES.get(name)
-        if rule is None:
-            self.uncounted[func.name()] += 1
-            return out
-        bound = dict(zip((a.name for a in func._schema.arguments), args))
-        bound.update(kwargs)
-        mm, vec = rule(bound, out)
-        self.matmul += mm
-        self.vector += vec
-        self.by_op[name] += mm + vec
-        return out
-
-
-def count_module(model: torch.nn.Module, inputs: list) -> tuple[Counts, CountingMode]:
-    """Run `model(*inputs)` once and count FLOPs and minimum bytes."""
-    mode = CountingMode()
-    with torch.no_grad(), mode:
+def count_module(model: torch.nn.Module, inputs: list, mode: CountingMode | None = None) -> tuple[Counts, CountingMode]:
+    """Run `model(*inputs)` once (real or meta tensors) and count FLOPs and minimum bytes. `mode` may
+    carry patterns from the model's construction (`traced_problem`): its mask buffers are not read."""
+    leaves = _tensors(inputs) + list(model.parameters()) + list(model.buffers())
+    mode = mode or CountingMode()
+    skip_bytes = mask_buffers(model, mode)
+    mode.leaf_keys = {storage_key(t) for t in leaves}
+    mode.counting = True
+    with torch.no_grad(), mode, FunctionLevel(mode):
         out = model(*inputs)
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-    tensors += list(model.parameters()) + list(model.buffers())
-    tensors += [t for t in outs if isinstance(t, torch.Tensor)]
-    seen, nbytes = set(), 0
-    for t in tensors:
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.dtype)
+    skipped = {storage_key(t) for t in skip_bytes}
+    nbytes = 0
+    for key, views in list(mode.reads.items()) + list(mode.writes.items()):
+        if key not in skipped:
+            size = next(t.untyped_storage().nbytes() for t in leaves if storage_key(t) == key)
+            nbytes += min(size, sum(views.values()))
+    seen = set()
+    for t in _tensors(_flat(out)):
+        key = (storage_key(t), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
         if key not in seen:
             seen.add(key)
-            nbytes += t.numel() * t.element_size()
+            nbytes += distinct_elements(t) * t.element_size()
     return Counts(mode.matmul, mode.vector, nbytes), mode
 
 
 def _storage_dtype(tensors: list) -> str:
     floats = {t.dtype for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()}
-    names = {str(torch_dtype(d)): d for d in SOL_DTYPES}
-    if len(floats) != 1 or str(next(iter(floats))) not in names:
+    names = {d: k for k, d in _TORCH_DTYPES.items()}
+    if len(floats) != 1 or next(iter(floats)) not in names:
         raise InvalidInput("problem tensor dtypes", sorted(str(d) for d in floats),
-                           "one floating dtype among " + ", ".join(SOL_DTYPES), fix="pass dtype explicitly")
-    return names[str(next(iter(floats)))]
+                           "one floating dtype among " + ", ".join(_TORCH_DTYPES), fix="pass dtype explicitly")
+    return names[next(iter(floats))]
 
 
-def sol_for_problem(path_or_problem: str | Path | Problem, chip: str | Chip, dtype: str | None = None, *,
-                    clock_mhz: float | None = None, compute_precision: str | None = None) -> SOLReport:
-    """Speed-of-light report of a problem file's reference `Model`, counted at dispatch level.
+def _traced(problem: Problem, what: str, fn):
+    """Run one step of a problem on meta tensors; a failure names the problem, the step and why."""
+    try:
+        return fn()
+    except StructureError:
+        raise
+    except Exception as exc:  # the reference's own failure, or an operator meta tensors cannot run
+        kind = type(exc).__name__
+        text = str(exc)
+        hint = ("it needs tensor data (.item(), nonzero, masked_select, data-dependent shapes)"
+                if "meta" in text.lower() else "make it run on shapes alone")
+        raise StructureError(f"problem file {problem.path}: {what} failed on meta tensors: {kind}: "
+                             f"{text.splitlines()[0] if text else ''}", fix=hint) from None
 
-    `dtype` (fp32, bf16, fp16) casts the model and its floating inputs first; by default the
-    problem's own floating dtype is used."""
-    problem = path_or_problem if isinstance(path_or_problem, Problem) else load_problem(path_or_problem)
-    torch.manual_seed(0)
-    model = problem.build().eval()
-    inputs = call_inputs(problem, "get_inputs")
+
+def traced_problem(problem: Problem, dtype: str | None = None, *, eval_mode: bool = False, device: str = "meta"):
+    """(model, inputs, counting mode) built on `device` (meta: nothing allocated). The model is built
+    under the counting mode, so mask buffers keep their triangular pattern; the inputs are not (inputs
+    are data, whatever they were made from)."""
+    mode = CountingMode()
+    mode.counting = False
+    with torch.device(device):
+        torch.manual_seed(0)
+        with mode:
+            model = _traced(problem, "building Model", problem.build)
+        inputs = _traced(problem, "get_inputs()", lambda: call_inputs(problem, "get_inputs"))
+    real = [t for t in _tensors(inputs) + list(model.parameters()) + list(model.buffers()) if not t.is_meta]
+    if device == "meta" and real:
+        raise StructureError(f"problem file {problem.path}: a tensor of shape {tuple(real[0].shape)} was made on "
+                             f"{real[0].device}, not on the default device", fix="create tensors without device=")
+    return _finish(model, inputs, mode, dtype, eval_mode)
+
+
+def meta_problem(problem: Problem, dtype: str | None = None, *, eval_mode: bool = False):
+    """`traced_problem` on the meta device: shapes only, nothing allocated."""
+    return traced_problem(problem, dtype, eval_mode=eval_mode)
+
+
+def _finish(model, inputs, mode: CountingMode, dtype: str | None, eval_mode: bool):
+    if eval_mode:
+        model.eval()
     if dtype is not None:
         if normalize_dtype(dtype) not in ("fp32", "bf16", "fp16"):
             raise InvalidInput("dtype for a problem", dtype, ["fp32", "bf16", "fp16"])
-        dt = torch_dtype(normalize_dtype(dtype))
-        model = model.to(dt)
-        inputs = [t.to(dt) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
+        dt = _TORCH_DTYPES[normalize_dtype(dtype)]
+        with mode:
+            model = model.to(dt)
+            inputs = [t.to(dt) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
+    mode.forget(model.parameters())
+    mode.forget(b for b in model.buffers() if (p := mode.pattern(b)) is None or p.region is None)
+    return model, inputs, mode
+
+
+def sol_for_problem(path_or_problem: str | Path | Problem, chip: str | Chip, dtype: str | None = None, *,
+                    clock_mhz: float | None = None, compute_precision: str | None = None,
+                    eval_mode: bool = False) -> SOLReport:
+    """Speed-of-light report of a problem file's reference `Model`, counted at dispatch level on meta
+    tensors. `dtype` (fp32, bf16, fp16) casts the model and its floating inputs first; by default the
+    problem's own floating dtype is used. The model runs as KernelBench runs it (training mode: dropout
+    and batch statistics on) unless `eval_mode`."""
+    problem = path_or_problem if isinstance(path_or_problem, Problem) else load_problem(path_or_problem)
+    chip = resolve_chip(chip, clock_mhz)
+    model, inputs, mode = meta_problem(problem, dtype, eval_mode=eval_mode)
     storage = _storage_dtype(inputs + list(model.parameters()))
-    counts, mode = count_module(model, inputs)
-    notes = tuple(f"uncounted operator {op} x{n} (no FLOP rule)" for op, n in sorted(mode.uncounted.items()))
+    masks = mask_buffers(model, mode)
+    with torch.device("meta"):
+        counts, mode = _traced(problem, "Model.forward", lambda: count_module(model, inputs, mode))
+    uncounted = tuple(f"{op} x{n}" for op, n in sorted(mode.uncounted.items()))
+    notes = [f"uncounted operator {u} (no FLOP rule): the floor is a LOWER bound" for u in uncounted]
+    notes += [f"{text} x{n}" if n > 1 else text for text, n in Counter(mode.notes).items()]
+    notes += [f"buffer {tuple(b.shape)} is a triangular mask, computable from indices: not counted in bytes"
+              for b in masks]
     shape = {f"input{i}": list(t.shape) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
-    return build_report(f"problem:{problem.name}", shape, storage, resolve_chip(chip, clock_mhz), counts,
-                        compute_precision=compute_precision, source="dispatch", notes=notes)
+    return build_report(f"problem:{problem.name}", shape, storage, chip, counts, compute_precision=compute_precision,
+                        source="dispatch", notes=tuple(notes), uncounted=uncounted, by_op=mode.by_op())

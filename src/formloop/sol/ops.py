@@ -38,6 +38,17 @@ ACT_FLOPS = {
     "silu": 2,        # x * sigmoid(x)
     "gelu": 5,        # 0.5 * x * (1 + erf(x / sqrt 2))
     "gelu_tanh": 9,   # 0.5 * x * (1 + tanh(c * (x + 0.044715 * x^3))): x^3 is two multiplies
+    "leaky_relu": 2,  # x > 0 ? x : slope * x
+    "hardtanh": 2,    # min(max(x, lo), hi): two comparisons (relu6 is hardtanh(x, 0, 6))
+    "elu": 4,         # x > 0 ? x : alpha * (exp(x) - 1)
+    "selu": 5,        # scale * elu(x)
+    "celu": 5,        # elu with x / alpha inside
+    "softplus": 2,    # log1p(exp(x)) at beta = 1; another beta scales in and out (+2)
+    "mish": 4,        # x * tanh(softplus(x))
+    "hardsigmoid": 4,  # min(max(x + 3, 0), 6) / 6
+    "hardswish": 5,   # x * hardsigmoid(x)
+    "logsigmoid": 2,  # log(sigmoid(x))
+    "softsign": 3,    # x / (1 + |x|)
 }
 BINARY_FLOPS = {"add": 1, "sub": 1, "mul": 1, "div": 1, "swiglu": 3}   # swiglu(g, u) = silu(g) * u
 
@@ -182,6 +193,21 @@ def _conv2d(s, e):
                   e * (N * C * H * W + K * (C // g) * R * S + bias * K + out))
 
 
+@register_op("conv_transpose2d", "N,C,H,W,K,R,S,stride,groups,bias",
+             "Y[N,K,P,Q] = conv_transpose2d(X[N,C,H,W], W[C,K/groups,R,S]), no padding: each input element "
+             "scatters K/groups*R*S multiply-adds",
+             defaults={"stride": 1, "groups": 1, "bias": 0}, choices={"bias": FLAG})
+def _conv_transpose2d(s, e):
+    N, C, H, W, K, R, S = (s[k] for k in "NCHWKRS")
+    g, st, bias = s["groups"], s["stride"], s["bias"]
+    if C % g or K % g:
+        raise InvalidInput("conv_transpose2d groups", g, f"a divisor of C={C} and K={K}")
+    P, Q = (H - 1) * st + R, (W - 1) * st + S
+    out = N * K * P * Q
+    return Counts(2 * N * C * H * W * (K // g) * R * S, bias * out,
+                  e * (N * C * H * W + C * (K // g) * R * S + bias * K + out))
+
+
 # ---------------------------------------------------------------- attention
 
 def causal_pairs(Sq: int, Skv: int) -> int:
@@ -216,52 +242,6 @@ def _decode(s, e):
     return _attention_counts(s["B"], s["H"], s["Hkv"], 1, s["L"], s["D"], 0, e)
 
 
-# ---------------------------------------------------------------- normalization, softmax, pointwise
-
-@register_op("rmsnorm", "R,D", "y = x * rsqrt(mean(x^2) + eps) * w over the last dim D, R rows")
-def _rmsnorm(s, e):
-    R, D = s["R"], s["D"]
-    return Counts(0, R * (4 * D + 2), e * (2 * R * D + D))
-
-
-@register_op("layernorm", "R,D", "y = (x - mean) * rsqrt(var + eps) * w + b over the last dim D, R rows")
-def _layernorm(s, e):
-    R, D = s["R"], s["D"]
-    return Counts(0, R * (7 * D + 2), e * (2 * R * D + 2 * D))
-
-
-@register_op("softmax", "R,D", "y = exp(x - max) / sum(exp(x - max)) over the last dim D, R rows")
-def _softmax(s, e):
-    R, D = s["R"], s["D"]
-    return Counts(0, R * (5 * D - 2), e * 2 * R * D)
-
-
-@register_op("activation", "N,act", "y = act(x) over N elements", choices={"act": tuple(ACT_FLOPS)[1:]})
-def _activation(s, e):
-    return Counts(0, s["N"] * ACT_FLOPS[s["act"]], e * 2 * s["N"])
-
-
-@register_op("elementwise", "N,kind", "z = kind(x, y) over N elements (swiglu: silu(x) * y)",
-             choices={"kind": tuple(BINARY_FLOPS)})
-def _elementwise(s, e):
-    return Counts(0, s["N"] * BINARY_FLOPS[s["kind"]], e * 3 * s["N"])
-
-
-@register_op("reduction", "R,D,kind", "y[R] = kind(x[R, D]) over the last dim",
-             choices={"kind": ("sum", "mean", "max")})
-def _reduction(s, e):
-    R, D = s["R"], s["D"]
-    per_row = D if s["kind"] == "mean" else D - 1
-    return Counts(0, R * per_row, e * (R * D + R))
-
-
-@register_op("rope", "B,S,H,D", "rotary embedding y = x*cos + rotate_half(x)*sin, cos/sin tables [S, D] read once")
-def _rope(s, e):
-    B, S, H, D = s["B"], s["S"], s["H"], s["D"]
-    n = B * S * H * D
-    return Counts(0, 3 * n, e * (2 * n + 2 * S * D))
-
-
 # ---------------------------------------------------------------- composite blocks
 
 @register_op("swiglu_mlp", "M,Dm,F", "down(silu(x W_gate^T) * (x W_up^T)), no biases, M tokens")
@@ -293,3 +273,7 @@ def _decoder_layer(s, e):
 
 def intensity(c: Counts) -> float:
     return c.flops / c.bytes if c.bytes else math.inf
+
+
+# Normalization, softmax, pointwise, reduction, pooling and loss formulas register on import.
+from formloop.sol import ops_vector  # noqa: E402,F401  (imported last: it uses the registry above)

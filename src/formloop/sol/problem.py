@@ -1,10 +1,18 @@
 """Kernel problems in the common benchmark format: a Python file with a `Model` (torch.nn.Module),
 `get_inputs()` (the forward arguments) and `get_init_inputs()` (the constructor arguments).
 
-An optional module-level `SOL = {"op": ..., "shape": {...}}` names the hand formula of
-`formloop.sol.ops` that the problem computes; automatic counting must agree with it."""
+Optional module-level names:
+
+* `SOL = {"op": ..., "shape": {...}}` names the hand formula of `formloop.sol.ops` that the problem
+  computes; automatic counting must agree with it.
+* `SMALL = {"NAME": value, ...}` gives CPU-test sizes for the file's top-level size constants.
+  `load_problem(path, small=True)` executes the file with each named constant rebound to its small
+  value right after the file assigns it, so everything derived from it (shapes, `SOL`) follows.
+  A KernelBench-size problem stays the file's own size; tests and CPU runs use `small=True`.
+* `LEVEL` (1, 2 or 3) where the file does not sit in a `level1/`, `level2/`, `level3/` folder."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import itertools
 import sys
@@ -27,6 +35,8 @@ class Problem:
     get_init_inputs: Callable[[], list]
     SOL: Mapping | None = None
     module: ModuleType | None = field(default=None, repr=False, compare=False)
+    small: bool = False              # loaded at its SMALL sizes
+    level: int | None = None         # 1 single operators, 2 fused chains, 3 whole models
 
     def build(self):
         """A fresh reference model from the problem's constructor arguments."""
@@ -37,8 +47,9 @@ def _fail(path: Path, what: str, fix: str) -> StructureError:
     return StructureError(f"problem file {path}: {what}", fix=fix)
 
 
-def load_problem(path: str | Path) -> Problem:
-    """Import a problem file and check that it has the three required names and a valid SOL hint."""
+def load_problem(path: str | Path, *, small: bool = False) -> Problem:
+    """Import a problem file and check that it has the three required names and a valid SOL hint.
+    `small=True` rebinds the constants named in its `SMALL` dict (see the module docstring)."""
     import torch
 
     p = Path(path)
@@ -50,9 +61,16 @@ def load_problem(path: str | Path) -> Problem:
     spec = importlib.util.spec_from_file_location(mod_name, p)
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        code = _small_code(p) if small else None
+        if code is None:
+            spec.loader.exec_module(module)
+        else:
+            sys.modules[mod_name] = module      # dataclasses and pickling look the module up by name
+            exec(code, module.__dict__)
     except SyntaxError as exc:
         raise _fail(p, f"syntax error at line {exc.lineno}: {exc.msg}", "fix the Python syntax") from None
+    except StructureError:
+        raise
     except Exception as exc:  # an import-time failure is the file's fault; say which
         raise _fail(p, f"importing it raised {type(exc).__name__}: {exc}", "make the file importable") from None
     finally:
@@ -76,7 +94,60 @@ def load_problem(path: str | Path) -> Problem:
     if hint is not None:
         _check_hint(p, hint)
     return Problem(name=p.stem, path=p, Model=model, get_inputs=fns["get_inputs"],
-                   get_init_inputs=fns["get_init_inputs"], SOL=hint, module=module)
+                   get_init_inputs=fns["get_init_inputs"], SOL=hint, module=module,
+                   small=small and hasattr(module, "SMALL"), level=_level(p, module))
+
+
+def _level(p: Path, module) -> int | None:
+    folder = p.parent.name
+    if folder.startswith("level") and folder[5:].isdigit():
+        return int(folder[5:])
+    level = getattr(module, "LEVEL", None)
+    if level is not None and level not in (1, 2, 3):
+        raise _fail(p, f"LEVEL = {level!r}", "LEVEL is 1 (single operator), 2 (fused chain) or 3 (whole model)")
+    return level
+
+
+def _small_code(p: Path):
+    """The file's code with every constant named in its `SMALL` dict rebound after each top-level
+    statement that assigns it; None if the file has no `SMALL`."""
+    tree = ast.parse(p.read_text(), filename=str(p))
+    small = None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SMALL" for t in stmt.targets):
+            try:
+                small = ast.literal_eval(stmt.value)
+            except ValueError:
+                raise _fail(p, "SMALL is not a literal dict", 'write SMALL = {"NAME": 64, ...} with literal values')
+    if small is None:
+        return None
+    if not isinstance(small, dict) or not all(isinstance(k, str) for k in small):
+        raise _fail(p, f"SMALL = {small!r}", 'write SMALL = {"NAME": 64, ...} naming top-level constants')
+    body, assigned = [], set()
+    for stmt in tree.body:
+        body.append(stmt)
+        names = _assigned_names(stmt) & set(small)
+        assigned |= names
+        for name in sorted(names):
+            rebind = ast.parse(f"{name} = {small[name]!r}").body[0]
+            body.append(ast.copy_location(rebind, stmt))
+    missing = sorted(set(small) - assigned)
+    if missing:
+        raise _fail(p, f"SMALL names {', '.join(missing)}, which the file never assigns at top level",
+                    "name only top-level constants in SMALL")
+    tree.body = body
+    return compile(ast.fix_missing_locations(tree), str(p), "exec")
+
+
+def _assigned_names(stmt: ast.stmt) -> set[str]:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else (
+        [stmt.target] if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) else [])
+    names = set()
+    for t in targets:
+        for node in ast.walk(t):
+            if isinstance(node, ast.Name):
+                names.add(node.id)
+    return names
 
 
 def _check_hint(p: Path, hint) -> None:

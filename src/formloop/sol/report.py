@@ -46,6 +46,18 @@ class SOLReport:
     vector_peak_flops: float = 0.0
     source: str = "model"            # 'model' (hand formula) | 'dispatch' (counted torch operators)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    uncounted: tuple[str, ...] = ()  # operators without a FLOP rule ('aten::op x calls'): FLOPs undercounted
+    by_op: Mapping[str, Mapping[str, int]] = field(default_factory=dict)   # op -> calls, flops, unfused_bytes
+
+    @property
+    def lower_bound(self) -> bool:
+        """True when some operator had no FLOP rule: the floor is below the true speed of light."""
+        return bool(self.uncounted)
+
+    @property
+    def unfused_bytes(self) -> int:
+        """DRAM bytes if every counted operator ran alone (each reads its inputs, writes its outputs)."""
+        return sum(row["unfused_bytes"] for row in self.by_op.values())
 
     @property
     def most_generous_s(self) -> float:
@@ -60,8 +72,10 @@ class SOLReport:
     def as_dict(self) -> dict:
         d = asdict(self)
         d["shape"], d["variants"], d["notes"] = dict(self.shape), dict(self.variants), list(self.notes)
+        d["uncounted"], d["by_op"] = list(self.uncounted), {k: dict(v) for k, v in self.by_op.items()}
+        d["lower_bound"], d["unfused_bytes"] = self.lower_bound, self.unfused_bytes
         d["units"] = {"flops": "FLOP", "bytes": "byte", "intensity": "FLOP/byte", "peak_flops": "FLOP/s",
-                      "bandwidth": "byte/s", "times": "s", "clock_mhz": "MHz"}
+                      "bandwidth": "byte/s", "times": "s", "clock_mhz": "MHz", "unfused_bytes": "byte"}
         return d
 
     def table(self) -> Table:
@@ -83,8 +97,11 @@ class SOLReport:
             ("DRAM bandwidth", f"{self.bandwidth / 1e12:.3f}", "TB/s"),
             ("compute time", *_time(self.t_compute_s)),
             ("memory time", *_time(self.t_memory_s)),
-            ("time floor", _time(self.time_floor_s)[0], f"{_time(self.time_floor_s)[1]} ({self.bound}-bound)"),
+            ("time floor", _time(self.time_floor_s)[0], f"{_time(self.time_floor_s)[1]} ({self.bound}-bound)"
+             + (", LOWER bound: uncounted operators" if self.lower_bound else "")),
         ]
+        if self.by_op:
+            rows.insert(5, ("  unfused (each operator alone)", f"{self.unfused_bytes:.4e}", "byte"))
         rows += [(f"  floor if computed in {p}", *_time(s)) for p, s in self.variants.items()]
         for row in rows:
             t.add_row(*row)
@@ -111,7 +128,8 @@ def allowed_precisions(chip: Chip, dtype: str) -> list[str]:
 
 def build_report(op: str, shape: Mapping, dtype: str, chip: Chip, counts: Counts, *,
                  compute_precision: str | None = None, source: str = "model",
-                 notes: tuple[str, ...] = ()) -> SOLReport:
+                 notes: tuple[str, ...] = (), uncounted: tuple[str, ...] = (),
+                 by_op: Mapping[str, Mapping[str, int]] | None = None) -> SOLReport:
     """Price `counts` on `chip` (already at its clock) and fill a report."""
     allowed = allowed_precisions(chip, dtype)
     if compute_precision is None:
@@ -137,5 +155,5 @@ def build_report(op: str, shape: Mapping, dtype: str, chip: Chip, counts: Counts
         time_floor_s=max(tc, t_mem), bound="compute" if tc >= t_mem else "memory",
         variants=variants, compute_precision=compute_precision,
         matmul_flops=counts.matmul_flops, vector_flops=counts.vector_flops, vector_peak_flops=vpeak,
-        source=source, notes=tuple(notes),
+        source=source, notes=tuple(notes), uncounted=tuple(uncounted), by_op=dict(by_op or {}),
     )

@@ -1,0 +1,20 @@
+"""Row softmax over a vocabulary-sized last dimension (sampling logits)."""
+import torch
+from torch import nn
+
+R, D = 4096, 393216
+SMALL = {"R": 32, "D": 4096}   # CPU-test sizes (problems/README.md)
+SOL = {"op": "softmax", "shape": {"R": R, "D": D}}
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(R, D)]
+
+
+def get_init_inputs():
+    return []
