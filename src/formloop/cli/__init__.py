@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "formloop.cli.chain_cmd",
     "formloop.cli.campaign_cmd",
     "formloop.cli.measure_cmd",
+    "formloop.cli.dsl_cmd",
 )
 
 for _module in COMMAND_MODULES:
