@@ -11,6 +11,7 @@ from formloop.cli.common import console, err_console, friendly, print_json
 dsl_app = typer.Typer(no_args_is_help=True, help="kernel specs: check, emit the Triton source, run against torch.")
 app.add_typer(dsl_app, name="dsl")
 
+SOLVER_HELP = "solver for the open fields: milp (HiGHS) or enumerate (the joint menu, numpy)"
 SHAPE_HELP = "problem size: gemm MxNxK, batched_gemm BxMxNxK, conv2d NxHxWxCxK (overrides the spec's shape)"
 
 
@@ -26,8 +27,8 @@ def _design_lines(d: dict | None) -> list[str]:
     out = [f"design: {d.get('text') or d['assignment']}"]
     if d.get("solve"):
         s = d["solve"]
-        out.append(f"  MILP chose {', '.join(d['solved_by_milp'])}: {s['objective_us']:.2f} us (model), "
-                   f"bound {s['bound_us']:.2f} us, solved in {s['seconds']:.2f} s (wall, HiGHS)")
+        out.append(f"  {s['solver']} chose {', '.join(d['solved'])}: {s['objective_us']:.2f} us (model), "
+                   f"bound {s['bound_us']:.2f} us, solved in {s['seconds']:.2f} s (wall)")
     if d.get("instance_check"):
         ic = d["instance_check"]
         out.append(f"  instance check: {'ok' if ic['ok'] else 'FAILED'} ({ic['conditions']} conditions, "
@@ -55,11 +56,12 @@ def _summary_lines(r: dict) -> list[str]:
 def check(file: str = typer.Argument(..., help="spec file"),
           shape: Optional[str] = typer.Option(None, "--shape", help=SHAPE_HELP),
           calibration: Optional[str] = typer.Option(None, "--calibration", help="calibration JSON for the cost model"),
+          solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP),
           as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Validate a spec (every rule, before any compile); with a shape, solve its open fields and check the instance."""
     from formloop.dsl.service import check_spec
 
-    r = check_spec(path=file, shape=shape, calibration=calibration)
+    r = check_spec(path=file, shape=shape, calibration=calibration, solver=solver)
     if as_json:
         print_json(r)
         if not r["ok"]:
@@ -76,11 +78,12 @@ def check(file: str = typer.Argument(..., help="spec file"),
 def emit(file: str = typer.Argument(..., help="spec file"),
          shape: Optional[str] = typer.Option(None, "--shape", help=SHAPE_HELP),
          calibration: Optional[str] = typer.Option(None, "--calibration", help="calibration JSON for the cost model"),
+         solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP),
          as_json: bool = typer.Option(False, "--json", help="print the result (with the source) as JSON")) -> None:
     """Print the Triton source of the spec's main kernel."""
     from formloop.dsl.service import emit_spec
 
-    r = emit_spec(path=file, shape=shape, calibration=calibration)
+    r = emit_spec(path=file, shape=shape, calibration=calibration, solver=solver)
     if as_json:
         print_json(r)
         if not r["ok"]:
@@ -96,12 +99,13 @@ def emit(file: str = typer.Argument(..., help="spec file"),
 def run(file: str = typer.Argument(..., help="spec file"),
         shape: Optional[str] = typer.Option(None, "--shape", help=SHAPE_HELP),
         calibration: Optional[str] = typer.Option(None, "--calibration", help="calibration JSON for the cost model"),
+        solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP),
         no_timing: bool = typer.Option(False, "--no-timing", help="check correctness only"),
         as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Check against the torch reference, then time on a GPU (else: the interpreter at a reduced shape)."""
     from formloop.dsl.service import run_spec
 
-    r = run_spec(path=file, shape=shape, calibration=calibration, timing=not no_timing)
+    r = run_spec(path=file, shape=shape, calibration=calibration, timing=not no_timing, solver=solver)
     if as_json:
         print_json(r)
         if not r["ok"]:

@@ -14,7 +14,7 @@ from typing import Any
 from formloop.dsl.diagnostics import Diagnostic, SpecError
 from formloop.dsl.ir import MENUS
 from formloop.dsl.validate import Validated, template_for, workload_of
-from formloop.errors import Infeasible
+from formloop.errors import Infeasible, InvalidInput
 from formloop.hw.chips import get_chip
 from formloop.library import gemm_tiling_gpu as base
 from formloop.template import Constraint, Template
@@ -38,7 +38,7 @@ class Design:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"assignment": dict(self.assignment), "solved_by_milp": list(self.solved),
+        return {"assignment": dict(self.assignment), "solved": list(self.solved),
                 "workload": dict(self.workload) if self.workload else None, "template": self.template.name,
                 "template_hash": self.template.content_hash, "options": dict(self.template.options),
                 "solve": dict(self.solve) if self.solve else None,
@@ -62,8 +62,9 @@ def pin_rows(pins: Mapping[str, int], template: Template) -> tuple[Constraint, .
 
 
 def design(v: Validated, *, calibration: Mapping[str, float] | None = None, calibration_id: str = "priors",
-           prove: bool = True) -> Design:
-    """Solve the open fields (MILP) and check the instance; refuse a spec it cannot complete."""
+           prove: bool = True, solver: str = "milp") -> Design:
+    """Solve the open fields (the MILP; `solver="enumerate"` walks the joint menu instead, same
+    template, same tie-break) and check the instance; refuse a spec it cannot complete."""
     k = v.spec.kernel
     workload = workload_of(v.spec)
     if workload is None:
@@ -80,18 +81,20 @@ def design(v: Validated, *, calibration: Mapping[str, float] | None = None, cali
     chip = get_chip(k.chip)
     solve, solved = None, ()
     if k.open_decisions:
-        from formloop.solve import solve_milp
+        from formloop.solve import SOLVERS
 
+        if solver not in SOLVERS:
+            raise InvalidInput("solver", solver, sorted(SOLVERS))
         f = template.formulate(workload, chip)
         f = replace(f, constraints=f.constraints + pin_rows(k.pins, template))
         try:
-            sol = solve_milp(f)
+            sol = SOLVERS[solver](f)
         except Infeasible as exc:
             raise SpecError(v.spec.source, [Diagnostic(*k.pos("kernel"), "configuration", dict(k.pins),
                                                        "a design meeting every wall", str(exc))]) from None
         assignment = {d: int(x) for d, x in sol.assignment.items()}
         solved = k.open_decisions
-        solve = {"solver": "milp (HiGHS)", "objective_us": sol.objective, "bound_us": sol.bound, "gap": sol.gap,
+        solve = {"solver": "milp (HiGHS)" if solver == "milp" else "enumerate (numpy)", "objective_us": sol.objective, "bound_us": sol.bound, "gap": sol.gap,
                  "seconds": sol.seconds, "status": sol.status.value, "model": sol.model.as_dict(),
                  "terms": dict(sol.terms)}
     else:

@@ -68,8 +68,10 @@ def _syntax_diagnostic(exc: UnexpectedInput, text: str) -> Diagnostic:
             allowed = exc.interactive_parser.accepts()
         except Exception:  # noqa: BLE001 - fall back to the state's lookahead set
             allowed = exc.expected
-        return Diagnostic(exc.line, exc.column, "syntax", found or exc.token.type, _expected(allowed),
-                          "unexpected token")
+        line, column = exc.line, exc.column
+        if exc.token.type == "CHAIN":  # the token carries the line breaks before it: point at '>>'
+            line, column = exc.token.end_line, exc.token.end_column - 2
+        return Diagnostic(line, column, "syntax", found or exc.token.type, _expected(allowed), "unexpected token")
     if isinstance(exc, UnexpectedCharacters):
         return Diagnostic(exc.line, exc.column, "syntax", text[exc.pos_in_stream], _expected(exc.allowed or ()),
                           "unexpected character")

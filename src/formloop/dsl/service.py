@@ -75,19 +75,19 @@ def _summary(v: Validated) -> dict[str, Any]:
             "template": v.template.name, "template_hash": v.template.content_hash}
 
 
-def _design(v: Validated, calibration) -> Design:
+def _design(v: Validated, calibration, solver: str = "milp") -> Design:
     values, cal_id = _calibration(calibration)
-    return design(v, calibration=values, calibration_id=cal_id)
+    return design(v, calibration=values, calibration_id=cal_id, solver=solver)
 
 
 def check_spec(text: str | None = None, path: str | Path | None = None, shape: str | None = None, *,
-               calibration=None, solve: bool = True) -> dict[str, Any]:
+               calibration=None, solve: bool = True, solver: str = "milp") -> dict[str, Any]:
     """Parse and validate; with a shape, also solve the open fields and check the instance."""
     try:
         v = validate(_load(text, path, shape))
         out = {"ok": True, **_summary(v)}
         if solve and v.spec.kernel.shape is not None:
-            d = _design(v, calibration)
+            d = _design(v, calibration, solver)
             out["design"] = {**d.as_dict(), "text": assignment_text(d.assignment) if len(d.assignment) == 8 else None}
         return out
     except FormloopError as exc:
@@ -95,7 +95,7 @@ def check_spec(text: str | None = None, path: str | Path | None = None, shape: s
 
 
 def emit_spec(text: str | None = None, path: str | Path | None = None, shape: str | None = None, *,
-              calibration=None) -> dict[str, Any]:
+              calibration=None, solver: str = "milp") -> dict[str, Any]:
     """The Triton source of the spec's main kernel, with the design in its header."""
     try:
         v = validate(_load(text, path, shape))
@@ -103,7 +103,7 @@ def emit_spec(text: str | None = None, path: str | Path | None = None, shape: st
         header = [f"formloop dsl: kernel {k.name} ({k.op}) from {v.spec.source}",
                   f"template {v.template.name} {v.template.content_hash}, epilogue: {chain_text(k.chain) or 'none'}"]
         if k.shape is not None:
-            d = _design(v, calibration)
+            d = _design(v, calibration, solver)
             a = d.assignment
             header.append(f"design: {assignment_text(a)}" + (f" (MILP chose {', '.join(d.solved)})" if d.solved else ""))
             if d.check is not None:
@@ -131,7 +131,7 @@ def _need_shape(k):
 
 
 def run_spec(text: str | None = None, path: str | Path | None = None, shape: str | None = None, *,
-             calibration=None, timing: bool = True, seed: int = 0) -> dict[str, Any]:
+             calibration=None, timing: bool = True, seed: int = 0, solver: str = "milp") -> dict[str, Any]:
     """Check, solve, instance-check, then run: correctness vs the float64 torch reference and, on a
     GPU, timing (CUDA graph and eager) with the SOL fraction; else the interpreter, reduced shape."""
     from formloop.dsl.run import cuda_available, run_program, use_interpreter
@@ -141,7 +141,7 @@ def run_spec(text: str | None = None, path: str | Path | None = None, shape: str
         if spec.kernel.shape is None:
             raise SpecError(spec.source, [_shape_missing(spec)])
         v = validate(spec)
-        d = _design(v, calibration)
+        d = _design(v, calibration, solver)
         if not cuda_available():
             use_interpreter()
         result = run_program(v.spec, d, timing=timing, seed=seed)

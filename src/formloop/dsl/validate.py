@@ -23,8 +23,8 @@ from formloop.library.gemm_epilogue_emit import aligned_extents
 from formloop.library.gemm_epilogue_ops import chain_facts, chain_issues, chain_text
 from formloop.template import Template
 
-WALL_FIELDS = {"C1": ("stages", "tile"), "C2": ("tile", "warps"), "C3": ("tile", "warps"), "C4": ("split_k", "tile"),
-               "C5": ("load", "shape"), "C6": ("load",), "E1": ("tile",), "E2": ("tile", "warps")}
+WALL_FIELDS = {"C1": ("stages", "tile"), "C2": ("warps", "tile"), "C3": ("warps", "tile"), "C4": ("split_k", "tile"),
+               "C5": ("load", "shape"), "C6": ("load",), "E1": ("tile",), "E2": ("warps", "tile")}
 SCOPE_FIELDS = {"row_fits": "shape", "glu_even": "shape"}
 SHOWN = 8  # allowed values listed in a diagnostic before '...'
 
@@ -205,6 +205,8 @@ def _blame(spec, template, c, mask, grid, names, env, diag, blamed: set) -> None
         allowed = sorted({tuple(MENUS[d][int(j)] for d, j in zip(fixed, row)) for row in ok},
                          key=lambda t: (sum(abs(np.log2(v / k.pins[d])) for d, v in zip(fixed, t)), t))
         allowed = [" x ".join(map(str, t)) for t in allowed]
+        if not allowed and any(_pinned(g, k, reads) for g in fields[fields.index(f) + 1:]):
+            continue  # nothing this field could take helps: blame the next one
         shown = allowed[:SHOWN] + (["..."] if len(allowed) > SHOWN else [])
         value = " x ".join(str(k.pins[d]) for d in fixed)
         label = f if len(fixed) == len(decs) and f != "tile" else f"{f} {' x '.join(fixed)}"
@@ -212,6 +214,13 @@ def _blame(spec, template, c, mask, grid, names, env, diag, blamed: set) -> None
         blamed.add(f)
         return
     diag.add(k.pos("kernel"), "configuration", _pins_text(k.pins), "a design meeting " + c.name, _wall_text(c, k, env))
+
+
+def _pinned(f: str, k, reads) -> bool:
+    if f == "shape":
+        return k.shape is not None
+    decs = TILE_DECISIONS if f == "tile" else ((DECISION_OF[f],) if f in DECISION_OF else ())
+    return any(d in k.pins and d in reads for d in decs)
 
 
 def _wall_text(c, k, env) -> str:

@@ -166,14 +166,46 @@ def proof_plan(template: Template, dtype: str, pairs: bool, calibration: Mapping
                      bounds={"index extents": "every extent >= 1, one query per menu value"}, checks=tuple(checks))
 
 
-def glu_obligations(timeout_s: float):
-    """glu: the ⌈N/Tn⌉ column tiles each store Tn/2 output columns from col0/2; for every even N
-    they cover the N/2 output columns exactly once, and store nothing outside them."""
-    from formloop.verify.smt import IndexAxis, check_index
-    from formloop.verify.smt import INDEX_OBLIGATIONS
+GLU_FAULTS = {"unhalved-offset": "output tile b starts at column b*Tn (the GEMM's column) instead of b*Tn/2"}
 
+
+def glu_axis(fault: str | None = None):
+    """The output-column axis of a glu as the kernel computes it: ⌈N/Tn⌉ column tiles (N = 2·N_out),
+    tile b storing the Tn/2 columns from b·Tn/2 where the column is < N_out."""
+    from formloop.verify.smt import IndexAxis
+
+    if fault is not None and fault not in GLU_FAULTS:
+        raise InvalidInput("glu fault", fault, sorted(GLU_FAULTS))
     n_out = param("N_out", doc="output columns of a glu (half the GEMM's N)")
     half = param("To", doc="output columns one tile stores (Tn/2)")
     j = param("j", lower=None, doc="an output column")
-    axis = IndexAxis("N_out", n_out, half, ceildiv(2 * n_out, 2 * half), half, j < n_out, floordiv(j, half), j)
-    return [check_index(axis, ob, t // 2, timeout_s=timeout_s) for t in Tn.decision.menu for ob in INDEX_OBLIGATIONS]
+    stride = 2 * half if fault == "unhalved-offset" else half
+    return IndexAxis("N_out", n_out, half, ceildiv(2 * n_out, 2 * half), stride, j < n_out, floordiv(j, stride), j)
+
+
+def glu_obligations(timeout_s: float, fault: str | None = None):
+    """glu: for every N_out the column tiles cover the output columns exactly once and store
+    nothing outside them (coverage, exact-once, no-phantom at every Tn/2 of the menu)."""
+    from formloop.verify.smt import INDEX_OBLIGATIONS, check_index
+
+    axis = glu_axis(fault)
+    replay = lambda ob, name, tile, extent, index: replay_glu(tile, extent, index, fault)  # noqa: E731
+    return [check_index(axis, ob, t // 2, replay=replay, timeout_s=timeout_s)
+            for t in Tn.decision.menu for ob in INDEX_OBLIGATIONS]
+
+
+def replay_glu(half: int, n_out: int, index: int, fault: str | None = None) -> tuple[set[str], str]:
+    """Run the glu column mapping on numbers: which output columns the tiles store, and what is
+    wrong at `index` (missing, duplicate, outside)."""
+    stride = 2 * half if fault == "unhalved-offset" else half
+    tiles = -(-2 * n_out // (2 * half))
+    stored = [b * stride + r for b in range(tiles) for r in range(half) if b * stride + r < n_out]
+    kinds = set()
+    if 0 <= index < n_out and index not in stored:
+        kinds.add("missing")
+    if stored.count(index) > 1:
+        kinds.add("duplicate")
+    if any(c < 0 or c >= n_out for c in stored):
+        kinds.add("outside")
+    return kinds, (f"N_out={n_out}, Tn/2={half}: {tiles} column tiles store {len(stored)} columns; column {index} "
+                   f"stored {stored.count(index)} time(s)")

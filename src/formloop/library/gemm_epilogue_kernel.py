@@ -34,7 +34,9 @@ from formloop.library.gemm_tiling_kernel import (
 # Emitted modules are files (Triton reads a kernel's source back); FORMLOOP_KERNEL_DIR moves them.
 KERNEL_DIR = Path(os.environ.get("FORMLOOP_KERNEL_DIR", Path(tempfile.gettempdir()) / "formloop-kernels"))
 _MODULES: dict[str, object] = {}
-CAST_TOLERANCE = 3e-3  # one rounding of the chain's value to a 16-bit type, relative (rms)
+# One rounding of the chain's value to a 16-bit type: 2^-9 relative on the GPU (round to nearest),
+# up to 2^-8 in Triton 3.6's interpreter, whose fp32 -> bf16 conversion does not round to nearest.
+CAST_TOLERANCE = 8e-3
 assert set(TL_DTYPES) <= set(TORCH_DTYPES)
 
 

@@ -42,6 +42,8 @@ class Arg:
             return ", ".join(VALUE_DTYPES)
         if self.kind == "name":
             return "an identifier (the tensor's name)"
+        if self.kind == "number_or_axis":
+            return "a number, row or col"
         return "a number"
 
 
@@ -172,8 +174,7 @@ def _coerce(kind: str, a: Arg, value: object):
     if a.kind == "number_or_axis" and value in ("row", "col"):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        allowed = "a number, row or col" if a.kind == "number_or_axis" else "a number"
-        raise InvalidInput(field, value, allowed)
+        raise InvalidInput(field, value, a.allowed())
     return float(value)
 
 
