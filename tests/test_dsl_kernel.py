@@ -122,9 +122,8 @@ def test_declared_alignment_must_hold():
     spec = KernelSpec(name="al")
     plan = EpiloguePlan(spec, SMALL, Shape(16, 40, 36), align=8)  # K = 36 is a multiple of 4 only
     inst = EpilogueGemm(plan)
-    case = inst.new_case("cpu", torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="align"):
-        inst.launch(case)
+        inst.new_case("cpu", torch.Generator().manual_seed(0))  # the launch is bound (and checked) here
 
 
 def test_stage_convert_transposes_and_casts():

@@ -28,6 +28,7 @@ class SpecCase:
     out: torch.Tensor            # C as the caller receives it
     kernel_out: torch.Tensor     # C as the kernel writes it (the same tensor without a post stage)
     workspace: torch.Tensor | None
+    run: object = None           # the main kernel's bound launch
 
 
 def _relaid(t: torch.Tensor, dtype: torch.dtype, flip: bool) -> torch.Tensor:
@@ -67,13 +68,14 @@ class SpecProgram:
             dtype = TORCH_DTYPES[st.dtype] if st.dtype else kernel_out.dtype
             out = _relaid(kernel_out, dtype, st.kind == "transpose")
         case = SpecCase(caller, kernel_in, out, kernel_out, self.plan.new_workspace(device))
+        case.run = self.plan.bind(case.kernel_in, case.kernel_out, case.workspace)
         self.poison(case)
         return case
 
     def launch(self, case: SpecCase) -> None:
         for st in self.spec.pre:
             convert(case.caller[st.tensor], case.kernel_in[st.tensor])
-        self.plan.launch(case.kernel_in, case.kernel_out, case.workspace)
+        case.run()
         if self.spec.post:
             convert(case.kernel_out, case.out)
 

@@ -173,6 +173,8 @@ def _op_lines(op: EpilogueOp, dims: int) -> list[str]:
             out.append(f"x = tl.minimum(x, {a['hi']!r})")
         return out
     if k == "cast":
+        if a["dtype"] == "bf16":
+            return ["x = _round_bf16(x)"]
         return [f"x = x.to({TL_DTYPES[a['dtype']]}).to(tl.float32)"]
     if k in ("softmax", "logsumexp"):
         lines = ["xs = tl.where(col_ok[None, :], x, float('-inf'))", "mx = tl.max(xs, 1)",
@@ -322,6 +324,15 @@ HELPERS = '''@triton.jit
 def _tanh(x):
     # 2*sigmoid(2x) - 1: exact in the limits (+-1), no libdevice call, runs in the interpreter
     return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def _round_bf16(x):
+    # fp32 -> bf16 -> fp32, round to nearest even, in integer arithmetic: the same bits on the GPU
+    # and in Triton 3.6's interpreter (whose own bf16 conversion does not round to nearest)
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, rounded)
 
 
 @triton.jit

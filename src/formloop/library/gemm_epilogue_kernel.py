@@ -34,9 +34,10 @@ from formloop.library.gemm_tiling_kernel import (
 # Emitted modules are files (Triton reads a kernel's source back); FORMLOOP_KERNEL_DIR moves them.
 KERNEL_DIR = Path(os.environ.get("FORMLOOP_KERNEL_DIR", Path(tempfile.gettempdir()) / "formloop-kernels"))
 _MODULES: dict[str, object] = {}
-# One rounding of the chain's value to a 16-bit type: 2^-9 relative on the GPU (round to nearest),
-# up to 2^-8 in Triton 3.6's interpreter, whose fp32 -> bf16 conversion does not round to nearest.
-CAST_TOLERANCE = 8e-3
+# One rounding of the chain's value to a 16-bit type in the kernel where the float64 reference rounds
+# a slightly different value: a rare one-step difference (2^-8 relative for bf16), amplified by
+# what follows (exp in a softmax): 3e-3 relative (rms) is an order of magnitude above what it costs.
+CAST_TOLERANCE = 3e-3
 assert set(TL_DTYPES) <= set(TORCH_DTYPES)
 
 
@@ -116,6 +117,11 @@ class EpiloguePlan:
         return self.align
 
     def launch(self, inputs: Mapping[str, torch.Tensor], out: torch.Tensor, workspace: torch.Tensor | None = None):
+        self.bind(inputs, out, workspace)()
+
+    def bind(self, inputs: Mapping[str, torch.Tensor], out: torch.Tensor, workspace: torch.Tensor | None = None):
+        """The launch with its arguments checked and built once (descriptors, strides, alignment):
+        calling the result enqueues the kernel and nothing else."""
         spec, cfg, s = self.spec, self.config, self.shape
         a, b = inputs["a"], inputs["b"]
         split = cfg.KS > 1
@@ -140,9 +146,11 @@ class EpiloguePlan:
         args = [a_arg, b_arg, out, ws, cnt, *tensors, s.M, s.N, s.K, _batch_stride(a), _lead(a, spec.la),
                 _batch_stride(b), _lead(b, spec.lb),
                 *self._out_strides(out), *strides, *conv, cfg.G, cfg.KS]
-        self.kernel[self.grid](*args, BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align,
-                               PRECISION=PRECISION[spec.ab], TO_WORKSPACE=split,
-                               WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), num_warps=cfg.W, num_stages=cfg.S)
+        launcher = self.kernel[self.grid]
+        options = dict(BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align, PRECISION=PRECISION[spec.ab],
+                       TO_WORKSPACE=split, WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), num_warps=cfg.W,
+                       num_stages=cfg.S)
+        return lambda: launcher(*args, **options)
 
     def _out_strides(self, out: torch.Tensor) -> list[int]:
         if self.facts.reduces:
@@ -243,6 +251,7 @@ class EpilogueCase:
     inputs: dict
     out: torch.Tensor
     workspace: torch.Tensor | None = None
+    run: object = None  # the bound launch
 
 
 class EpilogueGemm:
@@ -258,10 +267,12 @@ class EpilogueGemm:
     def new_case(self, device, generator: torch.Generator) -> EpilogueCase:
         out = new_output(self.plan, device)
         poison(out)
-        return EpilogueCase(new_inputs(self.plan, device, generator), out, self.plan.new_workspace(device))
+        case = EpilogueCase(new_inputs(self.plan, device, generator), out, self.plan.new_workspace(device))
+        case.run = self.plan.bind(case.inputs, case.out, case.workspace)
+        return case
 
     def launch(self, case: EpilogueCase) -> None:
-        self.plan.launch(case.inputs, case.out, case.workspace)
+        case.run()
 
     def output(self, case: EpilogueCase) -> torch.Tensor:
         return case.out
