@@ -189,14 +189,16 @@ def measure(runnable, gpu: bool, gen, device: str) -> dict:
 
     try:
         c = check(runnable, device, gen)
-        row = {"correct": c.passed, "rel_error": c.rel_error, "max_error_rms": c.max_error_rms, "tolerance": c.tolerance}
+        row = {"correct": c.passed, "rel_error": c.rel_error, "max_error_rms": c.max_error_rms,
+               "tolerance": c.tolerance}
         if c.passed and gpu:
             g = time_runnable(runnable, device, gen, TimingPolicy(), device_facts()["l2_bytes"])
             row.update(graph_us=g["median_us"], graph_p20_us=g["p20_us"], graph_p80_us=g["p80_us"],
                        eager_us=time_eager(runnable, device, gen)["median_us"])
         return row
     except Exception as exc:  # noqa: BLE001 - a compile or launch failure is a result, with its class
-        return {"correct": False, "failure": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        return {"correct": False, "failure": f"{type(exc).__name__}: {first}"}
 
 
 def geomean(xs):

@@ -123,7 +123,8 @@ def run(file: str = typer.Argument(..., help="spec file"),
                  f"{c['checks']} fresh input sets")
     if r.get("timing"):
         t, sol = r["timing"], r["sol"]
-        lines.append(f"time: {t['graph_us']:.2f} us CUDA graph (p20 {t['graph_p20_us']:.2f}, p80 {t['graph_p80_us']:.2f}),"
+        lines.append(f"time: {t['graph_us']:.2f} us CUDA graph (p20 {t['graph_p20_us']:.2f}, "
+                     f"p80 {t['graph_p80_us']:.2f}),"
                      f" {t['eager_us']:.2f} us eager ({t['source']})")
         lines.append(f"SOL floor: {sol['floor_us']:.2f} us, {sol['bound']}-bound ({sol['source']}); "
                      f"fraction {sol['fraction']:.3f}")

@@ -58,7 +58,8 @@ def certificate_for(template: Template) -> Certificate:
 
 def pin_rows(pins: Mapping[str, int], template: Template) -> tuple[Constraint, ...]:
     by_name = {d.name: d for d in template.decisions}
-    return tuple(Constraint(f"spec_{d}", by_name[d].eq(v), "spec", f"the spec fixes {d} = {v}") for d, v in pins.items())
+    return tuple(Constraint(f"spec_{d}", by_name[d].eq(v), "spec", f"the spec fixes {d} = {v}")
+                 for d, v in pins.items())
 
 
 def design(v: Validated, *, calibration: Mapping[str, float] | None = None, calibration_id: str = "priors",
@@ -69,8 +70,9 @@ def design(v: Validated, *, calibration: Mapping[str, float] | None = None, cali
     workload = workload_of(v.spec)
     if workload is None:
         if k.open_decisions:
+            why = f"open fields {', '.join(k.open_decisions)} are solved for a shape"
             raise SpecError(v.spec.source, [Diagnostic(*k.pos("kernel"), "shape", "missing", "M x N x K (or --shape)",
-                                                       f"open fields {', '.join(k.open_decisions)} are solved for a shape")])
+                                                       why)])
         return Design(dict(k.pins), (), None, v.template,
                       notes=("no shape: the instance is checked against the template when it runs",))
     if k.chip not in base.HOPPER_CHIPS:
@@ -94,7 +96,8 @@ def design(v: Validated, *, calibration: Mapping[str, float] | None = None, cali
                                                        "a design meeting every wall", str(exc))]) from None
         assignment = {d: int(x) for d, x in sol.assignment.items()}
         solved = k.open_decisions
-        solve = {"solver": "milp (HiGHS)" if solver == "milp" else "enumerate (numpy)", "objective_us": sol.objective, "bound_us": sol.bound, "gap": sol.gap,
+        solve = {"solver": "milp (HiGHS)" if solver == "milp" else "enumerate (numpy)",
+                 "objective_us": sol.objective, "bound_us": sol.bound, "gap": sol.gap,
                  "seconds": sol.seconds, "status": sol.status.value, "model": sol.model.as_dict(),
                  "terms": dict(sol.terms)}
     else:

@@ -105,7 +105,8 @@ def emit_spec(text: str | None = None, path: str | Path | None = None, shape: st
         if k.shape is not None:
             d = _design(v, calibration, solver)
             a = d.assignment
-            header.append(f"design: {assignment_text(a)}" + (f" (MILP chose {', '.join(d.solved)})" if d.solved else ""))
+            chose = f" ({d.solve['solver']} chose {', '.join(d.solved)})" if d.solved else ""
+            header.append(f"design: {assignment_text(a)}{chose}")
             if d.check is not None:
                 header.append(f"instance check: {'ok' if d.check.ok else 'FAILED'}, certificate {d.check.certificate}")
             load_path, design_dict = a["L"], d.as_dict()

@@ -130,11 +130,13 @@ def _stage_rules(spec: SpecIR, diag: Collector) -> None:
         seen.add(st.tensor)
         own = getattr(k, st.tensor)
         if st.kind == "cast" and st.dtype == own.dtype:
-            diag.add(st.pos, "cast dtype", st.dtype, f"a dtype other than the kernel's {own.dtype} (this cast does nothing)")
+            diag.add(st.pos, "cast dtype", st.dtype, f"a dtype other than the kernel's {own.dtype}",
+                     "this cast does nothing")
         if st.kind == "transpose" and k.op == "conv2d":
             diag.add(st.pos, "transpose", st.tensor, "cast (conv2d tensors are NHWC / KRSC, not matrices)")
         if st.dtype == "tf32" or (st.dtype is not None and own.dtype == "tf32"):
-            diag.add(st.pos, f"{st.kind} dtype", st.dtype, "fp32 on both sides of a tf32 operand (tf32 is fp32 storage)")
+            diag.add(st.pos, f"{st.kind} dtype", st.dtype, "fp32 on both sides of a tf32 operand",
+                     "tf32 is fp32 storage")
 
 
 def _walls(spec: SpecIR, template: Template, diag: Collector) -> tuple[tuple[str, ...], int | None]:

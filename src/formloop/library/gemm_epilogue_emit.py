@@ -292,7 +292,8 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
     tail = ", ".join(["c_ptr", *ptrs, "pid_m * BLOCK_M", "pid_n * BLOCK_N", "bid", "M", "N", "stride_cb", "stride_cm",
                       "stride_cn", *strides, "BLOCK_M", "BLOCK_N"])
     body = ["pid = tl.program_id(0)", "pid_k = tl.program_id(1)", "bid = tl.program_id(2)", "bid64 = bid.to(tl.int64)",
-            "pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K)",
+            "pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, "
+            "BLOCK_M, BLOCK_N, BLOCK_K)",
             "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)"]
     if load_path == 0:
         body += ["k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)", *_pointer_setup(spec)]

@@ -106,7 +106,9 @@ class EpiloguePlan:
         return ws
 
     def _align(self, a: torch.Tensor, b: torch.Tensor) -> int:
-        leads = [_lead(b, self.spec.lb)] if self.spec.op == "conv2d" else [_lead(a, self.spec.la), _lead(b, self.spec.lb)]
+        leads = [_lead(b, self.spec.lb)]
+        if self.spec.op != "conv2d":
+            leads.append(_lead(a, self.spec.la))
         values = [*aligned_extents(self.spec, self.shape).values(), *leads]
         found = alignment(*values)
         if self.align is None:
@@ -138,7 +140,10 @@ class EpiloguePlan:
         for name, kind in spec.tensors():
             t = inputs[name]
             tensors.append(t)
-            strides += [t.stride(0) if t.dim() == 3 else 0, t.stride(-2), t.stride(-1)] if kind == "tile" else [t.stride(0)]
+            if kind == "tile":
+                strides += [t.stride(0) if t.dim() == 3 else 0, t.stride(-2), t.stride(-1)]
+            else:
+                strides.append(t.stride(0))
         conv = []
         if spec.op == "conv2d":
             g = s.conv
