@@ -150,6 +150,14 @@ def test_invalid_spec_names_its_field(case):
     assert d.text("case.fl").startswith(f"case.fl:{d.line}:{d.column}: {d.field} = ")
 
 
+def test_every_open_field_on_a_chip_without_the_cost_model_is_named():
+    text = _edit(("arch = sm90", "load = tma", "tile = 128 x 128 x 64", "warps = 8"),
+                 ("arch = sm80", "load = ptr", "tile = 128 x ? x 64", "warps = ?"))
+    with pytest.raises(SpecError) as info:
+        validate(read_spec(text))
+    assert [d.field for d in info.value.diagnostics] == ["tile", "warps"]
+
+
 def test_every_diagnostic_is_reported_not_just_the_first():
     text = _edit("warps = 8", "warps = 2").replace("swizzle = 8", "swizzle = 4")
     with pytest.raises(SpecError) as info:

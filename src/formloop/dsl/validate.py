@@ -81,13 +81,16 @@ def _arch_rules(spec: SpecIR, diag: Collector) -> None:
     if k.pins.get("L") == 1 and k.op == "conv2d":
         diag.add(k.pos("load"), "load", "tma", ["ptr"], "implicit GEMM gathers A's rows: pointer loads only")
     if k.open_decisions and k.chip not in base.HOPPER_CHIPS:
+        reported = set()
         for d in k.open_decisions:
             name = next((f for f, dec in DECISION_OF.items() if dec == d), "tile")
-            diag.add(k.pos(name), name, "?", f"a fixed value from {list(MENUS[d])}",
+            if name in reported:
+                continue
+            reported.add(name)
+            menu = "Tm x Tn x Tk from the menus" if name == "tile" else f"a fixed value from {list(MENUS[d])}"
+            diag.add(k.pos(name), name, "?", menu,
                      f"open fields are solved by the cost model of {base.NAME}, which covers "
                      f"{', '.join(base.HOPPER_CHIPS)}; {k.chip} is validated against its capacities only")
-            if name == "tile":
-                break
 
 
 def _operand_rules(spec: SpecIR, diag: Collector) -> None:
