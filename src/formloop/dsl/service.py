@@ -157,3 +157,13 @@ def _shape_missing(spec: SpecIR):
 
     return Diagnostic(*spec.kernel.pos("kernel"), "shape", "missing",
                       f"{' x '.join(SHAPE_DIMS[spec.kernel.op])} in the spec, or --shape", "run needs a problem size")
+
+
+# The MCP tools an agent writes specs with (wired by formloop.agent): name -> (function, what it does).
+# Both take the spec as `text` (no file needed) and an optional `shape`; both return the dicts above.
+TOOLS = {
+    "dsl_check": (check_spec, "validate a kernel spec; with a shape, solve its open fields (MILP) and check the "
+                              "instance against the proved template"),
+    "dsl_run": (run_spec, "run a kernel spec: correctness against the torch reference, then timing on a GPU "
+                          "(else the Triton interpreter at a reduced shape, labelled)"),
+}
