@@ -39,7 +39,7 @@ def test_table_output_labels_units_and_sources():
     (("--shape", "10,10,2.5"), "shape K", "positive integers"),
     (("--shape", "10,10"), "shape", "3 positive integers"),
     (("--shape", "8,8,8", "--pre", "loose"), "contract (--pre)", "exact, strong, weak"),
-    (("--shape", "8,8,8", "--chip", "b200"), "chip", "illustrative"),
+    (("--shape", "8,8,8", "--chip", "z100"), "chip", "illustrative"),
     (("--shape", "8,8,8", "--solver", "cplex"), "solver", "enumerate, milp"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args, field, allowed):

@@ -198,7 +198,7 @@ def test_bad_paths_and_names(tmp_path):
     with pytest.raises(UnknownName, match="gemmm"):
         load_problem(tmp_path / "h.py")
     with pytest.raises(UnknownName, match="chip"):
-        sol_for_problem(PROBLEMS[0], "b200")
+        sol_for_problem(PROBLEMS[0], "z100")
     with pytest.raises(FormloopError, match="dtype"):
         sol_for_problem(PROBLEMS[0], "h100", dtype="int8")
 

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "formloop.cli.campaign_cmd",
     "formloop.cli.measure_cmd",
     "formloop.cli.problems_cmd",
+    "formloop.cli.dsl_cmd",
 )
 
 for _module in COMMAND_MODULES:

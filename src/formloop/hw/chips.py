@@ -229,3 +229,53 @@ def ventus() -> Chip:
                "32 FP32 lanes per SM and no tensor unit are our assumptions (only 'fp32' is present); "
                "memory bandwidth is 64 B/cycle at the nominal clock; barrier_cycles=40 assumed"),
     )
+
+
+@register_chip("a100")
+def a100() -> Chip:
+    """A100 SXM4 80 GB (Ampere, compute capability 8.0): the sm80 target of formloop.dsl."""
+    return Chip(
+        name="a100",
+        source=("NVIDIA A100 Tensor Core GPU datasheet (SXM4 80 GB: 2039 GB/s; dense 19.5 FP32, 156 TF32, "
+                "312 BF16/FP16 TFLOP/s) and Ampere architecture whitepaper (108 SMs, 1410 MHz boost, 40 MB L2, "
+                "164 KB smem/SM, 64 Ki regs/SM); CUDA C++ Programming Guide, compute capability 8.0 "
+                "(163 KB opt-in shared memory per block)"),
+        sm_count=108,
+        boost_clock_mhz=1410.0,
+        mem_bandwidth=2.039e12,
+        peak_flops={"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
+        smem_per_block=163 * KiB,
+        smem_per_sm=164 * KiB,
+        registers_per_sm=65536,
+        registers_per_block=65536,
+        l2_bytes=40 * MiB,
+        accumulators_per_block=65536 // 2,
+        barrier_cycles=40,
+        warps_per_sm=64,
+        notes="barrier_cycles=40 assumed (illustrative chip's value); no FP8 tensor unit; R_acc = registers_per_block / 2",
+    )
+
+
+@register_chip("b200")
+def b200() -> Chip:
+    """B200 (Blackwell, compute capability 10.0): the sm100 target of formloop.dsl."""
+    return Chip(
+        name="b200",
+        source=("NVIDIA HGX B200 datasheet, per GPU of eight (8 TB/s HBM3e; sparse 36 PF FP16/BF16, 72 PF FP8, "
+                "18 PF TF32 and 600 TF FP32 per board -> dense per GPU = sparse / 16); CUDA C++ Programming Guide, "
+                "compute capability 10.0 (228 KB smem/SM, 227 KB per block, 64 Ki regs/SM)"),
+        sm_count=148,
+        boost_clock_mhz=1965.0,
+        mem_bandwidth=8.0e12,
+        peak_flops={"fp32": 75e12, "tf32": 1.125e15, "bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15},
+        smem_per_block=227 * KiB,
+        smem_per_sm=228 * KiB,
+        registers_per_sm=65536,
+        registers_per_block=65536,
+        l2_bytes=126 * MiB,
+        accumulators_per_block=65536 // 2,
+        barrier_cycles=40,
+        warps_per_sm=64,
+        notes=("148 SMs, 1965 MHz boost and 126 MB L2 as reported for B200, not datasheet figures; barrier_cycles=40 "
+               "assumed; formloop uses this chip for the capacity walls of sm100 specs (smem, registers) only"),
+    )
