@@ -138,11 +138,10 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
         v = tl.load(v_ptr + a * s_vh + v_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
         if WIDEN:
             k = k.to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * qk_scale
-        s = tl.where(in_split[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        s = tl.where(in_split[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # scores scaled by log2(e)/√D: exp2 is the exp
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
+        p = tl.exp2(s * qk_scale - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         if WIDEN:
             acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])

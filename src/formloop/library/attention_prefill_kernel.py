@@ -90,14 +90,15 @@ def _attend(q, k_src, v_src, kv_off, kv_row0, m_i, l_i, acc, lo, hi, q_rows, L, 
         v = _load_rows(v_src, kv_off, kv_row0 + start, keys, d, keys < L, TM, D, BC)
         if WIDEN:
             k = k.to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.dot(q, tl.trans(k))
         if CAUSAL_MASK:
             s = tl.where(keys[None, :] <= q_rows[:, None], s, float("-inf"))
         if LENGTH_MASK:
             s = tl.where((keys < L)[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # scale and shift in one fused multiply-add per score: exp2(s·c − m), m the scaled running max
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
+        p = tl.exp2(s * qk_scale - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         if WIDEN:
             acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])
