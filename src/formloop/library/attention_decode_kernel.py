@@ -267,17 +267,42 @@ class DecodePlan:
             ws, cnt = workspace, workspace[n + (-n) % 4:].view(torch.int32)
         else:
             ws, cnt = out, out
+        self._run(grid=self.grid, tensors=(q, k, v, out, ws, cnt, table),
+                  strides=(q.stride(0), q.stride(1), out.stride(0), out.stride(1), k.stride(0), k.stride(1), k.stride(2),
+                           v.stride(0), v.stride(1), v.stride(2), s_tb))
+
+    def _run(self, grid, tensors, strides, warmup: bool = False) -> None:
+        cfg, G = self.config, self.Hq // self.Hkv
+        split = cfg.KS > 1
         per = -(-(-(-self.L // cfg.Bn)) // cfg.KS)
-        widen = INTERPRETED
-        _decode_kernel[self.grid](
-            q, k, v, out, ws, cnt, table, self.L, per, cfg.KS, self.Hkv, LOG2E / math.sqrt(self.D),
-            q.stride(0), q.stride(1), out.stride(0), out.stride(1), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), s_tb,
-            G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
-            IN_LAUNCH=bool(cfg.MG), WIDEN=widen, num_warps=cfg.W, num_stages=cfg.S)
+        meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
+                    IN_LAUNCH=bool(cfg.MG), WIDEN=INTERPRETED and not warmup, num_warps=cfg.W, num_stages=cfg.S)
+        args = (*tensors, self.L, per, cfg.KS, self.Hkv, LOG2E / math.sqrt(self.D), *strides)
+        out, ws = tensors[3], tensors[4]
+        merge_meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), D=self.D, num_warps=4)
+        if warmup:
+            _decode_kernel.warmup(*args, grid=grid, **meta)
+            if split and not cfg.MG:
+                _merge_kernel.warmup(out, ws, cfg.KS, self.Hkv, strides[2], strides[3], grid=(grid[0],), **merge_meta)
+            return
+        _decode_kernel[grid](*args, **meta)
         if split and not cfg.MG:
-            _merge_kernel[(self.grid[0],)](out, ws, cfg.KS, self.Hkv, out.stride(0), out.stride(1),
-                                           G=G, QP=cfg.QP, BH=max(16, cfg.QP), D=self.D, num_warps=4)
+            _merge_kernel[(grid[0],)](out, ws, cfg.KS, self.Hkv, strides[2], strides[3], **merge_meta)
+
+    def warmup(self) -> None:
+        """Compile without launching (fills Triton's cache; used by parallel pre-compilation). The
+        arguments carry the strides of the layouts new cases use, so the compile keys match."""
+        t = TORCH_DTYPES[self.dtype]
+        H, D = self.Hq, self.D
+        if self.page:
+            kv = (self.Hkv * self.page * D, self.page * D, D)
+        else:
+            kv = (self.Hkv * self.L * D, self.L * D, D)
+        split = self.config.KS > 1
+        tensors = (t, t, t, t, torch.float32 if split else t, torch.int32 if split else t,
+                   torch.int32 if self.page else t)
+        self._run(grid=(1, 1), tensors=tensors, strides=(H * D, D, H * D, D, *kv, *kv, self.pages_per_seq if
+                                                                                   self.page else 0), warmup=True)
 
 
 @dataclass

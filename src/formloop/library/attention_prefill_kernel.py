@@ -178,22 +178,38 @@ class PrefillPlan:
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
         """out = attention(q, K, V): q and out [B, Hq, L, D], K and V [B, Hkv, L, D], all contiguous."""
-        cfg = self.config
         want = {"q": (q, self.Hq), "k": (k, self.Hkv), "v": (v, self.Hkv), "out": (out, self.Hq)}
         for name, (x, heads) in want.items():
             if tuple(x.shape) != (self.B, heads, self.L, self.D) or not x.is_contiguous():
                 raise InvalidInput(f"{name} tensor", tuple(x.shape), f"contiguous [{self.B}, {heads}, {self.L}, {self.D}]")
+        self._run(self.grid, [q, k, v], out)
+
+    def _run(self, grid, srcs, out, warmup: bool = False) -> None:
+        cfg = self.config
         if cfg.TM:
             from triton.tools.tensor_descriptor import TensorDescriptor
 
-            srcs = [TensorDescriptor.from_tensor(x.view(-1, self.D), [block, self.D])
-                    for x, block in ((q, cfg.Br), (k, cfg.Bc), (v, cfg.Bc))]
+            if warmup:  # descriptors carry only dtype and block shape into the compile key
+                from triton.runtime.jit import MockTensor
+
+                mock = MockTensor(srcs[0], [16, self.D])
+                srcs = [TensorDescriptor(mock, [16, self.D], [self.D, 1], [block, self.D])
+                        for block in (cfg.Br, cfg.Bc, cfg.Bc)]
+            else:
+                srcs = [TensorDescriptor.from_tensor(x.view(-1, self.D), [block, self.D])
+                        for x, block in zip(srcs, (cfg.Br, cfg.Bc, cfg.Bc))]
+        args = (*srcs, out, self.L, self.B * self.Hq, self.Hq, self.Hkv, LOG2E / math.sqrt(self.D))
+        meta = dict(G=self.Hq // self.Hkv, BR=cfg.Br, BC=cfg.Bc, D=self.D, CAUSAL=bool(self.causal), GQ=bool(cfg.GQ),
+                    TM=bool(cfg.TM), WIDEN=INTERPRETED and not warmup, num_warps=cfg.W, num_stages=cfg.S)
+        if warmup:
+            _prefill_kernel.warmup(*args, grid=grid, **meta)
         else:
-            srcs = [q, k, v]
-        _prefill_kernel[self.grid](
-            *srcs, out, self.L, self.B * self.Hq, self.Hq, self.Hkv, LOG2E / math.sqrt(self.D),
-            G=self.Hq // self.Hkv, BR=cfg.Br, BC=cfg.Bc, D=self.D, CAUSAL=bool(self.causal), GQ=bool(cfg.GQ),
-            TM=bool(cfg.TM), WIDEN=INTERPRETED, num_warps=cfg.W, num_stages=cfg.S)
+            _prefill_kernel[grid](*args, **meta)
+
+    def warmup(self) -> None:
+        """Compile without launching (fills Triton's cache; used by parallel pre-compilation)."""
+        t = TORCH_DTYPES[self.dtype]
+        self._run((1,), [t, t, t], t, warmup=True)
 
 
 @dataclass
