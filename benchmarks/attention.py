@@ -20,6 +20,7 @@ import math
 import os
 import sys
 import time
+import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
 from attention_report import print_table, summarize  # noqa: E402
@@ -60,7 +61,7 @@ class Bench:
             from formloop.evaluate.calibrate import Point, predict
 
             t = float(predict(template, self.chip, [Point(a, wl, 0.0)], truth)[0])
-            noise = math.exp(0.05 * math.sin(hash(rk) % 1000))
+            noise = math.exp(0.05 * math.sin(zlib.crc32(repr(rk).encode()) % 1000))  # the same in every run
             m = {"latency_us": t * noise, "ok": True, "tier": "dry-run model"}
         else:
             m = self.gpu.evaluate(template, a, wl, self.chip).as_dict()
@@ -84,14 +85,22 @@ def points(bench: Bench, family: str, lengths=None) -> list:
             bench.records.items() if f == family and p == 0 and r.get("ok") and (lengths is None or L in lengths)]
 
 
-def fit_family(bench: Bench, family: str, template, lengths=None, *, quick: bool = False):
-    from formloop.evaluate.calibrate import fit
+def fit_family(bench: Bench, family: str, template, lengths=None, *, start=None, quick: bool = False):
+    """Fit the family's efficiency terms to its measured points (at `lengths` only, if given),
+    starting from the priors or from an earlier fit `start`."""
+    from formloop.evaluate.calibrate import Calibration, fit
 
     pts = points(bench, family, lengths)
     if len(pts) <= len(template.descriptor["calibrated"]) + 1:
         return None
-    return fit(template, bench.chip, pts, chip_label="h200", near_best=NEAR_BEST, iterations=25 if quick else 50,
-               starts=2 if quick else 6)
+    origin = calibrated(family, start) if start is not None else template
+    cal = fit(origin, bench.chip, pts, chip_label="h200", near_best=NEAR_BEST, iterations=25 if quick else 40,
+              starts=2 if quick or start is not None else 4)
+    if start is None:
+        return cal
+    # reported against the template's own priors (the refit started from the earlier fit)
+    return Calibration(**{**cal.__dict__, "priors": start.priors, "template_hash": start.template_hash,
+                          "rms_log_error_before": start.rms_log_error_before})
 
 
 def calibrated(family: str, cal):
@@ -117,6 +126,8 @@ def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=N
     args = bench.args
     prior = get_template(family)
     lengths = DRY_LENGTHS[family] if args.dry_run else LENGTHS[family]
+    if args.lengths:
+        lengths = tuple(int(x) for x in args.lengths.split(","))
     plans = {}
     for L in lengths:
         f = prior.formulate(bench.workload(family, L), bench.chip)
@@ -142,9 +153,9 @@ def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=N
             for a in top_designs(t_cal.formulate(bench.workload(family, L), bench.chip), args.refine_top):
                 if time.time() < deadline:
                     bench.measure(family, prior, a, L, truth=truth)
-        cal = fit_family(bench, family, prior)
+        cal = fit_family(bench, family, prior, start=cal)
     cal_lengths = CAL_LENGTHS[family] if not args.dry_run else lengths[::2]
-    held = fit_family(bench, family, prior, cal_lengths, quick=True)
+    held = fit_family(bench, family, prior, cal_lengths, quick=True)  # from the priors: it never sees held-out L
     entry = {"lengths": list(lengths), "cal_lengths": list(cal_lengths), "calibration": cal.__dict__ if cal else None,
              "held_out_calibration": held.__dict__ if held else None, "per_length": {}}
     if cal is not None:
@@ -157,7 +168,8 @@ def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=N
             row["held_out"] = pick(bench, family, calibrated(family, held), L, truth=truth)
             row["held_out"]["fitted_on"] = list(cal_lengths)
         row["best"] = bench.best(family, L)
-        row["measured"], row["passed"] = len(bench.mine(family, L)), sum(bool(r.get("ok")) for r in bench.mine(family, L))
+        mine = bench.mine(family, L)
+        row["measured"], row["passed"] = len(mine), sum(bool(r.get("ok")) for r in mine)
         entry["per_length"][L] = row
     if family == DECODE and not args.dry_run and cal is not None:
         L, page = PAGED
@@ -172,10 +184,11 @@ def main(argv=None) -> int:
     p.add_argument("--random", type=int, default=30, help="uniform menu sample per length (prefill: half)")
     p.add_argument("--refine", type=int, default=1, help="rounds of: fit, measure the fit's top designs, refit")
     p.add_argument("--refine-top", type=int, default=6)
-    p.add_argument("--budget-s", type=float, default=400.0, help="stop sweeping after this many seconds")
-    p.add_argument("--compile-s", type=float, default=120.0, help="pre-compilation deadline per family")
+    p.add_argument("--budget-s", type=float, default=380.0, help="stop sweeping after this many seconds")
+    p.add_argument("--compile-s", type=float, default=100.0, help="pre-compilation deadline per family")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--families", default=f"{DECODE},{PREFILL}")
+    p.add_argument("--lengths", help="comma-separated lengths instead of the defaults (smoke runs)")
     p.add_argument("--dry-run", action="store_true", help="no GPU: interpreter checks at tiny sizes; a perturbed "
                                                            "model stands in for the timings")
     p.add_argument("--calibrate", help="refit from an earlier attention.json (no GPU) and report the picks")

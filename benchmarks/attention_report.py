@@ -177,7 +177,8 @@ def refit(path: str, out_dir: str) -> int:
         measured = {(r["L"], key_of(family, r["config"])): r["latency_us"] for r in recs}
         cal_lengths = tuple(data["families"].get(family, {}).get("cal_lengths") or sorted(wl)[::2])
         for label, lengths in (("all lengths", None), ("calibration lengths", cal_lengths)):
-            pts = [Point(r["config"], wl[r["L"]], r["latency_us"]) for r in recs if lengths is None or r["L"] in lengths]
+            pts = [Point(r["config"], wl[r["L"]], r["latency_us"]) for r in recs
+                   if lengths is None or r["L"] in lengths]
             cal = fit(t, chip, pts, chip_label="h200", near_best=NEAR_BEST)
             if lengths is None:
                 cal.save(os.path.join(out_dir, f"calibration_{family.removeprefix('attention-')}.json"))

@@ -11,7 +11,9 @@ import pytest
 from formloop.errors import InvalidInput
 from formloop.library.attention_program import FAULTS, check_fault, check_program, decode_program, prefill_program
 from formloop.verify import Verdict
-from formloop.verify.attention_replay import Loop, SoftmaxArithmetic, replay_causal_walk, replay_softmax, replay_split_walk
+from formloop.verify.attention_replay import (
+    Loop, SoftmaxArithmetic, replay_causal_walk, replay_softmax, replay_split_walk,
+)
 from formloop.verify.kv_cover import CausalWalk, SplitWalk, check_causal_walk, check_split_walk, check_tile_loop
 from formloop.verify.softmax_merge import EXP, SOFTMAX_OBLIGATIONS, axiom_instances, check_softmax
 

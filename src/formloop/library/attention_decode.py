@@ -16,8 +16,8 @@ Decisions:
   MG  merge: 1 = in the same launch (each split writes its (max, sum, accumulator) partial and counts
       itself in; the last to arrive folds the KS partials in split order and writes the output),
       0 = a second kernel folds them
-Walls: C1 shared memory max(S−1, 1)·2·Bn·D·e + (16·D + 16·Bn)·e + 2 KiB ≤ Ms; C2 registers for the fp32 rows of the
-accumulator and the scores ≤ regs·32·W; C3 QP divides G; C4 every split gets a tile; C5 one split
+Walls: C1 shared memory max(S−1, 1)·2·Bn·D·e + (16·D + 16·Bn)·e + 2 KiB ≤ Ms; C2 registers for the
+fp32 rows of the accumulator and the scores ≤ regs·32·W; C3 QP divides G; C4 every split gets a tile; C5 one split
 merges in place (MG = 1 when KS = 1).
 
 Cost (µs): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp) + T_merge.

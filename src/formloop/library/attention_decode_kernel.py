@@ -268,8 +268,8 @@ class DecodePlan:
         else:
             ws, cnt = out, out
         self._run(grid=self.grid, tensors=(q, k, v, out, ws, cnt, table),
-                  strides=(q.stride(0), q.stride(1), out.stride(0), out.stride(1), k.stride(0), k.stride(1), k.stride(2),
-                           v.stride(0), v.stride(1), v.stride(2), s_tb))
+                  strides=(q.stride(0), q.stride(1), out.stride(0), out.stride(1), k.stride(0), k.stride(1),
+                           k.stride(2), v.stride(0), v.stride(1), v.stride(2), s_tb))
 
     def _run(self, grid, tensors, strides, warmup: bool = False) -> None:
         cfg, G = self.config, self.Hq // self.Hkv

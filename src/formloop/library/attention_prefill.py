@@ -82,10 +82,10 @@ eta_bw = _eff("eta_bw", "achieved fraction of the copy bandwidth")
 alpha = _eff("alpha", "fraction of the shorter of T_mem, T_comp that is not hidden")
 t_launch = _eff("t_launch", "cost of one kernel launch inside a CUDA graph, s")
 
-CALIBRATED = ("eta_mma", "eta_small", "bw_sm", "t_soft", "t_iter", "t_mask", "lat", "t_issue", "t_prog", "gamma", "eta_bw",
-              "alpha", "t_launch")
-PRIORS = {"eta_mma": 0.7, "eta_small": 0.5, "bw_sm": 150e9, "t_soft": 6e-9, "t_iter": 50e-9, "t_mask": 40e-9, "lat": 0.5e-6,
-          "t_issue": 1e-9, "t_prog": 1.0e-6, "gamma": 0.5, "eta_bw": 0.9, "alpha": 0.2, "t_launch": 2.5e-6}
+CALIBRATED = ("eta_mma", "eta_small", "bw_sm", "t_soft", "t_iter", "t_mask", "lat", "t_issue", "t_prog", "gamma",
+              "eta_bw", "alpha", "t_launch")
+PRIORS = {"eta_mma": 0.7, "eta_small": 0.5, "bw_sm": 150e9, "t_soft": 6e-9, "t_iter": 50e-9, "t_mask": 40e-9,
+          "lat": 0.5e-6, "t_issue": 1e-9, "t_prog": 1.0e-6, "gamma": 0.5, "eta_bw": 0.9, "alpha": 0.2, "t_launch": 2.5e-6}
 BOUNDS = {"eta_mma": (0.05, 1.05), "eta_small": (0.05, 1.05), "eta_bw": (0.3, 1.02), "alpha": (0.0, 1.0),
           "gamma": (0.0, 1.0)}
 
@@ -97,7 +97,8 @@ steps_plain = where(causal > 0, ratio * nb * (nb - 1) / 2, nb * ceildiv(L, Bc))
 steps_diag = where(causal > 0, ratio * nb, 0)
 smem_bytes = (Br + S * 2 * Bc) * D * e + 1024
 regs_thread = minimum(255, 40 + Br * (D + Bc) / (32 * W))
-occupancy = maximum(1, minimum(floordiv(Ms_sm, smem_bytes), floordiv(warps_sm, W), floordiv(65536, regs_thread * 32 * W)))
+occupancy = maximum(1, minimum(floordiv(Ms_sm, smem_bytes), floordiv(warps_sm, W),
+                               floordiv(65536, regs_thread * 32 * W)))
 t_mma = 4 * Br * Bc * D / (flops * where(W.eq(8) & (Br < 128), eta_small, eta_mma) / n_sm)
 t_feed = 2 * Bc * D * e / bw_sm
 t_own = t_mma + t_soft * Br * Bc / (32 * W) + t_iter + where(TM.eq(0), 2 * Bc * D * e / (16 * 32 * W) * t_issue, 0)

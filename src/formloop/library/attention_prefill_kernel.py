@@ -181,7 +181,8 @@ class PrefillPlan:
         want = {"q": (q, self.Hq), "k": (k, self.Hkv), "v": (v, self.Hkv), "out": (out, self.Hq)}
         for name, (x, heads) in want.items():
             if tuple(x.shape) != (self.B, heads, self.L, self.D) or not x.is_contiguous():
-                raise InvalidInput(f"{name} tensor", tuple(x.shape), f"contiguous [{self.B}, {heads}, {self.L}, {self.D}]")
+                raise InvalidInput(f"{name} tensor", tuple(x.shape),
+                                   f"contiguous [{self.B}, {heads}, {self.L}, {self.D}]")
         self._run(self.grid, [q, k, v], out)
 
     def _run(self, grid, srcs, out, warmup: bool = False) -> None:

@@ -191,7 +191,8 @@ def check_split_walk(walk: SplitWalk = SplitWalk(), *, obligations: Sequence[str
         if ob == "split-nonempty":
             replay = lambda w: _nonempty_replay(walk, w["L"], w["T"], w["KS"])  # noqa: E731
         else:
-            replay = lambda w: replay_split_walk(w["L"], walk.loops(w["L"], w["T"], w["KS"]), focus=w["k"])  # noqa: E731
+            replay = lambda w: replay_split_walk(  # noqa: E731
+                w["L"], walk.loops(w["L"], w["T"], w["KS"]), focus=w["k"])
         want = [T == prefer[0], KS == prefer[1]] if prefer else []
         out.append(_result(ob, s, (L, k, T, KS), want, replay, CONFIRMS[kind], start, timeout_s,
                            {"scope": "every L, T, KS >= 1", "walk": walk.__dict__}))
