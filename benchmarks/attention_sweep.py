@@ -14,14 +14,15 @@ DECODE = "attention-decode"
 PREFILL = "attention-prefill"
 
 
+NAMES = {DECODE: ("Bn", "KS", "QP", "S", "W", "MG", "TM"), PREFILL: ("Br", "Bc", "S", "W", "GQ", "TM")}
+
+
 def key_of(family: str, a) -> tuple:
-    names = ("Bn", "KS", "QP", "S", "W", "MG") if family == DECODE else ("Br", "Bc", "S", "W", "GQ", "TM")
-    return tuple(int(a[k]) for k in names)
+    return tuple(int(a[k]) for k in NAMES[family])
 
 
 def as_assignment(family: str, key) -> dict:
-    names = ("Bn", "KS", "QP", "S", "W", "MG") if family == DECODE else ("Br", "Bc", "S", "W", "GQ", "TM")
-    return dict(zip(names, key))
+    return dict(zip(NAMES[family], key))
 
 
 def _feasible(f):
@@ -49,13 +50,14 @@ def sweep_set(family: str, f, *, top: int, random: int, seed: int, extra=()) -> 
     feasible = {key_of(family, a): a for a in ranked}
     if family == DECODE:
         seen_grid = set()
-        for a in ranked:  # the model's best (S, W, QP, MG) for every (Bn, KS)
-            g = (a["Bn"], a["KS"])
+        for a in ranked:  # the model's best (S, W, QP, MG) for every (Bn, KS, TM)
+            g = (a["Bn"], a["KS"], a["TM"])
             if g not in seen_grid:
                 seen_grid.add(g)
                 chosen.setdefault(key_of(family, a), a)
         for a in ranked[:5]:  # the merge alternative and the neighbours of the model's best
-            for change in ({"MG": 0}, {"S": a["S"] + 1}, {"S": a["S"] - 1}, {"W": 12 - a["W"]}, {"QP": 2}):
+            for change in ({"MG": 0}, {"S": a["S"] + 1}, {"S": a["S"] - 1}, {"W": 12 - a["W"]}, {"QP": 2},
+                           {"TM": 1 - a["TM"]}):
                 k = key_of(family, {**a, **change})
                 if k in feasible:
                     chosen.setdefault(k, feasible[k])
@@ -96,7 +98,7 @@ def _compile_one(job) -> str:
 def compile_key(job) -> tuple:
     family, a, wl = job
     if family == DECODE:
-        return (family, a["Bn"], a["QP"], a["S"], a["W"], a["MG"], a["KS"] > 1, wl.get("page", 0), wl["D"],
+        return (family, a["Bn"], a["QP"], a["S"], a["W"], a["MG"], a["TM"], a["KS"] > 1, wl.get("page", 0), wl["D"],
                 wl["Hq"] // wl["Hkv"])
     return (family, *key_of(family, a), wl["D"], wl["Hq"] // wl["Hkv"], wl.get("causal", 1))
 

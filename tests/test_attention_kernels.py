@@ -23,6 +23,9 @@ DECODE = [  # (config, (B, Hq, Hkv, D, L), page)
     (DecodeConfig(Bn=32, KS=2, QP=4, S=2, W=4, MG=0), (1, 8, 2, 32, 100), 0),
     (DecodeConfig(Bn=16, KS=4, QP=1, S=2, W=4, MG=1), (1, 4, 4, 16, 63), 16),
     (DecodeConfig(Bn=16, KS=2, QP=4, S=3, W=4, MG=1), (1, 8, 2, 32, 50), 8),
+    (DecodeConfig(Bn=16, KS=3, QP=2, S=2, W=4, MG=1, TM=1), (2, 8, 2, 32, 70), 0),
+    (DecodeConfig(Bn=32, KS=2, QP=4, S=2, W=4, MG=0, TM=1), (1, 8, 2, 32, 100), 0),
+    (DecodeConfig(Bn=16, KS=4, QP=1, S=2, W=4, MG=1, TM=1), (1, 4, 4, 16, 63), 32),
 ]
 PREFILL = [  # (config, (B, Hq, Hkv, D, L), causal)
     (PrefillConfig(Br=32, Bc=16, S=2, W=4, GQ=1, TM=0), (1, 4, 2, 32, 45), 1),
@@ -46,7 +49,8 @@ def _check(inst, seed: int):
     return case
 
 
-@pytest.mark.parametrize("cfg,shape,page", DECODE, ids=[f"{c.Bn}x{c.KS}qp{c.QP}mg{c.MG}p{p}" for c, _, p in DECODE])
+@pytest.mark.parametrize("cfg,shape,page", DECODE,
+                         ids=[f"{c.Bn}x{c.KS}qp{c.QP}mg{c.MG}tm{c.TM}p{p}" for c, _, p in DECODE])
 @pytest.mark.parametrize("kind", INPUT_KINDS)
 def test_decode_matches_reference(cfg, shape, page, kind):
     _check(TritonDecode(DecodePlan(cfg, *shape, "bf16", page), kind), seed=hash((kind, page)) % 1000)
@@ -123,6 +127,8 @@ def test_plan_refuses_configs_outside_the_contract():
         DecodePlan(DecodeConfig(Bn=16, KS=4), 1, 8, 2, 32, 40)  # 3 tiles cannot feed 4 splits
     with pytest.raises(InvalidInput, match="Bc"):
         PrefillConfig(Br=64, Bc=128)
+    with pytest.raises(InvalidInput, match="page size"):
+        DecodePlan(DecodeConfig(Bn=32, KS=1, TM=1), 1, 8, 2, 32, 40, "bf16", 16)  # a 32-key tile spans two pages
 
 
 def test_reference_is_causal_and_grouped():

@@ -32,8 +32,8 @@ def test_certificate_is_proved(name):
     assert cert.verdict.value == "proved", failed
     names = {r.obligation.split("[")[0] for r in cert.obligations}
     assert {"K1", "K3", "tile-loop", "tile-step", "normalize", "rescale-step"} <= names
-    assert ({"kv-coverage", "kv-exact-once", "merge-step", "head-packing", "paged-address"} <= names) if \
-        name == "attention-decode" else ({"causal-coverage", "causal-no-future"} <= names)
+    decode = {"kv-coverage", "kv-exact-once", "merge-step", "head-packing", "paged-address", "tile-in-page"}
+    assert (decode <= names) if name == "attention-decode" else ({"causal-coverage", "causal-no-future"} <= names)
 
 
 @pytest.mark.parametrize("L", [512, 32768])
@@ -117,7 +117,8 @@ def test_bad_options_are_named_errors():
 def test_service_solve_and_measure_label_every_number(tmp_path):
     r = service.solve("attention-decode", "1,32,8,128,8192", page=16)
     assert r["source"] == "model" and r["sol"]["source"] == "sol" and r["objective_us"] >= r["sol"]["floor_us"]
-    assert r["workload"]["page"] == 16 and set(r["design"]) == {"Bn", "KS", "QP", "S", "W", "MG"}
+    assert r["workload"]["page"] == 16 and set(r["design"]) == {"Bn", "KS", "QP", "S", "W", "MG", "TM"}
+    assert r["design"]["TM"] == 0 or 16 % r["design"]["Bn"] == 0  # C6: a TMA tile inside one page
     m = service.measure("attention-prefill", "1,32,8,128,1024")
     assert m["measurement"]["tier"] in ("model", "gpu") and m["rates"]["source"] == m["measurement"]["tier"]
     if m["measurement"]["tier"] == "model":

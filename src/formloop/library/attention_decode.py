@@ -16,9 +16,10 @@ Decisions:
   MG  merge: 1 = in the same launch (each split writes its (max, sum, accumulator) partial and counts
       itself in; the last to arrive folds the KS partials in split order and writes the output),
       0 = a second kernel folds them
+  TM  load path: 1 = the copy engine moves whole K/V tiles (TMA), 0 = pointer loads (cp.async)
 Walls: C1 shared memory max(S−1, 1)·2·Bn·D·e + (16·D + 16·Bn)·e + 2 KiB ≤ Ms; C2 registers for the
 fp32 rows of the accumulator and the scores ≤ regs·32·W; C3 QP divides G; C4 every split gets a tile; C5 one split
-merges in place (MG = 1 when KS = 1).
+merges in place (MG = 1 when KS = 1); C6 a TMA tile lies inside one page (page a multiple of Bn).
 
 Cost (µs): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp) + T_merge.
 T_mem: the KV bytes read once from DRAM at min(bw·eta_bw, active programs' pull), an SM pulling
@@ -28,7 +29,8 @@ the KV G/QP times (once per head pack).
 T_comp: waves of programs (occupancy from shared memory and warps) × (start cost with the first
 load's latency + tiles per split × step): a step is the latency a pipeline of S stages leaves
 exposed, or the work of the programs sharing the SM (the two dots at eta_mma of the tensor rate,
-the softmax elements per thread, a fixed cost, the block-table lookups of a paged cache).
+the softmax elements per thread, a fixed cost, load issue on the pointer path, the block-table
+lookups of a paged cache).
 T_merge: the partials read back from the L2 plus a fixed cost, plus a launch for MG = 0.
 The efficiency terms (CALIBRATED) start at priors and are fitted to H200 measurements by
 formloop.evaluate.calibrate (benchmarks/attention.py writes the fit)."""
@@ -53,6 +55,7 @@ QP = decision("QP", (4, 1, 2, 8, 16), doc="query heads of one GQA group packed i
 S = decision("S", (3, 4, 2, 1), doc="pipeline stages (num_stages)")
 W = decision("W", (4, 8), doc="warps per program (num_warps)")
 MG = decision("MG", (1, 0), doc="merge of the split partials: 1 = in-launch (last arriver), 0 = second kernel")
+TM = decision("TM", (1, 0), doc="load path: 1 = TMA descriptors (copy engine), 0 = pointer loads (cp.async)")
 
 B = param("B", doc="batch (sequences)")
 Hq = param("Hq", doc="query heads")
@@ -85,12 +88,14 @@ t_merge = _eff("t_merge", "fixed cost of the merge (arrival atomic, L2 round tri
 t_launch2 = _eff("t_launch2", "extra cost of the second (merge) kernel, s")
 bw_l2 = _eff("bw_l2", "bytes/s one SM reads partials back from the L2")
 t_page = _eff("t_page", "cost of the block-table lookups of one tile (paged cache), s")
+t_issue = _eff("t_issue", "cost of issuing one 16-byte load per thread (pointer path), s")
 alpha = _eff("alpha", "fraction of the shorter of T_mem, T_comp that is not hidden")
 
 CALIBRATED = ("eta_bw", "lat_m", "eta_mma", "t_elem", "t_iter", "t_start", "t_launch", "t_merge", "t_launch2",
-              "bw_l2", "t_page", "alpha")
+              "bw_l2", "t_page", "t_issue", "alpha")
 PRIORS = {"eta_bw": 0.92, "lat_m": 1.0e-6, "eta_mma": 0.3, "t_elem": 5e-9, "t_iter": 60e-9, "t_start": 0.8e-6,
-          "t_launch": 2.0e-6, "t_merge": 0.8e-6, "t_launch2": 1.5e-6, "bw_l2": 100e9, "t_page": 20e-9, "alpha": 0.3}
+          "t_launch": 2.0e-6, "t_merge": 0.8e-6, "t_launch2": 1.5e-6, "bw_l2": 100e9, "t_page": 20e-9, "t_issue": 1e-9,
+          "alpha": 0.3}
 BOUNDS = {"eta_bw": (0.3, 1.02), "eta_mma": (0.02, 1.0), "alpha": (0.0, 1.0), "lat_m": (0.1e-6, 5e-6)}
 REGS = 160  # fp32 registers per thread left for accumulator and score rows (255 minus addresses and state)
 
@@ -118,7 +123,8 @@ T_l2 = kv_bytes * floordiv(G, QP) / (minimum(active, n_sm) * bw_l2)
 T_mem = maximum(T_dram, T_l2) * US
 # One program's chain of tile steps; the programs resident on one SM share its issue slots.
 sharing = minimum(occupancy, ceildiv(programs, n_sm))
-t_work = 4 * BH * Bn * D / (flops * eta_mma / n_sm) + t_elem * BH * Bn / (32 * W) + t_iter + where(page > 0, t_page, 0)
+t_work = (4 * BH * Bn * D / (flops * eta_mma / n_sm) + t_elem * BH * Bn / (32 * W) + t_iter + where(page > 0, t_page, 0)
+          + where(TM.eq(0), tile_bytes / (16 * 32 * W) * t_issue, 0))
 t_step = where(S.eq(1), sharing * t_work + lat_m, maximum(sharing * t_work, lat_m / maximum(S - 1, 1)))
 T_comp = waves * (t_start + lat_m + per_split * t_step) * US
 part_bytes = QP * (D + 2) * 4
@@ -126,6 +132,7 @@ T_merge = where(KS > 1, t_merge + KS * part_bytes / bw_l2 + where(MG.eq(0), t_la
 T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + T_merge + t_launch * US
 
 SPLIT_NONEMPTY = (KS - 1) * per_split * Bn < L  # the precondition the split-nonempty obligation assumes
+TILE_IN_PAGE = TM.eq(0) | page.eq(0) | page.eq(Bn * floordiv(page, Bn))
 LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P <= S−2+beta for every S >= 1
 
 
@@ -155,9 +162,9 @@ def attention_decode(dtype: str = "bf16", calibration: Mapping[str, float] | Non
     return Template(
         name=NAME,
         doc=__doc__.strip().splitlines()[0],
-        decisions=(Bn, KS, QP, S, W, MG),
+        decisions=(Bn, KS, QP, S, W, MG, TM),
         params=(B, Hq, Hkv, D, L, e, page, Ms, Ms_sm, warps_sm, regs, n_sm, bw, flops, eta_bw, lat_m, eta_mma, t_elem,
-                t_iter, t_start, t_launch, t_merge, t_launch2, bw_l2, t_page, alpha),
+                t_iter, t_start, t_launch, t_merge, t_launch2, bw_l2, t_page, t_issue, alpha),
         scope=(
             Constraint("rates_positive", (bw > 0) & (flops > 0), "scope", "the chip moves bytes and computes"),
             Constraint("head_dim", D.eq(16) | D.eq(32) | D.eq(64) | D.eq(128) | D.eq(256), "scope",
@@ -171,11 +178,13 @@ def attention_decode(dtype: str = "bf16", calibration: Mapping[str, float] | Non
             Constraint("C3", G.eq(QP * floordiv(G, QP)), "layout", "QP divides the GQA group"),
             Constraint("C4", (KS - 1) * per_split < tiles, "schedule", "every split gets at least one tile"),
             Constraint("C5", (KS > 1) | MG.eq(1), "schedule", "a single split writes its output itself"),
+            Constraint("C6", TILE_IN_PAGE, "layout", "a copy-engine tile lies inside one page"),
         ),
         preconditions=(
             Constraint("split_nonempty", SPLIT_NONEMPTY, "schedule",
                        "every split's first key is < L: its running max is finite after one tile"),
             Constraint("packing", G.eq(QP * floordiv(G, QP)), "layout", "the packed heads tile the group"),
+            Constraint("tile_in_page", TILE_IN_PAGE, "layout", "a TMA tile's keys share one page"),
             Constraint("lifetime", LIFETIME, "schedule", "a slot is refilled only after its last read"),
         ),
         cost=T,

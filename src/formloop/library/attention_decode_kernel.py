@@ -7,7 +7,10 @@ SplitWalk), masked at hi. Each tile step: scores = q·Kᵀ (tensor cores, fp32),
 log2(e)/√D so exp2 is the exponential; the running max m, sum l and accumulator o follow the
 online-softmax update the proofs name SoftmaxArithmetic. S is num_stages (loads S−1 tiles ahead),
 W num_warps. A paged cache [pages, Hkv, page, D] is read through the block table:
-key k of sequence b lives at slot table[b, k // page]·page + k % page.
+key k of sequence b lives at slot table[b, k // page]·page + k % page. TM picks the load path:
+1 = the copy engine moves whole [Bn, D] tiles (TMA descriptors over the [rows, D] view of the
+cache; rows past a split's end belong to the next head or are zero-filled, and the mask excludes
+them; a paged tile must lie inside one page), 0 = pointer loads with masks (cp.async).
 
 KS = 1 normalizes and stores directly. KS > 1: every split stores its (m, l, o) partial (float32);
 with MG = 1 it then counts itself in on its program's counter (one acquire-release atomic after a
@@ -39,7 +42,8 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # widen 16-bit dot oper
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """Bn keys per tile, KS splits, QP heads per program, S stages, W warps, MG merge (1 in-launch)."""
+    """Bn keys per tile, KS splits, QP heads per program, S stages, W warps, MG merge (1 in-launch),
+    TM load path (1 copy engine, 0 pointers)."""
 
     Bn: int = 64
     KS: int = 1
@@ -47,6 +51,7 @@ class DecodeConfig:
     S: int = 3
     W: int = 4
     MG: int = 1
+    TM: int = 0
 
     @classmethod
     def from_assignment(cls, assignment: Mapping[str, Real]) -> "DecodeConfig":
@@ -61,8 +66,9 @@ class DecodeConfig:
             v = getattr(self, name)
             if v & (v - 1):
                 raise InvalidInput(name, v, "a power of two")
-        if self.MG not in (0, 1):
-            raise InvalidInput("MG", self.MG, (0, 1))
+        for name in ("MG", "TM"):
+            if getattr(self, name) not in (0, 1):
+                raise InvalidInput(name, getattr(self, name), (0, 1))
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -105,7 +111,8 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
                    L, per_split, KS, Hkv, qk_scale,
                    s_qb, s_qh, s_ob, s_oh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_tb,
                    G: tl.constexpr, QP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
-                   PAGE: tl.constexpr, SPLIT: tl.constexpr, IN_LAUNCH: tl.constexpr, WIDEN: tl.constexpr):
+                   PAGE: tl.constexpr, SPLIT: tl.constexpr, IN_LAUNCH: tl.constexpr, TM: tl.constexpr,
+                   WIDEN: tl.constexpr):
     pid = tl.program_id(0)
     j = tl.program_id(1)
     g = pid % (G // QP)
@@ -127,15 +134,24 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
     for start in range(lo, hi, BN):
         keys = start + cols
         in_split = keys < hi
-        if PAGE > 0:
-            slot = tl.load(table_ptr + b * s_tb + keys // PAGE, mask=in_split, other=0)
-            k_rows = slot.to(tl.int64) * s_kb + (keys % PAGE) * s_kn
-            v_rows = slot.to(tl.int64) * s_vb + (keys % PAGE) * s_vn
+        if TM:  # one copy-engine tile: rows of the [rows, D] view (a tile lies inside one page)
+            if PAGE > 0:
+                slot = tl.load(table_ptr + b * s_tb + start // PAGE)
+                row = ((slot * Hkv + a) * PAGE + start % PAGE).to(tl.int32)
+            else:
+                row = ((b * Hkv + a) * L + start).to(tl.int32)
+            k = k_ptr.load([row, 0])
+            v = v_ptr.load([row, 0])
         else:
-            k_rows = b * s_kb + keys * s_kn
-            v_rows = b * s_vb + keys * s_vn
-        k = tl.load(k_ptr + a * s_kh + k_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
-        v = tl.load(v_ptr + a * s_vh + v_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
+            if PAGE > 0:
+                slot = tl.load(table_ptr + b * s_tb + keys // PAGE, mask=in_split, other=0)
+                k_rows = slot.to(tl.int64) * s_kb + (keys % PAGE) * s_kn
+                v_rows = slot.to(tl.int64) * s_vb + (keys % PAGE) * s_vn
+            else:
+                k_rows = b * s_kb + keys * s_kn
+                v_rows = b * s_vb + keys * s_vn
+            k = tl.load(k_ptr + a * s_kh + k_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
+            v = tl.load(v_ptr + a * s_vh + v_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
         if WIDEN:
             k = k.to(tl.float32)
         s = tl.where(in_split[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
@@ -206,6 +222,9 @@ class DecodePlan:
             raise InvalidInput("dtype", self.dtype, sorted(TORCH_DTYPES))
         if (self.Hq // self.Hkv) % self.config.QP:
             raise InvalidInput("QP", self.config.QP, f"a divisor of the GQA group Hq/Hkv={self.Hq // self.Hkv}")
+        if self.config.TM and self.page % self.config.Bn:
+            raise InvalidInput("page size", self.page, f"a multiple of Bn={self.config.Bn} on the TMA path (TM=1): a "
+                                                       f"tile must lie inside one page", fix="use TM=0")
         ranges = kv_split(self.L, self.config.Bn, self.config.KS)
         if ranges[-1][0] >= self.L:
             raise InvalidInput("KS", self.config.KS, f"at most {self._max_splits()} splits at L={self.L}, "
@@ -246,6 +265,8 @@ class DecodePlan:
         for x in (q, k, v, out):
             if x.stride(-1) != 1:
                 raise InvalidInput("layout", x.stride(), "unit stride along the head dimension")
+        if self.config.TM and not (k.is_contiguous() and v.is_contiguous()):
+            raise InvalidInput("K/V layout", (k.stride(), v.stride()), "contiguous caches on the TMA path (TM=1)")
         if self.page:
             if table is None:
                 raise InvalidInput("block table", None, "a [B, ⌈L/page⌉] int32 tensor for a paged cache")
@@ -276,7 +297,19 @@ class DecodePlan:
         split = cfg.KS > 1
         per = -(-(-(-self.L // cfg.Bn)) // cfg.KS)
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
-                    IN_LAUNCH=bool(cfg.MG), WIDEN=INTERPRETED and not warmup, num_warps=cfg.W, num_stages=cfg.S)
+                    IN_LAUNCH=bool(cfg.MG), TM=bool(cfg.TM), WIDEN=INTERPRETED and not warmup, num_warps=cfg.W,
+                    num_stages=cfg.S)
+        if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            if warmup:
+                from triton.runtime.jit import MockTensor
+
+                mock = MockTensor(tensors[1], [16, self.D])
+                kv = [TensorDescriptor(mock, [16, self.D], [self.D, 1], [cfg.Bn, self.D])] * 2
+            else:
+                kv = [TensorDescriptor.from_tensor(x.view(-1, self.D), [cfg.Bn, self.D]) for x in tensors[1:3]]
+            tensors = (tensors[0], *kv, *tensors[3:])
         args = (*tensors, self.L, per, cfg.KS, self.Hkv, LOG2E / math.sqrt(self.D), *strides)
         out, ws = tensors[3], tensors[4]
         merge_meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), D=self.D, num_warps=4)

@@ -6,7 +6,7 @@ A program is three pieces of data, each read by a Z3 encoder and by the replay i
               formloop.verify.kv_cover), with the tile-loop lemma at every menu tile size
   arithmetic  the online-softmax update and merge formulas (SoftmaxArithmetic;
               formloop.verify.softmax_merge proves them symbolically)
-  layout      GQA head packing and the paged cache's address map
+  layout      GQA head packing, the paged cache's address map, TMA tiles inside one page
 The kernels in attention_decode_kernel / attention_prefill_kernel compute the same ranges and
 formulas; their tests check them against brute force and an fp32 reference.
 
@@ -30,7 +30,7 @@ from formloop.verify.attention_replay import SoftmaxArithmetic
 from formloop.verify.certificate import ProofPlan
 from formloop.verify.kv_cover import (
     CausalWalk, SplitWalk, check_causal_walk, check_head_packing, check_paged_address, check_split_walk,
-    check_tile_loop,
+    check_tile_in_page, check_tile_loop,
 )
 from formloop.verify.outcome import ObligationResult
 from formloop.verify.softmax_merge import SOFTMAX_OBLIGATIONS, check_softmax
@@ -97,6 +97,7 @@ def check_program(prog: AttentionProgram, *, tiles: Sequence[int] = (64,), packs
         out += check_softmax(prog.arithmetic, timeout_s=timeout_s)
         out += [check_head_packing(qp, timeout_s=timeout_s) for qp in packs]
         out.append(check_paged_address(timeout_s=timeout_s))
+        out += [check_tile_in_page(t, timeout_s=timeout_s) for t in tiles]
     else:
         out += check_causal_walk(prog.walk, prefer=PREFER_PREFILL, timeout_s=timeout_s)  # type: ignore[arg-type]
         out += check_softmax(prog.arithmetic, names=PREFILL_SOFTMAX, timeout_s=timeout_s)
@@ -122,8 +123,9 @@ def _fixed(template: Template, chip_values: Mapping[str, float]) -> dict:
 
 
 def decode_plan(template: Template, chip_values: Mapping[str, float]) -> ProofPlan:
-    """attention-decode's proof: the walk for every L, Bn, KS; the tile-loop lemma at every Bn of
-    the menu; head packing at every QP; the paged address map; the online-softmax chain."""
+    """attention-decode's proof: the walk for every L, Bn, KS; the tile-loop lemma and the TMA
+    tile-in-page rule at every Bn of the menu; head packing at every QP; the paged address map; the
+    online-softmax chain."""
     prog = decode_program()
     tiles, packs = _menu(template, "Bn"), sorted(_menu(template, "QP"))
     return ProofPlan(

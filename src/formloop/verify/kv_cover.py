@@ -17,6 +17,8 @@ the walks every T, KS, Br, Bc >= 1):
                         first tile (under the template's precondition)
   causal-coverage, causal-exact-once, causal-no-future   every (q, k) with k <= q < L visited once;
                         no pair with k > q or k >= L contributes
+  head-packing, paged-address, tile-in-page   GQA heads packed onto programs one-to-one; a paged
+                        key's slot lies in the cache; a copy-engine tile's keys share one page
 Index ranges compose by the tile-loop lemma: each split (or phase) is a tile loop. A satisfiable
 query gives a witness (at the design's tile sizes when the defect occurs there, smallest length
 first); it becomes a counterexample only when the replay interpreter (formloop.verify.attention_replay), running the
@@ -279,3 +281,21 @@ def check_paged_address(*, timeout_s: float = 10.0) -> ObligationResult:
     s.add(z3.Not(z3.And(slot >= 0, slot < pages * P, slot / P == entry, slot % P == k % P)))
     return _result("paged-address", s, (L, k, P), (), None, set(), start, timeout_s,
                    {"scope": "every P >= 1, L >= 1, cache of >= 1 pages, block table in range"})
+
+
+def check_tile_in_page(tile: int, *, aligned: bool = True, timeout_s: float = 10.0) -> ObligationResult:
+    """The copy-engine path of a paged cache moves a whole tile from one page: the tile starting at
+    key t·T is read at rows (page of t·T, offset (t·T) % P) onward. For every page size P that T
+    divides (the template's precondition; `aligned` False drops it) and every tile, each key k of
+    the tile has the page of the tile's first key and the offset (t·T) % P + (k − t·T) = k % P: the
+    slot the block table names for k (one query per tile size)."""
+    start = time.perf_counter()
+    s = _solver(timeout_s)
+    P, m, t, k = z3.Ints("P m t k")
+    s.add(m >= 1, t >= 0, k >= t * tile, k < t * tile + tile)
+    s.add(P == tile * m if aligned else P >= 1)
+    first = t * tile
+    s.add(z3.Not(z3.And(first / P == k / P, first % P + (k - first) == k % P)))
+    return _result(f"tile-in-page[T={tile}]", s, (P, k), (), None, set(), start, timeout_s,
+                   {"tile": tile, "scope": "every page size P divisible by T, every tile" if aligned else
+                    "every page size P >= 1"})
