@@ -42,9 +42,22 @@ class Bench:
         self.records: dict[tuple, dict] = {}
         self.gpu = None
         if not args.dry_run:
-            from formloop.evaluate.gpu import GpuEvaluator, TimingPolicy
+            from formloop.evaluate.gpu import GpuEvaluator, TimingPolicy, read_clocks
+            from formloop.evaluate.measurement import Provenance
 
-            self.gpu = GpuEvaluator(policy=TimingPolicy(graph_ms=1.0, budget_ms=20.0, min_reps=5, max_reps=15))
+            class Evaluator(GpuEvaluator):
+                """Reads the clocks once every few seconds, not per design (nvidia-smi costs ~0.1 s)."""
+
+                clocks, read_at = {}, 0.0
+
+                def provenance(self, timing: str = "") -> Provenance:
+                    if time.time() - self.read_at > 5.0:
+                        self.clocks, self.read_at = read_clocks(), time.time()
+                    return Provenance(tier=self.tier.value, device=self.facts["device"],
+                                      sm_count=self.facts["sm_count"], clocks_mhz=self.clocks,
+                                      versions=self.facts["versions"], timing=timing)
+
+            self.gpu = Evaluator(policy=TimingPolicy(graph_ms=1.0, budget_ms=20.0, min_reps=5, max_reps=15))
 
     def workload(self, family: str, L: int, page: int = 0) -> dict:
         from formloop.library.attention_service import attention_workload
@@ -57,15 +70,15 @@ class Bench:
         if rk in self.records:
             return self.records[rk]
         wl = self.workload(family, L, page)
-        if self.gpu is None:  # dry run: the model with a fixed perturbation plays the GPU
+        if self.gpu is None:  # dry run: the prior model, perturbed by `truth` and a fixed noise, plays the GPU
             from formloop.evaluate.calibrate import Point, predict
+            from formloop.library import get_template
 
-            t = float(predict(template, self.chip, [Point(a, wl, 0.0)], truth)[0])
+            t = float(predict(get_template(family), self.chip, [Point(a, wl, 0.0)], truth)[0])
             noise = math.exp(0.05 * math.sin(zlib.crc32(repr(rk).encode()) % 1000))  # the same in every run
             m = {"latency_us": t * noise, "ok": True, "tier": "dry-run model"}
         else:
             m = self.gpu.evaluate(template, a, wl, self.chip).as_dict()
-            m.pop("provenance", None)
         m.update(config=dict(a), family=family, L=L, page=page, workload=wl)
         self.records[rk] = m
         return m
