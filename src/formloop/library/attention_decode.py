@@ -114,9 +114,12 @@ active = maximum(1, minimum(programs, n_sm * occupancy))  # >= 1: finite on desi
 waves = ceildiv(programs, n_sm * occupancy)
 kv_bytes = 2 * B * Hkv * L * D * e
 io_bytes = 2 * B * Hq * D * e
+# Triton 3.6 does not multi-buffer loads whose address depends on a block-table load in the same
+# step (compile reports: one stage of K/V for a paged cache), so a paged cache runs unpipelined.
+pipelined = (S > 1) & page.eq(0)
 # Little's law: an SM's loads in flight (the S−1 prefetched tiles; half a tile on average without a
 # pipeline) per DRAM latency bound what few programs can pull.
-pull = where(S.eq(1), 0.5, S - 1) * tile_bytes / lat_m
+pull = where(pipelined, S - 1, 0.5) * tile_bytes / lat_m
 T_dram = (kv_bytes + io_bytes) / minimum(bw * eta_bw, active * pull)
 # Every program streams its tiles from the L2 into the SM: G/QP programs per key/value head.
 T_l2 = kv_bytes * floordiv(G, QP) / (minimum(active, n_sm) * bw_l2)
@@ -125,7 +128,7 @@ T_mem = maximum(T_dram, T_l2) * US
 sharing = minimum(occupancy, ceildiv(programs, n_sm))
 t_work = (4 * BH * Bn * D / (flops * eta_mma / n_sm) + t_elem * BH * Bn / (32 * W) + t_iter + where(page > 0, t_page, 0)
           + where(TM.eq(0), tile_bytes / (16 * 32 * W) * t_issue, 0))
-t_step = where(S.eq(1), sharing * t_work + lat_m, maximum(sharing * t_work, lat_m / maximum(S - 1, 1)))
+t_step = where(pipelined, maximum(sharing * t_work, lat_m / maximum(S - 1, 1)), sharing * t_work + lat_m)
 T_comp = waves * (t_start + lat_m + per_split * t_step) * US
 part_bytes = QP * (D + 2) * 4
 T_merge = where(KS > 1, t_merge + KS * part_bytes / bw_l2 + where(MG.eq(0), t_launch2, 0), 0) * US

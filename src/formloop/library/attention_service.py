@@ -13,7 +13,7 @@ from typing import Any
 from formloop.errors import InvalidInput
 from formloop.hw.chips import get_chip
 from formloop.library import attention_decode, attention_prefill, get_template
-from formloop.library.attention_workload import parse_shape, workload
+from formloop.library.attention_workload import DTYPE_BYTES, parse_shape, workload
 from formloop.sol import sol_report
 
 TEMPLATES = (attention_decode.NAME, attention_prefill.NAME)
@@ -129,7 +129,7 @@ def rates(name: str, shape: Mapping[str, int], latency_us: float, chip, dtype: s
     """What `latency_us` implies: KV bytes per second (decode) or tensor FLOP/s (prefill), and the
     fraction of the chip's copy bandwidth or tensor peak."""
     s = dict(shape)
-    e = 2
+    e = DTYPE_BYTES[dtype]
     seconds = latency_us * 1e-6
     if name == attention_decode.NAME:
         kv = 2 * s["B"] * s["Hkv"] * s["L"] * s["D"] * e
