@@ -150,7 +150,9 @@ def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=N
         jobs = [(family, a, bench.workload(family, L)) for L, al in plans.items() for a in al]
         if family == DECODE:
             jobs.append((family, plans[lengths[-1]][0], bench.workload(family, *PAGED)))
-        result.setdefault("precompile", {})[family] = precompile(jobs, args.workers, time.time() + args.compile_s)
+        pc = result.setdefault("precompile", {})[family] = precompile(jobs, args.workers, time.time() + args.compile_s)
+        print(f"{family}: precompiled {pc['kernels']} kernels in {pc['seconds']:.0f} s, {pc['error_count']} errors "
+              f"{pc['errors'][:2]}", flush=True)
     for n, L in enumerate(lengths):
         stop = time.time() + (deadline - time.time()) * 0.7 / (len(lengths) - n)
         for a in plans[L]:
@@ -243,13 +245,18 @@ def main(argv=None) -> int:
     for n, family in enumerate(families):
         deadline = t_start + args.budget_s * (n + 1) / len(families)
         run_family(bench, family, result, deadline, truth.get(family))
+        save(result, bench, t_start, os.path.join(args.out, "attention_partial.json"))  # survives a killed run
     summarize(bench, result, args.dry_run)
-    result["records"] = list(bench.records.values())
-    result["seconds"] = time.time() - t_start
-    with open(os.path.join(args.out, "attention.json"), "w") as fh:
-        json.dump(result, fh, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    save(result, bench, t_start, os.path.join(args.out, "attention.json"))
     print_table(result)
     return 0
+
+
+def save(result: dict, bench: Bench, t_start: float, path: str) -> None:
+    result["records"] = list(bench.records.values())
+    result["seconds"] = time.time() - t_start
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))
 
 
 if __name__ == "__main__":
