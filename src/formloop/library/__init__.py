@@ -8,7 +8,8 @@ from formloop.errors import UnknownName
 from formloop.template import Template
 
 _REGISTRY: dict[str, Callable[..., Template]] = {}
-_MODULES = ("formloop.library.gemm_tiling", "formloop.library.gemm_tiling_gpu", "formloop.library.gemm_epilogue")
+_MODULES = ("formloop.library.gemm_tiling", "formloop.library.gemm_tiling_gpu", "formloop.library.gemm_epilogue",
+            "formloop.library.attention_decode", "formloop.library.attention_prefill")
 
 
 def register_template(name: str):

@@ -1,0 +1,263 @@
+"""Attention on the H200: the decode and causal-prefill families' MILP picks (prior, calibrated, and
+calibrated on other lengths only), the family's measured best over a broad sweep, and torch SDPA on
+the cuDNN and flash backends, in one process.
+
+    PYTHONPATH=src python3 benchmarks/attention.py --out $OUT          # on the GPU machine
+    PYTHONPATH=src python3 benchmarks/attention.py --dry-run --out DIR # anywhere: interpreter + model
+    PYTHONPATH=src python3 benchmarks/attention.py --calibrate DIR/attention.json --out DIR2   # refit offline
+
+Batch 1, Hq 32, Hkv 8, d 128, bf16; decode L = 512…32768 (also one paged-cache point), causal
+prefill L = 512…8192. Every timed instance first passes the correctness check (fresh random
+inputs, NaN-poisoned output, fp64/fp32 reference); the picks and the best also pass all four input
+kinds, eager and from a CUDA graph. Times are medians of CUDA-graph replays that rotate over
+operand sets exceeding the L2 (and eager, for picks and baselines). attention.json holds every
+record; calibration_<family>.json feed `formloop solve|measure … --calibration` and --calibrate."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import zlib
+
+sys.path.insert(0, os.path.dirname(__file__))
+from attention_report import print_table, summarize  # noqa: E402
+from attention_sweep import DECODE, PREFILL, key_of, precompile, sweep_set, top_designs  # noqa: E402
+
+SHAPE = (1, 32, 8, 128)
+LENGTHS = {DECODE: (512, 2048, 8192, 16384, 32768), PREFILL: (512, 1024, 2048, 4096, 8192)}
+CAL_LENGTHS = {DECODE: (512, 8192, 32768), PREFILL: (512, 2048, 8192)}  # the held-out fit sees only these
+PAGED = (8192, 16)  # (L, page) of the paged-cache point
+NEAR_BEST = 1.5
+DRY_SHAPE, DRY_LENGTHS = (1, 8, 2, 32), {DECODE: (40, 70, 130), PREFILL: (40, 64, 96)}
+
+
+class Bench:
+    """Measures designs (gpu tier, or a perturbed model in a dry run) and keeps every record."""
+
+    def __init__(self, args, chip):
+        self.args, self.chip = args, chip
+        self.records: dict[tuple, dict] = {}
+        self.gpu = None
+        if not args.dry_run:
+            from formloop.evaluate.gpu import GpuEvaluator, TimingPolicy, read_clocks
+            from formloop.evaluate.measurement import Provenance
+
+            class Evaluator(GpuEvaluator):
+                """Reads the clocks once every few seconds, not per design (nvidia-smi costs ~0.1 s)."""
+
+                clocks, read_at = {}, 0.0
+
+                def provenance(self, timing: str = "") -> Provenance:
+                    if time.time() - self.read_at > 5.0:
+                        self.clocks, self.read_at = read_clocks(), time.time()
+                    return Provenance(tier=self.tier.value, device=self.facts["device"],
+                                      sm_count=self.facts["sm_count"], clocks_mhz=self.clocks,
+                                      versions=self.facts["versions"], timing=timing)
+
+            self.gpu = Evaluator(policy=TimingPolicy(graph_ms=1.0, budget_ms=20.0, min_reps=5, max_reps=15))
+
+    def workload(self, family: str, L: int, page: int = 0) -> dict:
+        from formloop.library.attention_service import attention_workload
+
+        shape = (*(DRY_SHAPE if self.args.dry_run else SHAPE), L)
+        return attention_workload(family, shape, page=page, causal=1)
+
+    def measure(self, family: str, template, a, L: int, page: int = 0, truth=None) -> dict:
+        rk = (family, L, page, key_of(family, a))
+        if rk in self.records:
+            return self.records[rk]
+        wl = self.workload(family, L, page)
+        if self.gpu is None:  # dry run: the prior model, perturbed by `truth` and a fixed noise, plays the GPU
+            from formloop.evaluate.calibrate import Point, predict
+            from formloop.library import get_template
+
+            t = float(predict(get_template(family), self.chip, [Point(a, wl, 0.0)], truth)[0])
+            noise = math.exp(0.05 * math.sin(zlib.crc32(repr(rk).encode()) % 1000))  # the same in every run
+            m = {"latency_us": t * noise, "ok": True, "tier": "dry-run model"}
+        else:
+            m = self.gpu.evaluate(template, a, wl, self.chip).as_dict()
+        m.update(config=dict(a), family=family, L=L, page=page, workload=wl)
+        self.records[rk] = m
+        return m
+
+    def mine(self, family: str, L: int, page: int = 0) -> list[dict]:
+        return [r for (f, l_, p, _), r in self.records.items() if (f, l_, p) == (family, L, page)]
+
+    def best(self, family: str, L: int, page: int = 0) -> dict | None:
+        good = [r for r in self.mine(family, L, page) if r.get("ok")]
+        return min(good, key=lambda r: r["latency_us"]) if good else None
+
+
+def points(bench: Bench, family: str, lengths=None) -> list:
+    from formloop.evaluate.calibrate import Point
+
+    return [Point(r["config"], bench.workload(family, r["L"]), r["latency_us"]) for (f, L, p, _), r in
+            bench.records.items() if f == family and p == 0 and r.get("ok") and (lengths is None or L in lengths)]
+
+
+def fit_family(bench: Bench, family: str, template, lengths=None, *, start=None, quick: bool = False):
+    """Fit the family's efficiency terms to its measured points (at `lengths` only, if given),
+    starting from the priors or from an earlier fit `start`."""
+    from formloop.evaluate.calibrate import Calibration, fit
+
+    pts = points(bench, family, lengths)
+    if len(pts) <= len(template.descriptor["calibrated"]) + 1:
+        return None
+    origin = calibrated(family, start) if start is not None else template
+    cal = fit(origin, bench.chip, pts, chip_label="h200", near_best=NEAR_BEST, iterations=25 if quick else 40,
+              starts=2 if quick or start is not None else 4)
+    if start is None:
+        return cal
+    # reported against the template's own priors (the refit started from the earlier fit)
+    return Calibration(**{**cal.__dict__, "priors": start.priors, "template_hash": start.template_hash,
+                          "rms_log_error_before": start.rms_log_error_before})
+
+
+def calibrated(family: str, cal):
+    from formloop.library import get_template
+
+    if cal is None:
+        return get_template(family)
+    return get_template(family, calibration=cal.values, calibration_id=cal.key)
+
+
+def pick(bench: Bench, family: str, template, L: int, page: int = 0, truth=None) -> dict:
+    from formloop.solve import solve_milp
+
+    sol = solve_milp(template.formulate(bench.workload(family, L, page), bench.chip))
+    m = bench.measure(family, template, sol.assignment, L, page, truth)
+    return {"config": dict(sol.assignment), "model_us": sol.objective, "measured_us": m["latency_us"],
+            "ok": bool(m.get("ok")), "solve_s": sol.seconds}
+
+
+def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=None) -> None:
+    from formloop.library import get_template
+
+    args = bench.args
+    prior = get_template(family)
+    lengths = DRY_LENGTHS[family] if args.dry_run else LENGTHS[family]
+    if args.lengths:
+        lengths = tuple(int(x) for x in args.lengths.split(","))
+    plans = {}
+    for L in lengths:
+        f = prior.formulate(bench.workload(family, L), bench.chip)
+        top, rnd = (args.top, args.random) if family == DECODE else (args.top // 2, args.random // 2)
+        plans[L] = sweep_set(family, f, top=top, random=rnd, seed=L)
+    if bench.gpu is not None:
+        jobs = [(family, a, bench.workload(family, L)) for L, al in plans.items() for a in al]
+        if family == DECODE:
+            jobs.append((family, plans[lengths[-1]][0], bench.workload(family, *PAGED)))
+        pc = result.setdefault("precompile", {})[family] = precompile(jobs, args.workers, time.time() + args.compile_s)
+        print(f"{family}: precompiled {pc['kernels']} kernels in {pc['seconds']:.0f} s, {pc['error_count']} errors "
+              f"{pc['errors'][:2]}", flush=True)
+    for n, L in enumerate(lengths):
+        stop = time.time() + (deadline - time.time()) * 0.7 / (len(lengths) - n)
+        for a in plans[L]:
+            if time.time() > stop:
+                break
+            bench.measure(family, prior, a, L, truth=truth)
+        mine = bench.mine(family, L)
+        print(f"{family} L={L}: {len(mine)} designs, {sum(bool(r.get('ok')) for r in mine)} passed", flush=True)
+    cal = fit_family(bench, family, prior)
+    for _ in range(args.refine if cal else 0):  # measure what the fit now rates best, then refit
+        t_cal = calibrated(family, cal)
+        for L in lengths:
+            for a in top_designs(t_cal.formulate(bench.workload(family, L), bench.chip), args.refine_top):
+                if time.time() < deadline:
+                    bench.measure(family, prior, a, L, truth=truth)
+        cal = fit_family(bench, family, prior, start=cal)
+    cal_lengths = CAL_LENGTHS[family] if not args.dry_run else lengths[::2]
+    held = fit_family(bench, family, prior, cal_lengths, quick=True)  # from the priors: it never sees held-out L
+    entry = {"lengths": list(lengths), "cal_lengths": list(cal_lengths), "calibration": cal.__dict__ if cal else None,
+             "held_out_calibration": held.__dict__ if held else None, "per_length": {}}
+    if cal is not None:
+        cal.save(os.path.join(args.out, f"calibration_{family.removeprefix('attention-')}.json"))
+    for L in lengths:
+        row = {"prior": pick(bench, family, prior, L, truth=truth)}
+        if cal is not None:
+            row["calibrated"] = pick(bench, family, calibrated(family, cal), L, truth=truth)
+        if held is not None:
+            row["held_out"] = pick(bench, family, calibrated(family, held), L, truth=truth)
+            row["held_out"]["fitted_on"] = list(cal_lengths)
+        row["best"] = bench.best(family, L)
+        mine = bench.mine(family, L)
+        row["measured"], row["passed"] = len(mine), sum(bool(r.get("ok")) for r in mine)
+        entry["per_length"][L] = row
+    if family == DECODE and not args.dry_run and cal is not None:
+        L, page = PAGED
+        entry["paged"] = {"L": L, "page": page, **pick(bench, family, calibrated(family, cal), L, page)}
+    result["families"][family] = entry
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--top", type=int, default=30, help="prior-model picks measured per length (prefill: half)")
+    p.add_argument("--random", type=int, default=30, help="uniform menu sample per length (prefill: half)")
+    p.add_argument("--refine", type=int, default=1, help="rounds of: fit, measure the fit's top designs, refit")
+    p.add_argument("--refine-top", type=int, default=6)
+    p.add_argument("--budget-s", type=float, default=380.0, help="stop sweeping after this many seconds")
+    p.add_argument("--compile-s", type=float, default=100.0, help="pre-compilation deadline per family")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    p.add_argument("--families", default=f"{DECODE},{PREFILL}")
+    p.add_argument("--lengths", help="comma-separated lengths instead of the defaults (smoke runs)")
+    p.add_argument("--dry-run", action="store_true", help="no GPU: interpreter checks at tiny sizes; a perturbed "
+                                                           "model stands in for the timings")
+    p.add_argument("--calibrate", help="refit from an earlier attention.json (no GPU) and report the picks")
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    if args.calibrate:
+        from attention_report import refit
+
+        return refit(args.calibrate, args.out)
+    import torch
+
+    if not torch.cuda.is_available() and not args.dry_run:
+        print("no CUDA device: run with --dry-run (interpreter and model) or on the GPU machine", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"
+    from formloop.hw.chips import get_chip
+
+    t_start = time.time()
+    result: dict = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                    "shape": "B,Hq,Hkv,D = " + ",".join(map(str, DRY_SHAPE if args.dry_run else SHAPE)),
+                    "families": {}}
+    if args.dry_run:
+        ceilings = {"mem_bandwidth": 4.28e12, "flops_bf16": 780e12}
+        result["device"] = {"device": "dry run (no GPU)"}
+    else:
+        from ceilings import measure as measure_ceilings
+
+        from formloop.evaluate.gpu import device_facts, read_clocks
+
+        ceilings = measure_ceilings()
+        result["device"] = {**device_facts(), "clocks_mhz": read_clocks()}
+    result["ceilings"] = ceilings
+    chip = get_chip("h200").with_measured(mem_bandwidth=ceilings["mem_bandwidth"], flops_bf16=ceilings["flops_bf16"])
+    bench = Bench(args, chip)
+    families = [f for f in args.families.split(",") if f]
+    truth = {DECODE: {"eta_bw": 0.8, "lat_m": 1.5e-6, "t_launch": 3e-6},
+             PREFILL: {"eta_mma": 0.55, "t_soft": 9e-9}} if args.dry_run else {}
+    for n, family in enumerate(families):
+        deadline = t_start + args.budget_s * (n + 1) / len(families)
+        run_family(bench, family, result, deadline, truth.get(family))
+        save(result, bench, t_start, os.path.join(args.out, "attention_partial.json"))  # survives a killed run
+    summarize(bench, result, args.dry_run)
+    save(result, bench, t_start, os.path.join(args.out, "attention.json"))
+    print_table(result)
+    return 0
+
+
+def save(result: dict, bench: Bench, t_start: float, path: str) -> None:
+    result["records"] = list(bench.records.values())
+    result["seconds"] = time.time() - t_start
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Plain functions behind `formloop solve|prove|measure attention-decode|attention-prefill
+--shape B,Hq,Hkv,D,L` (the CLI and the MCP server call these; they print nothing).
+
+Every number in a report says its unit in its key (_us, _bytes, _tb_s, _fraction) and its source
+in `source` (model: the template's cost; solver: HiGHS; sol: the speed-of-light formula; gpu or
+model: the evaluator's tier)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from formloop.errors import InvalidInput
+from formloop.hw.chips import get_chip
+from formloop.library import attention_decode, attention_prefill, get_template
+from formloop.library.attention_workload import DTYPE_BYTES, parse_shape, workload
+from formloop.sol import sol_report
+
+TEMPLATES = (attention_decode.NAME, attention_prefill.NAME)
+MODULES = {attention_decode.NAME: attention_decode, attention_prefill.NAME: attention_prefill}
+SOL_OPS = {attention_decode.NAME: "attention_decode", attention_prefill.NAME: "attention_prefill"}
+
+
+def is_attention(name: str) -> bool:
+    return name in TEMPLATES
+
+
+def _check_name(name: str) -> None:
+    if name not in TEMPLATES:
+        raise InvalidInput("attention template", name, TEMPLATES)
+
+
+def load_calibration(path: str | Path | None) -> tuple[dict[str, float] | None, str]:
+    """(values, id) of a calibration JSON written by benchmarks/attention.py, or (None, 'priors')."""
+    if path is None:
+        return None, "priors"
+    from formloop.evaluate.calibrate import Calibration
+
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInput("calibration", str(path), "a calibration JSON written by benchmarks/attention.py")
+    cal = Calibration.load(p)
+    return dict(cal.values), cal.key
+
+
+def template(name: str, dtype: str = "bf16", calibration: str | Path | Mapping[str, float] | None = None):
+    """The attention template `name`, its efficiency terms from `calibration` (a path or a mapping)."""
+    _check_name(name)
+    if isinstance(calibration, Mapping):
+        return get_template(name, dtype=dtype, calibration=dict(calibration), calibration_id="given")
+    values, key = load_calibration(calibration)
+    return get_template(name, dtype=dtype, calibration=values, calibration_id=key)
+
+
+def attention_workload(name: str, shape, dtype: str = "bf16", *, page: int = 0, causal: int = 1) -> dict[str, int]:
+    _check_name(name)
+    if name == attention_prefill.NAME:
+        if page:
+            raise InvalidInput("page size", page, "0 (prefill reads a contiguous cache)")
+        return workload(shape, dtype, causal=causal)
+    return workload(shape, dtype, page=page)
+
+
+def sol(name: str, shape, dtype: str = "bf16", chip: str = "h200", *, causal: int = 1) -> dict[str, Any]:
+    """The speed-of-light floor (causal pairs counted for prefill), unit us, source sol."""
+    s = parse_shape(shape)
+    if name == attention_prefill.NAME:
+        fields = {"B": s["B"], "H": s["Hq"], "Hkv": s["Hkv"], "S": s["L"], "D": s["D"], "causal": causal}
+    else:
+        fields = {"B": s["B"], "H": s["Hq"], "Hkv": s["Hkv"], "L": s["L"], "D": s["D"]}
+    r = sol_report(SOL_OPS[name], fields, dtype, chip)
+    return {"floor_us": r.time_floor_s * 1e6, "compute_us": r.t_compute_s * 1e6, "memory_us": r.t_memory_s * 1e6,
+            "flops": r.flops, "bytes": r.bytes, "bound": r.bound, "source": "sol"}
+
+
+def solve(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp", page: int = 0,
+          causal: int = 1, calibration=None) -> dict[str, Any]:
+    """Solve the template for one workload: the chosen design, its modeled time and the SOL floor."""
+    from formloop.solve import SOLVERS, enumerate_designs
+
+    if solver not in SOLVERS:
+        raise InvalidInput("solver", solver, sorted(SOLVERS))
+    t = template(name, dtype, calibration)
+    wl = attention_workload(name, shape, dtype, page=page, causal=causal)
+    f = t.formulate(wl, get_chip(chip))
+    s = SOLVERS[solver](f)
+    ties = s.ties if s.ties is not None else enumerate_designs(f).ties
+    floor = sol(name, shape, dtype, chip, causal=causal)
+    return {"template": name, "template_hash": t.content_hash, "chip": chip, "dtype": dtype,
+            "shape": parse_shape(shape), "workload": wl, "calibration": t.options["calibration"],
+            "solver": s.solver, "status": s.status.value, "design": dict(s.assignment),
+            "objective_us": s.objective, "bound_us": s.bound, "gap": s.gap, "ties": len(ties),
+            "terms": {k: float(v) for k, v in s.terms.items()}, "bound_class": MODULES[name].bound_class(s.terms),
+            "solve_seconds": s.seconds, "model": s.model.as_dict(), "sol": floor, "source": "model"}
+
+
+def prove(name: str, *, dtype: str = "bf16", timeout_s: float = 10.0, calibration=None):
+    """The template's certificate: K1, K3, the walks, the softmax chain, packing and paging."""
+    from formloop.verify import prove_template
+
+    if timeout_s <= 0:
+        raise InvalidInput("timeout", timeout_s, "a positive number of seconds")
+    return prove_template(template(name, dtype, calibration), timeout_s=timeout_s)
+
+
+def measure(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp", page: int = 0,
+            causal: int = 1, calibration=None) -> dict[str, Any]:
+    """Solve, then measure the pick: gpu tier on a CUDA device (checked against the reference
+    first), else the model tier, labelled as such. Adds the KV bandwidth (decode) or the tensor
+    rate (prefill) the measured time implies, and the fraction of the chip's copy ceiling."""
+    from formloop.evaluate import ModelEvaluator, best_available, gpu_available
+
+    report = solve(name, shape, chip=chip, dtype=dtype, solver=solver, page=page, causal=causal,
+                   calibration=calibration)
+    t = template(name, dtype, calibration)
+    chip_spec = get_chip(chip)
+    evaluator = best_available() if gpu_available() else ModelEvaluator()
+    m = evaluator.evaluate(t, report["design"], report["workload"], chip_spec)
+    report["measurement"] = m.as_dict()
+    report["fallback"] = "" if m.tier == "gpu" else "no CUDA device here: the model tier (the template's cost)"
+    if m.ok:
+        report["rates"] = rates(name, report["shape"], m.latency_us, chip_spec, dtype, causal=causal,
+                                source=m.tier)
+    return report
+
+
+def rates(name: str, shape: Mapping[str, int], latency_us: float, chip, dtype: str = "bf16", *, causal: int = 1,
+          source: str = "gpu") -> dict[str, Any]:
+    """What `latency_us` implies: KV bytes per second (decode) or tensor FLOP/s (prefill), and the
+    fraction of the chip's copy bandwidth or tensor peak."""
+    s = dict(shape)
+    e = DTYPE_BYTES[dtype]
+    seconds = latency_us * 1e-6
+    if name == attention_decode.NAME:
+        kv = 2 * s["B"] * s["Hkv"] * s["L"] * s["D"] * e
+        return {"kv_bytes": kv, "kv_tb_s": kv / seconds / 1e12, "copy_fraction": kv / seconds / chip.bandwidth,
+                "source": source}
+    floor = sol(name, s, dtype, chip.name, causal=causal)
+    return {"flops": floor["flops"], "tflop_s": floor["flops"] / seconds / 1e12,
+            "peak_fraction": floor["flops"] / seconds / chip.peak(dtype), "source": source}

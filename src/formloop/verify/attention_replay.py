@@ -1,0 +1,196 @@
+"""The replay interpreter of the attention templates: executes their walks over KV positions and
+their online-softmax arithmetic on concrete numbers.
+
+It is the independent half of the attention proofs and shares no code with the encoders
+(kv_cover.py, softmax_merge.py): it runs the loops a kernel runs (splits, tiles, lanes, masks) at
+one concrete length and counts how often each (query, key) pair is visited, and it runs the
+kernel's update and merge formulas in float64 with the real exp on a concrete row and compares the
+result with softmax attention computed directly."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+# --- the online-softmax arithmetic ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SoftmaxArithmetic:
+    """The update and merge formulas a kernel uses, as data (a fault flips one flag).
+
+    rescale_acc / rescale_sum: the tile step multiplies the output accumulator / the running sum by
+    exp(m_old − m_new); stale_merge_max: the merge weighs split j by exp(m_j − M_old), the running
+    max before split j was folded in, while the running sums are rescaled to the new max."""
+
+    rescale_acc: bool = True
+    rescale_sum: bool = True
+    stale_merge_max: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SoftmaxReplay:
+    output: float
+    reference: float
+    rel_error: float
+    finite: bool
+    text: str
+    trace: tuple = ()
+
+
+def _exp_or_zero(x: float) -> float:
+    return 0.0 if x == -math.inf else math.exp(x)
+
+
+def replay_softmax(arith: SoftmaxArithmetic, splits: Sequence[Sequence[Sequence[float]]],
+                   values: Sequence[float]) -> SoftmaxReplay:
+    """Run the kernel's arithmetic on a row given as splits → tiles → scores (values in the same
+    order) and compare the output with Σ exp(s)·v / Σ exp(s)."""
+    flat = [s for split in splits for tile in split for s in tile]
+    if len(flat) != len(values) or not flat:
+        raise ValueError("one value per score, and at least one score")
+    trace, states, n = [], [], 0
+    for j, split in enumerate(splits):
+        m, l, o = -math.inf, 0.0, 0.0
+        for t, tile in enumerate(split):
+            m_new = max(m, max(tile))
+            alpha = _exp_or_zero(m - m_new)  # exp2(-inf) = 0 on the first tile
+            p = [math.exp(s - m_new) for s in tile]
+            pv = sum(pi * values[n + i] for i, pi in enumerate(p))
+            n += len(tile)
+            l = (alpha * l if arith.rescale_sum else l) + sum(p)
+            o = (alpha * o if arith.rescale_acc else o) + pv
+            m = m_new
+            trace.append(("tile", j, t, list(tile), m, l, o))
+        states.append((m, l, o))
+    M, L_, O = states[0]
+    for j, (mj, lj, oj) in enumerate(states[1:], start=1):
+        M_new = max(M, mj)
+        w_run = math.exp(M - M_new)
+        w_split = math.exp(mj - (M if arith.stale_merge_max else M_new))
+        L_, O = w_run * L_ + w_split * lj, w_run * O + w_split * oj
+        M = M_new
+        trace.append(("merge", j, M, L_, O))
+    out = O / L_ if L_ else math.nan
+    top = max(flat)
+    weights = [math.exp(s - top) for s in flat]
+    ref = math.fsum(w * v for w, v in zip(weights, values)) / math.fsum(weights)
+    finite = math.isfinite(out)
+    rel = abs(out - ref) / max(abs(ref), 1e-300) if finite else math.inf
+    shape = " | ".join(" ".join(str(list(t)) for t in split) for split in splits)
+    verdict = "matches" if finite and rel <= 1e-9 else "differs from"
+    text = (f"row with scores {shape} (splits | tiles) and values {list(values)}: the kernel's arithmetic gives "
+            f"{out:.12g}, which {verdict} softmax attention {ref:.12g} (relative error {rel:.3g})")
+    return SoftmaxReplay(out, ref, rel, finite, text, tuple(trace))
+
+
+# --- walks over key positions ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One tile loop as a kernel runs it: starts lo, lo+tile, … while < hi; lane c of a start touches
+    position start + c when it is below `cut` (None: no mask)."""
+
+    lo: int
+    hi: int
+    tile: int
+    cut: int | None = None
+
+    def positions(self) -> list[int]:
+        out = []
+        for start in range(self.lo, self.hi, self.tile):
+            out += [start + c for c in range(self.tile) if self.cut is None or start + c < self.cut]
+        return out
+
+
+@dataclass(frozen=True)
+class WalkReplay:
+    """What a walk did: defect kinds (missing, duplicate, outside, future) and the account."""
+
+    kinds: frozenset
+    text: str
+    visits: int = 0
+
+
+def replay_split_walk(length: int, loops: Sequence[Loop], *, focus: int | None = None) -> WalkReplay:
+    """One query row of decode: every split's loop over the key positions [0, length)."""
+    counts: Counter = Counter()
+    origin: dict[int, list[int]] = {}
+    for j, loop in enumerate(loops):
+        for k in loop.positions():
+            counts[k] += 1
+            origin.setdefault(k, []).append(j)
+    missing = [k for k in range(length) if counts[k] == 0]
+    dup = [k for k in range(length) if counts[k] > 1]
+    outside = sorted(k for k in counts if not 0 <= k < length)
+    lines = []
+    pick = lambda xs: focus if focus in xs else xs[0]  # noqa: E731
+    if missing:
+        k = pick(missing)
+        lines.append(("missing", f"key {k} of {length} is read by no split ({len(missing)} keys are dropped from the "
+                                 f"softmax)"))
+    if dup:
+        k = pick(dup)
+        lines.append(("duplicate", f"key {k} is read by splits {origin[k]} ({len(dup)} keys count more than once "
+                                   f"in the softmax)"))
+    if outside:
+        k = pick(outside)
+        lines.append(("outside", f"split {origin[k][0]} reads key {k}, beyond the {length} keys of the cache"))
+    return _walk(lines, f"every key of {length} is read by exactly one split", sum(counts.values()))
+
+
+def replay_causal_walk(length: int, block_rows: int, blocks: Sequence[tuple[int, Sequence[Loop], Sequence[Loop]]],
+                       *, focus: tuple[int, int] | None = None) -> WalkReplay:
+    """Causal prefill over `length` tokens. Each block is (first row, loops whose mask does not depend
+    on the row, loops masked per row): in the latter Loop.cut is the causal offset, lane position k
+    counts for row q when k < min(q + 1 + offset, length) (offset 0: key k <= query q)."""
+    counts: Counter = Counter()
+    stored_outside = []
+    for r0, shared, per_row in blocks:
+        for q in range(r0, r0 + block_rows):
+            if q >= length:  # the store of rows past the end is masked
+                continue
+            for loop in shared:
+                for k in loop.positions():
+                    counts[(q, k)] += 1
+            for loop in per_row:
+                row_loop = Loop(loop.lo, loop.hi, loop.tile, min(q + 1 + (loop.cut or 0), length))
+                for k in row_loop.positions():
+                    counts[(q, k)] += 1
+        if r0 >= length:
+            stored_outside.append(r0)
+    want = {(q, k) for q in range(length) for k in range(q + 1)}
+    missing = sorted(p for p in want if counts[p] == 0)
+    dup = sorted(p for p in want if counts[p] > 1)
+    future = sorted(p for p in counts if p not in want and 0 <= p[1] < length)
+    outside = sorted(p for p in counts if not 0 <= p[1] < length)
+    pick = lambda xs: focus if focus in xs else xs[0]  # noqa: E731
+    lines = []
+    if missing:
+        q, k = pick(missing)
+        lines.append(("missing", f"query {q} never sees key {k} <= {q} ({len(missing)} causal pairs dropped)"))
+    if dup:
+        q, k = pick(dup)
+        lines.append(("duplicate", f"query {q} sees key {k} {counts[(q, k)]} times ({len(dup)} pairs counted "
+                                   f"more than once)"))
+    if future:
+        q, k = pick(future)
+        lines.append(("future", f"query {q} sees key {k} > {q}: a future token contributes ({len(future)} pairs)"))
+    if outside:
+        q, k = pick(outside)
+        lines.append(("outside", f"query {q} reads key {k}, beyond the {length} tokens"))
+    if stored_outside:
+        lines.append(("outside", f"a block starting at row {stored_outside[0]} lies past the {length} rows"))
+    return _walk(lines, f"every query of {length} sees each key <= itself exactly once and no later key",
+                 sum(counts.values()))
+
+
+def _walk(lines, ok_text: str, visits: int) -> WalkReplay:
+    if not lines:
+        return WalkReplay(frozenset(), ok_text, visits)
+    return WalkReplay(frozenset(k for k, _ in lines), "; ".join(t for _, t in lines), visits)

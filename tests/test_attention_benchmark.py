@@ -1,0 +1,52 @@
+"""benchmarks/attention.py end to end without a GPU: the dry run (interpreter acceptance checks at a
+tiny shape, a perturbed model standing in for timings, calibration and held-out picks) and the
+offline refit from its JSON."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Checked without importing: triton must first be imported with TRITON_INTERPRET=1 (the kernel tests).
+pytestmark = pytest.mark.skipif(not (importlib.util.find_spec("torch") and importlib.util.find_spec("triton")),
+                                reason="needs torch and triton")
+
+ROOT = Path(__file__).parents[1]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TRITON_INTERPRET": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention.py"), *args], capture_output=True,
+                          text=True, env=env, timeout=900)
+
+
+def test_dry_run_then_refit(tmp_path):
+    out = tmp_path / "dry"
+    proc = _run("--dry-run", "--families", "attention-decode", "--lengths", "40", "--top", "4", "--random", "4",
+                "--refine", "0", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "attention.json").read_text())
+    (row,) = result["rows"]
+    assert row["family"] == "attention-decode" and row["L"] == 40 and row["accepted"]
+    kinds = result["families"]["attention-decode"]["per_length"]["40"]["acceptance"]["pick"]
+    assert {"random/eager", "zero/eager", "scaled/eager", "tail-dominant/eager"} <= set(kinds)
+    assert all(r["tier"] == "dry-run model" for r in result["records"])
+    assert (out / "calibration_decode.json").is_file()
+    assert "dry-run model" in proc.stdout and "pick" in proc.stdout  # every time says where it comes from
+    refit = _run("--calibrate", str(out / "attention.json"), "--out", str(tmp_path / "refit"))
+    assert refit.returncode == 0, refit.stderr[-3000:]
+    assert "fit on all lengths" in refit.stdout and "L=40: pick" in refit.stdout
+
+
+def test_refuses_to_time_without_a_gpu(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    proc = _run("--out", str(tmp_path))
+    assert proc.returncode == 2 and "no CUDA device" in proc.stderr
