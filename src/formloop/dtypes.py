@@ -27,6 +27,9 @@ class DType:
     comparison (`formloop.measure.compare`); fp32's leaves room for TF32 tensor cores.
     kernelbench_tol: KernelBench's allclose tolerance (atol = rtol) for outputs of this type; None where
     KernelBench states none.
+    attention_tolerance: ‖out − ref‖ / ‖ref‖ an attention kernel may reach against the float32
+    reference on the same inputs (the probabilities are rounded to this type before the second dot,
+    one rounding more than a GEMM); None where no attention kernel takes this type.
     aliases: other spellings accepted on input (torch names, common short names)."""
 
     name: str
@@ -39,14 +42,15 @@ class DType:
     compare_rtol: float | None
     aliases: tuple[str, ...] = ()
     kernelbench_tol: float | None = None
+    attention_tolerance: float | None = None
 
 
 DTYPES: tuple[DType, ...] = (
     DType("fp64", 8, "float64", True, "fp64", None, None, 1e-9, ("float64", "double"), 1e-4),
     DType("fp32", 4, "float32", True, "fp32", "ieee", 1e-4, 2e-3, ("float32", "float"), 1e-4),
     DType("tf32", 4, "float32", False, "tf32", "tf32", 2e-3, None),
-    DType("bf16", 2, "bfloat16", True, "bf16", "ieee", 1e-2, 2e-2, ("bfloat16",), 1e-2),
-    DType("fp16", 2, "float16", True, "fp16", "ieee", 2e-3, 1e-2, ("float16", "half"), 1e-2),
+    DType("bf16", 2, "bfloat16", True, "bf16", "ieee", 1e-2, 2e-2, ("bfloat16",), 1e-2, 1e-2),
+    DType("fp16", 2, "float16", True, "fp16", "ieee", 2e-3, 1e-2, ("float16", "half"), 1e-2, 4e-3),
     DType("fp8", 1, "float8_e4m3fn", True, "fp8", None, None, 1.25e-1, ("float8_e4m3fn", "fp8e4m3", "fp8_e4m3")),
     DType("fp8e5m2", 1, "float8_e5m2", True, "fp8", None, None, 2.5e-1, ("float8_e5m2", "fp8_e5m2")),
 )
@@ -56,6 +60,8 @@ _BY_SPELLING = {**{a: d for d in DTYPES for a in d.aliases}, **_BY_NAME}
 
 KERNEL_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.kernel_tolerance is not None)
 """The element types the template library's GEMM kernels compute in (and workloads may name)."""
+ATTENTION_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.attention_tolerance is not None)
+"""The element types the attention kernels compute in (16-bit: the tensor-core dots of Q·Kᵀ and P·V)."""
 STORAGE_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if d.storage)
 
 

@@ -15,11 +15,13 @@ import math
 
 import torch
 
+from formloop.dtypes import ATTENTION_DTYPES, get_dtype, torch_dtype
 from formloop.errors import InvalidInput
 
 INPUT_KINDS = ("random", "zero", "scaled", "tail-dominant")
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-TOLERANCE = {"bf16": 1e-2, "fp16": 4e-3}  # ‖out − ref‖/‖ref‖ against the reference, same inputs
+# Views of formloop.dtypes: storage, and ‖out − ref‖/‖ref‖ against the reference on the same inputs.
+TORCH_DTYPES = {d: torch_dtype(d) for d in ATTENTION_DTYPES}
+TOLERANCE = {d: get_dtype(d).attention_tolerance for d in ATTENTION_DTYPES}
 SCALE_UP = 40.0
 
 

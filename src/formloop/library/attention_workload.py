@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from formloop.dtypes import ATTENTION_DTYPES, dtype_bytes
 from formloop.errors import InvalidInput
 
 SHAPE_FIELDS = ("B", "Hq", "Hkv", "D", "L")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2}
+DTYPE_BYTES = {d: dtype_bytes(d) for d in ATTENTION_DTYPES}  # a view of formloop.dtypes: the types it offers
 HEAD_DIMS = (16, 32, 64, 128, 256)
 """Head dimensions the kernels support: powers of two the tensor-core dots take (>= 16), up to the
 register budget of a 256-wide accumulator row."""

@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from formloop.dtypes import dtype_bytes, get_dtype
 from formloop.errors import InvalidInput
 
 VALUE_DTYPES = ("fp32", "bf16", "fp16")
-VALUE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-TL_DTYPES = {"fp32": "tl.float32", "bf16": "tl.bfloat16", "fp16": "tl.float16"}
+# Views of formloop.dtypes: bytes, and the Triton type (Triton names its types as torch does).
+VALUE_BYTES = {d: dtype_bytes(d) for d in VALUE_DTYPES}
+TL_DTYPES = {d: f"tl.{get_dtype(d).torch}" for d in VALUE_DTYPES}
 GLU_ACTS = ("silu", "gelu", "gelu_tanh", "sigmoid", "relu")
 REQUIRED = object()
 
