@@ -31,8 +31,9 @@ def test_template_is_proved(epilogue):
     cert = prove_template(_template(epilogue))
     assert cert.verdict.value == "proved", [(o.obligation, o.verdict.value) for o in cert.obligations]
     names = {o.obligation.split("[")[0] for o in cert.obligations}
-    assert {"K1", "K3", "split_k_partition", "tile_cover", "swizzle_bijective"} <= names
-    assert ("coverage" in names) == ("glu" in epilogue)
+    assert {"K1", "K3", "split_k_partition", "coverage", "exact-once", "no-phantom", "swizzle_bijective"} <= names
+    glu_columns = {o.obligation.split("[")[0] for o in cert.obligations if "[N_out," in o.obligation}
+    assert (glu_columns == {"coverage", "exact-once", "no-phantom"}) == ("glu" in epilogue)
 
 
 def test_glu_fault_is_a_replayed_counterexample():

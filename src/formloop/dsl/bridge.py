@@ -16,6 +16,7 @@ from formloop.dsl.ir import MENUS
 from formloop.dsl.validate import Validated, template_for, workload_of
 from formloop.errors import Infeasible, InvalidInput
 from formloop.hw.chips import get_chip
+from formloop.solve import SOLVERS
 from formloop.library import gemm_tiling_gpu as base
 from formloop.template import Constraint, Template
 from formloop.verify import Certificate, InstanceCheck, check_instance, prove_template
@@ -75,16 +76,14 @@ def design(v: Validated, *, calibration: Mapping[str, float] | None = None, cali
                                                        why)])
         return Design(dict(k.pins), (), None, v.template,
                       notes=("no shape: the instance is checked against the template when it runs",))
-    if k.chip not in base.HOPPER_CHIPS:
+    if k.chip not in base.CONTRACT_CHIPS:
         return Design(dict(k.pins), (), workload, v.template,
                       notes=(f"{k.chip}: the fixed fields meet the template's walls on its capacities; the "
-                             f"instance check with the cost binding covers {', '.join(base.HOPPER_CHIPS)} only",))
+                             f"instance check with the cost binding covers {', '.join(base.CONTRACT_CHIPS)} only",))
     template = template_for(v.spec, calibration, calibration_id)
     chip = get_chip(k.chip)
     solve, solved = None, ()
     if k.open_decisions:
-        from formloop.solve import SOLVERS
-
         if solver not in SOLVERS:
             raise InvalidInput("solver", solver, sorted(SOLVERS))
         f = template.formulate(workload, chip)

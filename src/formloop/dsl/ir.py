@@ -7,7 +7,7 @@ name exactly the designs the template covers."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from formloop.library import gemm_tiling_gpu as family
 from formloop.library.gemm_epilogue_emit import LAYOUTS, OPERAND_DTYPES, OUT_DTYPES, Conv2d, KernelSpec, Shape
@@ -133,8 +133,6 @@ class SpecIR:
 
     def with_dims(self, dims: tuple[int, ...]) -> "SpecIR":
         """The spec at other problem dimensions (SHAPE_DIMS order of its operation)."""
-        from dataclasses import replace
-
         return replace(self, kernel=replace(self.kernel, shape=shape_of(self.kernel.op, dims, self.kernel.geometry)))
 
 

@@ -13,7 +13,8 @@ import torch
 from formloop.dsl.ir import SpecIR
 from formloop.library.gemm_epilogue_kernel import EpiloguePlan, new_inputs, new_output, reference, tolerance
 from formloop.library.gemm_epilogue_stage import convert
-from formloop.library.gemm_tiling_kernel import TORCH_DTYPES, TileConfig, poison
+from formloop.library.gemm_tiling_instance import poison
+from formloop.library.gemm_tiling_kernel import TORCH_DTYPES, TileConfig
 
 
 def plan_of(spec: SpecIR, assignment, shape=None) -> EpiloguePlan:

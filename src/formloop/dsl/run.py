@@ -13,8 +13,11 @@ from typing import Any
 from formloop.dsl.bridge import Design
 from formloop.dsl.ir import SpecIR
 from formloop.errors import InvalidInput
+from formloop.hw.chips import get_chip
 from formloop.library.gemm_epilogue_emit import Conv2d, Shape
 from formloop.library.gemm_epilogue_ops import chain_facts
+from formloop.sol.ops import Counts
+from formloop.sol.report import build_report
 
 
 def cuda_available() -> bool:
@@ -52,10 +55,6 @@ def reduced_shape(spec: SpecIR, assignment) -> Shape:
 
 def sol_floor(spec: SpecIR, shape: Shape, case_bytes: int) -> dict[str, Any]:
     """Speed-of-light floor of the spec's work on its chip (datasheet peaks, formloop.sol)."""
-    from formloop.hw.chips import get_chip
-    from formloop.sol.ops import Counts
-    from formloop.sol.report import build_report
-
     k = spec.kernel
     mm = 2 * shape.batch * shape.M * shape.N * shape.K
     vec = int(shape.batch * shape.M * shape.N * chain_facts(k.chain).ops)

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from formloop.dsl.bridge import Design, assignment_text, design
-from formloop.dsl.diagnostics import SpecError
+from formloop.dsl.diagnostics import Diagnostic, SpecError
 from formloop.dsl.ir import SHAPE_DIMS, SpecIR
 from formloop.dsl.lower import read_spec
 from formloop.dsl.validate import Validated, validate
 from formloop.errors import FormloopError, InvalidInput
+from formloop.evaluate.calibrate import Calibration
 from formloop.library.gemm_epilogue_emit import module_source
 from formloop.library.gemm_epilogue_ops import chain_text
 
@@ -46,8 +47,6 @@ def _calibration(calibration: str | Path | Mapping | None) -> tuple[Mapping[str,
         return None, "priors"
     if isinstance(calibration, Mapping):
         return dict(calibration), "given"
-    from formloop.evaluate.calibrate import Calibration
-
     p = Path(calibration)
     if not p.is_file():
         raise InvalidInput("calibration", str(calibration), "a calibration JSON (formloop.evaluate.calibrate)")
@@ -125,8 +124,6 @@ def emit_spec(text: str | None = None, path: str | Path | None = None, shape: st
 
 
 def _need_shape(k):
-    from formloop.dsl.diagnostics import Diagnostic
-
     return Diagnostic(*k.pos("load"), "load", "?", "tma, ptr, or a shape (shape = ... or --shape) to solve it",
                       "the load path selects the emitted source")
 
@@ -153,8 +150,6 @@ def run_spec(text: str | None = None, path: str | Path | None = None, shape: str
 
 
 def _shape_missing(spec: SpecIR):
-    from formloop.dsl.diagnostics import Diagnostic
-
     return Diagnostic(*spec.kernel.pos("kernel"), "shape", "missing",
                       f"{' x '.join(SHAPE_DIMS[spec.kernel.op])} in the spec, or --shape", "run needs a problem size")
 

@@ -80,7 +80,7 @@ def _arch_rules(spec: SpecIR, diag: Collector) -> None:
         diag.add(k.pos("load"), "load", "tma", ["ptr"], f"tensor-memory copies (TMA) need {' or '.join(TMA_ARCHS)}")
     if k.pins.get("L") == 1 and k.op == "conv2d":
         diag.add(k.pos("load"), "load", "tma", ["ptr"], "implicit GEMM gathers A's rows: pointer loads only")
-    if k.open_decisions and k.chip not in base.HOPPER_CHIPS:
+    if k.open_decisions and k.chip not in base.CONTRACT_CHIPS:
         reported = set()
         for d in k.open_decisions:
             name = next((f for f, dec in DECISION_OF.items() if dec == d), "tile")
@@ -90,7 +90,7 @@ def _arch_rules(spec: SpecIR, diag: Collector) -> None:
             menu = "Tm x Tn x Tk from the menus" if name == "tile" else f"a fixed value from {list(MENUS[d])}"
             diag.add(k.pos(name), name, "?", menu,
                      f"open fields are solved by the cost model of {base.NAME}, which covers "
-                     f"{', '.join(base.HOPPER_CHIPS)}; {k.chip} is validated against its capacities only")
+                     f"{', '.join(base.CONTRACT_CHIPS)}; {k.chip} is validated against its capacities only")
 
 
 def _operand_rules(spec: SpecIR, diag: Collector) -> None:

@@ -33,8 +33,11 @@ from formloop.expr import ceildiv, floordiv, maximum, param
 from formloop.hw.chips import Chip
 from formloop.library import gemm_tiling_gpu as base
 from formloop.library import register_template
+from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
 from formloop.library.gemm_epilogue_ops import VALUE_BYTES, chain_facts, chain_text, parse_chain_text
 from formloop.template import Constraint, Template
+from formloop.verify.certificate import ProofPlan
+from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
 
 NAME = "gemm-epilogue-gpu"
 EPI_REGS = 192  # fp32 values a thread may hold for accumulator + epilogue tiles (255-register cap, less addressing)
@@ -140,9 +143,8 @@ def gemm_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
 
 def program(assignment: Mapping[str, int], wl: Mapping[str, int], dtype: str, out: str, epilogue: str):
     """The instance on row-major operands (the DSL builds other layouts from the same kernel)."""
-    from formloop.library.gemm_epilogue_emit import KernelSpec
-    from formloop.library.gemm_epilogue_kernel import EpilogueGemm, EpiloguePlan, Shape
-    from formloop.library.gemm_tiling_kernel import TileConfig
+    from formloop.library.gemm_epilogue_kernel import EpilogueGemm, EpiloguePlan  # noqa: PLC0415 (triton, torch)
+    from formloop.library.gemm_tiling_kernel import TileConfig  # noqa: PLC0415
 
     nb = int(wl.get("batch", 1))
     spec = KernelSpec(op="batched_gemm" if nb > 1 else "gemm", ab=dtype, c=out, chain=parse_chain_text(epilogue))
@@ -150,30 +152,28 @@ def program(assignment: Mapping[str, int], wl: Mapping[str, int], dtype: str, ou
     return EpilogueGemm(EpiloguePlan(spec, TileConfig.from_assignment(assignment), shape))
 
 
-def proof_plan(template: Template, dtype: str, pairs: bool, calibration: Mapping[str, float] | None = None):
+def proof_plan(template: Template, dtype: str, pairs: bool, calibration: Mapping[str, float] | None = None
+               ) -> ProofPlan:
     """gemm-tiling-gpu's index obligations (the shared tile order and k split), and with glu the
-    cover of the halved output columns; chip parameters fixed to the H200 contract."""
-    from formloop.verify.certificate import ProofPlan
-
-    values = chip_params(base.default_chip(), dtype, calibration)
+    cover of the halved output columns; chip parameters fixed to the proof chip's contract."""
+    chip = base.proof_chip()
+    values = chip_params(chip, dtype, calibration)
     fixed = {p.name: values[p.name] for p in template.params if p.payload.kind == "chip"}
     fixed["e"] = base.DTYPE_BYTES[dtype]
-    checks = [lambda timeout_s: base.obligations(int(timeout_s * 1000))]
+    checks = [lambda run: base.obligations(run.timeout_s)]
     if pairs:
-        checks.append(glu_obligations)
-    return ProofPlan(fixed=fixed, fixed_reason="the walls read the H200's shared memory and register budget and the "
-                     "element size; M, N, K, batch, pa, pb stay symbolic",
+        checks.append(lambda run: glu_obligations(run.timeout_s))
+    return ProofPlan(fixed=fixed, fixed_reason=f"the walls read the {chip.name} contract's shared memory and register "
+                     "budget and the element size; M, N, K, batch, pa, pb stay symbolic",
                      bounds={"index extents": "every extent >= 1, one query per menu value"}, checks=tuple(checks))
 
 
 GLU_FAULTS = {"unhalved-offset": "output tile b starts at column b*Tn (the GEMM's column) instead of b*Tn/2"}
 
 
-def glu_axis(fault: str | None = None):
+def glu_axis(fault: str | None = None) -> IndexAxis:
     """The output-column axis of a glu as the kernel computes it: ⌈N/Tn⌉ column tiles (N = 2·N_out),
     tile b storing the Tn/2 columns from b·Tn/2 where the column is < N_out."""
-    from formloop.verify.smt import IndexAxis
-
     if fault is not None and fault not in GLU_FAULTS:
         raise InvalidInput("glu fault", fault, sorted(GLU_FAULTS))
     n_out = param("N_out", doc="output columns of a glu (half the GEMM's N)")
@@ -186,8 +186,6 @@ def glu_axis(fault: str | None = None):
 def glu_obligations(timeout_s: float, fault: str | None = None):
     """glu: for every N_out the column tiles cover the output columns exactly once and store
     nothing outside them (coverage, exact-once, no-phantom at every Tn/2 of the menu)."""
-    from formloop.verify.smt import INDEX_OBLIGATIONS, check_index
-
     axis = glu_axis(fault)
     replay = lambda ob, name, tile, extent, index: replay_glu(tile, extent, index, fault)  # noqa: E731
     return [check_index(axis, ob, t // 2, replay=replay, timeout_s=timeout_s)

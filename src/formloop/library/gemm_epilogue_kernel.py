@@ -3,7 +3,8 @@ bound to a tile configuration and a shape (plan once, run many), with its inputs
 reference and the evaluator's Runnable.
 
 The tile configuration, the alignment helper, the torch dtypes, the interpreter switch and the
-split-K helpers are those of the GEMM family (`gemm_tiling_kernel`); this module adds operand
+split-K helpers are those of the GEMM family (`gemm_tiling_kernel`), the output poison its
+instances' (`gemm_tiling_instance`); this module adds operand
 layouts, batches, the implicit-GEMM convolution and the epilogue tensors. Set TRITON_INTERPRET=1
 before importing it to run the kernels in Triton's interpreter."""
 from __future__ import annotations
@@ -27,9 +28,8 @@ from formloop.library.gemm_epilogue_emit import (  # noqa: F401 (Conv2d, Shape r
 )
 from formloop.library.gemm_epilogue_ops import TL_DTYPES, chain_facts, tensor_dtype_of
 from formloop.library.gemm_epilogue_reference import apply_chain
-from formloop.library.gemm_tiling_kernel import (
-    INTERPRETED, PRECISION, TOLERANCE, TORCH_DTYPES, TileConfig, alignment, poison,
-)
+from formloop.library.gemm_tiling_instance import poison
+from formloop.library.gemm_tiling_kernel import INTERPRETED, PRECISION, TOLERANCE, TORCH_DTYPES, TileConfig, alignment
 
 # Emitted modules are files (Triton reads a kernel's source back); FORMLOOP_KERNEL_DIR moves them.
 KERNEL_DIR = Path(os.environ.get("FORMLOOP_KERNEL_DIR", Path(tempfile.gettempdir()) / "formloop-kernels"))
