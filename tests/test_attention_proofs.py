@@ -129,3 +129,21 @@ def test_tile_loop_lemma_and_its_replay_free_failure():
 def test_split_walk_witness_prefers_the_design():
     r = {x.obligation: x for x in check_split_walk(SplitWalk(floor_tiles=True), prefer=(64, 16))}["kv-coverage"]
     assert r.verdict is Verdict.COUNTEREXAMPLE and (r.witness["T"], r.witness["KS"]) == (64, 16)
+
+
+def test_lemma_witnesses_are_replayed():
+    """The lemmas have replays too: tile-in-page without its precondition (T divides the page size)
+    is refuted by a replayed counterexample, and each lemma replay flags a wrong point."""
+    from formloop.verify.attention_replay import (
+        replay_head_packing, replay_paged_address, replay_tile_in_page, replay_tile_loop,
+    )
+    from formloop.verify.kv_cover import check_tile_in_page
+
+    r = check_tile_in_page(64, aligned=False)
+    assert r.verdict is Verdict.COUNTEREXAMPLE and "its own page" in r.replay
+    assert check_tile_in_page(64).proved
+    for lo, hi, cut in ((0, 17, 17), (3, 40, 30), (5, 5, 9), (2, 33, None)):  # the lemma on a grid of points
+        assert not any(replay_tile_loop(lo, hi, 16, cut, k).kinds for k in range(-2, 60))
+    assert not replay_head_packing(2, 8, 4, 9).kinds
+    assert "lemma" in replay_paged_address(5, 4, 2, 2).kinds  # entry 2 of a 2-page cache: outside
+    assert "lemma" in replay_tile_in_page(48, 0, 64, 50).kinds and not replay_tile_in_page(128, 1, 64, 70).kinds

@@ -43,10 +43,10 @@ from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, 
 from formloop.hw.chips import Chip
 from formloop.library import attention_program, register_template
 from formloop.library.attention_workload import DTYPE_BYTES, HEAD_DIMS, workload  # noqa: F401 (re-exported)
+from formloop.library.gemm_tiling_gpu import CONTRACT_CHIPS, proof_chip
 from formloop.template import Constraint, Template
 
 NAME = "attention-decode"
-HOPPER_CHIPS = ("h200", "h100")
 US = 1e6
 
 Bn = decision("Bn", (16, 32, 64, 128, 256), doc="keys per tile (BLOCK_N)")
@@ -140,8 +140,10 @@ LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P <= S−2+be
 
 
 def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
-    if chip.name not in HOPPER_CHIPS:
-        raise InvalidInput("chip", chip.name, HOPPER_CHIPS, fix="the Triton family's contract assumes Hopper")
+    """Chip values for the template; the Triton families share one set of contract chips
+    (gemm_tiling_gpu.CONTRACT_CHIPS: Hopper, TMA copies and 227 KiB of shared memory)."""
+    if chip.name not in CONTRACT_CHIPS:
+        raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
     values = {"Ms": chip.smem_per_block, "Ms_sm": chip.smem_per_sm, "warps_sm": chip.warps_per_sm, "regs": REGS,
               "n_sm": chip.sm_count, "bw": chip.bandwidth, "flops": chip.peak(dtype), **PRIORS}
     if calibration:
@@ -197,7 +199,7 @@ def attention_decode(dtype: str = "bf16", calibration: Mapping[str, float] | Non
         tie_break=("T_comp_us", "smem_bytes"),
         bind_chip=lambda chip: chip_params(chip, dtype, calibration),
         program=lambda assignment, wl: program(assignment, wl, dtype),
-        obligations=lambda template: attention_program.decode_plan(template, chip_params(default_chip(), dtype,
+        obligations=lambda template: attention_program.decode_plan(template, chip_params(proof_chip(), dtype,
                                                                                          calibration)),
         options={"dtype": dtype, "calibration": calibration_id},
         descriptor={"algorithm": "attention-decode", "reuse": "K/V tiles shared by the packed query heads",
@@ -207,15 +209,11 @@ def attention_decode(dtype: str = "bf16", calibration: Mapping[str, float] | Non
     )
 
 
-def default_chip() -> Chip:
-    from formloop.hw.chips import get_chip
-
-    return get_chip("h200")
-
-
 def program(assignment: Mapping[str, int], wl: Mapping[str, int], dtype: str):
     """The instance as a Triton program (imports triton/torch only here)."""
-    from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan, TritonDecode
+    from formloop.library.attention_decode_kernel import (  # noqa: PLC0415 (imports triton, torch)
+        DecodeConfig, DecodePlan, TritonDecode,
+    )
 
     return TritonDecode(DecodePlan.of(DecodeConfig.from_assignment(assignment), wl, dtype))
 

@@ -32,9 +32,10 @@ from formloop.errors import InvalidInput
 from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, where
 from formloop.hw.chips import Chip
 from formloop.library import attention_program, register_template
-from formloop.library.attention_decode import HOPPER_CHIPS, REGS, default_chip
+from formloop.library.attention_decode import REGS
 from formloop.library.attention_workload import DTYPE_BYTES, HEAD_DIMS
 from formloop.library.attention_workload import workload as _workload
+from formloop.library.gemm_tiling_gpu import CONTRACT_CHIPS, proof_chip
 from formloop.template import Constraint, Template
 
 NAME = "attention-prefill"
@@ -117,8 +118,8 @@ DIAG_ALIGNED = Br.eq(Bc * floordiv(Br, Bc))  # the causal walk's precondition: B
 
 
 def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
-    if chip.name not in HOPPER_CHIPS:
-        raise InvalidInput("chip", chip.name, HOPPER_CHIPS, fix="the Triton family's contract assumes Hopper")
+    if chip.name not in CONTRACT_CHIPS:
+        raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
     values = {"Ms": chip.smem_per_block, "Ms_sm": chip.smem_per_sm, "warps_sm": chip.warps_per_sm, "regs": REGS,
               "n_sm": chip.sm_count, "bw": chip.bandwidth, "flops": chip.peak(dtype), "l2": chip.l2_bytes, **PRIORS}
     if calibration:
@@ -169,7 +170,7 @@ def attention_prefill(dtype: str = "bf16", calibration: Mapping[str, float] | No
         tie_break=("T_comp_us", "smem_bytes"),
         bind_chip=lambda chip: chip_params(chip, dtype, calibration),
         program=lambda assignment, wl: program(assignment, wl, dtype),
-        obligations=lambda template: attention_program.prefill_plan(template, chip_params(default_chip(), dtype,
+        obligations=lambda template: attention_program.prefill_plan(template, chip_params(proof_chip(), dtype,
                                                                                            calibration)),
         options={"dtype": dtype, "calibration": calibration_id},
         descriptor={"algorithm": "attention-prefill", "reuse": "q tile resident, K/V tiles streamed",
@@ -180,7 +181,10 @@ def attention_prefill(dtype: str = "bf16", calibration: Mapping[str, float] | No
 
 
 def program(assignment: Mapping[str, int], wl: Mapping[str, int], dtype: str):
-    from formloop.library.attention_prefill_kernel import PrefillConfig, PrefillPlan, TritonPrefill
+    """The instance as a Triton program (imports triton/torch only here)."""
+    from formloop.library.attention_prefill_kernel import (  # noqa: PLC0415 (imports triton, torch)
+        PrefillConfig, PrefillPlan, TritonPrefill,
+    )
 
     return TritonPrefill(PrefillPlan.of(PrefillConfig.from_assignment(assignment), wl, dtype))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from formloop.dtypes import dtype_bytes
 from formloop.errors import InvalidInput
 from formloop.template import Template
 from formloop.verify.attention_replay import SoftmaxArithmetic
@@ -118,7 +119,7 @@ def _menu(template: Template, name: str) -> tuple:
 
 def _fixed(template: Template, chip_values: Mapping[str, float]) -> dict:
     fixed = {p.name: chip_values[p.name] for p in template.params if p.payload.kind == "chip"}
-    fixed["e"] = 2  # bf16 / fp16: the walls read the element size
+    fixed["e"] = dtype_bytes(template.options["dtype"])  # the walls read the element size
     return fixed
 
 
@@ -134,7 +135,7 @@ def decode_plan(template: Template, chip_values: Mapping[str, float]) -> ProofPl
                      "they are fixed so K1/K3 stay decidable; B, Hq, Hkv, D, L and the page size stay symbolic",
         bounds={"index extents": "every L, Bn, KS >= 1 (walk); one tile-loop query per Bn, one packing query per QP",
                 "softmax": "scores and values real, exp uninterpreted with exp>0, exp(0)=1, exp(a)exp(b)=exp(a+b)"},
-        checks=(lambda timeout_s: check_program(prog, tiles=tiles, packs=packs, timeout_s=timeout_s),),
+        checks=(lambda run: check_program(prog, tiles=tiles, packs=packs, timeout_s=run.timeout_s),),
     )
 
 
@@ -148,5 +149,5 @@ def prefill_plan(template: Template, chip_values: Mapping[str, float]) -> ProofP
                      "they are fixed so K1/K3 stay decidable; B, Hq, Hkv, D, L stay symbolic",
         bounds={"index extents": "every L, Br, Bc >= 1 with Bc | Br (walk); one tile-loop query per Bc",
                 "softmax": "scores and values real, exp uninterpreted with exp>0, exp(0)=1, exp(a)exp(b)=exp(a+b)"},
-        checks=(lambda timeout_s: check_program(prog, tiles=_menu(template, "Bc"), timeout_s=timeout_s),),
+        checks=(lambda run: check_program(prog, tiles=_menu(template, "Bc"), timeout_s=run.timeout_s),),
     )

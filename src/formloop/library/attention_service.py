@@ -11,10 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from formloop.errors import InvalidInput
+from formloop.evaluate import ModelEvaluator, best_available, gpu_available
+from formloop.evaluate.calibrate import Calibration
 from formloop.hw.chips import get_chip
 from formloop.library import attention_decode, attention_prefill, get_template
 from formloop.library.attention_workload import DTYPE_BYTES, parse_shape, workload
 from formloop.sol import sol_report
+from formloop.solve import SOLVERS, enumerate_designs
+from formloop.verify import prove_template
 
 TEMPLATES = (attention_decode.NAME, attention_prefill.NAME)
 MODULES = {attention_decode.NAME: attention_decode, attention_prefill.NAME: attention_prefill}
@@ -34,8 +38,6 @@ def load_calibration(path: str | Path | None) -> tuple[dict[str, float] | None, 
     """(values, id) of a calibration JSON written by benchmarks/attention.py, or (None, 'priors')."""
     if path is None:
         return None, "priors"
-    from formloop.evaluate.calibrate import Calibration
-
     p = Path(path)
     if not p.is_file():
         raise InvalidInput("calibration", str(path), "a calibration JSON written by benchmarks/attention.py")
@@ -76,8 +78,6 @@ def sol(name: str, shape, dtype: str = "bf16", chip: str = "h200", *, causal: in
 def solve(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp", page: int = 0,
           causal: int = 1, calibration=None) -> dict[str, Any]:
     """Solve the template for one workload: the chosen design, its modeled time and the SOL floor."""
-    from formloop.solve import SOLVERS, enumerate_designs
-
     if solver not in SOLVERS:
         raise InvalidInput("solver", solver, sorted(SOLVERS))
     t = template(name, dtype, calibration)
@@ -96,8 +96,6 @@ def solve(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: 
 
 def prove(name: str, *, dtype: str = "bf16", timeout_s: float = 10.0, calibration=None):
     """The template's certificate: K1, K3, the walks, the softmax chain, packing and paging."""
-    from formloop.verify import prove_template
-
     if timeout_s <= 0:
         raise InvalidInput("timeout", timeout_s, "a positive number of seconds")
     return prove_template(template(name, dtype, calibration), timeout_s=timeout_s)
@@ -108,8 +106,6 @@ def measure(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver
     """Solve, then measure the pick: gpu tier on a CUDA device (checked against the reference
     first), else the model tier, labelled as such. Adds the KV bandwidth (decode) or the tensor
     rate (prefill) the measured time implies, and the fraction of the chip's copy ceiling."""
-    from formloop.evaluate import ModelEvaluator, best_available, gpu_available
-
     report = solve(name, shape, chip=chip, dtype=dtype, solver=solver, page=page, causal=causal,
                    calibration=calibration)
     t = template(name, dtype, calibration)

@@ -194,3 +194,52 @@ def _walk(lines, ok_text: str, visits: int) -> WalkReplay:
     if not lines:
         return WalkReplay(frozenset(), ok_text, visits)
     return WalkReplay(frozenset(k for k, _ in lines), "; ".join(t for _, t in lines), visits)
+
+
+# --- the lemmas the walks and the paged cache rest on, at one concrete point ----------------------
+
+REPLAY_LIMIT = 1 << 20  # positions (or heads) a lemma's replay enumerates at most
+
+
+def replay_tile_loop(lo: int, hi: int, tile: int, cut: int | None, k: int) -> WalkReplay:
+    """Run Loop(lo, hi, tile, cut) and check position k against the lemma: touched once iff
+    lo <= k < min(lo + tile·⌈(hi−lo)/tile⌉, cut)."""
+    if hi - lo > REPLAY_LIMIT:
+        return WalkReplay(frozenset(), f"lo={lo}, hi={hi}: too long to replay")
+    times = Loop(lo, hi, tile, cut).positions().count(k)
+    end = lo + tile * -(-(hi - lo) // tile)
+    want = 1 if lo <= k < (end if cut is None else min(end, cut)) else 0
+    text = f"the loop over [{lo}, {hi}) in tiles of {tile}{'' if cut is None else f' cut at {cut}'} touches {k} " \
+           f"{times} time(s), the lemma says {want}"
+    return WalkReplay(frozenset({"lemma"} if times != want else ()), text)
+
+
+def replay_head_packing(Hkv: int, G: int, packed: int, h: int) -> WalkReplay:
+    """Enumerate the programs (a, g) and lanes r of the GQA packing and check that query head h is
+    run exactly once, by a program reading key/value head h // G."""
+    if Hkv * G > REPLAY_LIMIT or packed < 1 or G % packed:
+        return WalkReplay(frozenset(), f"Hkv={Hkv}, G={G}, QP={packed}: outside the packing's scope")
+    runs = [(a, g, r) for a in range(Hkv) for g in range(G // packed) for r in range(packed)
+            if a * G + g * packed + r == h]
+    ok = len(runs) == 1 and runs[0][0] == h // G
+    return WalkReplay(frozenset(() if ok else {"lemma"}),
+                      f"Hkv={Hkv}, G={G}, QP={packed}: query head {h} is run by (a, g, r) = {runs}")
+
+
+def replay_paged_address(k: int, page: int, pages: int, entry: int) -> WalkReplay:
+    """Key k of a paged cache whose block table names page `entry` for k's page: its slot
+    entry·page + k % page must lie in the cache, on that page, at k's offset."""
+    slot = entry * page + k % page
+    ok = 0 <= slot < pages * page and slot // page == entry and slot % page == k % page
+    return WalkReplay(frozenset(() if ok else {"lemma"}),
+                      f"key {k}, page size {page}, table entry {entry} of {pages} pages: slot {slot}")
+
+
+def replay_tile_in_page(page: int, t: int, tile: int, k: int) -> WalkReplay:
+    """Key k of tile t (keys t·tile onward) read as the tile's first key's page at offset
+    (t·tile) % page + (k − t·tile): the page and offset the block table names for k?"""
+    first = t * tile
+    ok = first // page == k // page and first % page + (k - first) == k % page
+    return WalkReplay(frozenset(() if ok else {"lemma"}),
+                      f"page size {page}, tile {t} of {tile} keys: key {k} is read on page {first // page} at offset "
+                      f"{first % page + (k - first)}, its own page {k // page} offset {k % page}")

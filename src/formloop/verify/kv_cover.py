@@ -22,33 +22,34 @@ the walks every T, KS, Br, Bc >= 1):
 Index ranges compose by the tile-loop lemma: each split (or phase) is a tile loop. A satisfiable
 query gives a witness (at the design's tile sizes when the defect occurs there, smallest length
 first); it becomes a counterexample only when the replay interpreter (formloop.verify.attention_replay), running the
-walk's loops at that length, shows the defect."""
+walk's loops (or the lemma's arithmetic) on those numbers, shows the defect. Every query goes
+through `formloop.verify.solver.decide`, the one place a Z3 answer becomes a verdict.
+
+Why not `verify.index.check_partition`: the walks are proved with the tile size and the split
+count symbolic (one query for every T and KS, not one per menu value), and they also state
+no-phantom (no key at or past L is read), which a partition of [0, L) does not."""
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import z3
 
-from formloop.verify.attention_replay import Loop, WalkReplay, replay_causal_walk, replay_split_walk
-from formloop.verify.outcome import ObligationResult, Verdict, verdict_of_validity, z3_solver_name
-from formloop.verify.smt import query_text
+from formloop.verify.attention_replay import (
+    Loop, WalkReplay, replay_causal_walk, replay_head_packing, replay_paged_address, replay_split_walk,
+    replay_tile_in_page, replay_tile_loop,
+)
+from formloop.verify.outcome import ObligationResult
+from formloop.verify.solver import Query, Question, Replay, decide
 
 KV_OBLIGATIONS = ("kv-coverage", "kv-exact-once", "kv-no-phantom", "split-nonempty")
 CAUSAL_OBLIGATIONS = ("causal-coverage", "causal-exact-once", "causal-no-future")
 CONFIRMS = {"coverage": {"missing"}, "exact-once": {"duplicate"}, "no-phantom": {"outside"},
-            "no-future": {"future", "outside"}, "nonempty": {"empty-split"}}
+            "no-future": {"future", "outside"}, "nonempty": {"empty-split"}, "lemma": {"lemma"}}
 
 
 def _min(a, b):
     return z3.If(a <= b, a, b)
-
-
-def _ceil(s: z3.Solver, name: str, a, b: int):
-    q = z3.Int(name)
-    s.add(b * (q - 1) < a, a <= b * q)
-    return q
 
 
 # --- walks as data ---------------------------------------------------------------------------------
@@ -97,57 +98,28 @@ class CausalWalk:
 
 # --- obligations -----------------------------------------------------------------------------------
 
-def _solver(timeout_s: float) -> z3.Solver:
-    s = z3.Solver()
-    s.set("timeout", max(1, int(timeout_s * 1000)))
-    return s
+def _decide(name: str, facts: Sequence, report: Sequence, replay: Callable[[dict], WalkReplay], kind: str,
+            timeout_s: float, details: dict, *, prefer: Sequence = (),
+            extra: Mapping[str, z3.ExprRef] | None = None) -> ObligationResult:
+    """One obligation whose negation is `facts`: a witness reports `report` (smallest first, at the
+    `prefer` equalities when a model has them) and the `extra` terms by name; it counts only when
+    `replay` shows a defect of `kind`."""
+    symbols = {**{str(v): v for v in report}, **(extra or {})}
 
+    def confirmed(w: dict) -> Replay:
+        rep = replay(w)
+        return Replay((name,) if rep.kinds & CONFIRMS[kind] else (), (), rep.text)
 
-def _witness(s: z3.Solver, report: Sequence, prefer: Sequence, timeout_s: float) -> dict:
-    """A model of s: with the `prefer` equalities if any model has them, smallest `report` values first."""
-    for extra in (list(prefer), []):
-        opt = z3.Optimize()
-        opt.set("timeout", max(1, int(timeout_s * 1000)))
-        opt.add(*s.assertions(), *extra)
-        for v in report:
-            opt.minimize(v)
-        if opt.check() == z3.sat:
-            m = opt.model()
-            return {str(v): m.eval(v, model_completion=True).as_long() for v in report}
-    m = s.model()
-    return {str(v): m.eval(v, model_completion=True).as_long() for v in report}
-
-
-def _result(name: str, s: z3.Solver, report: Sequence, prefer: Sequence, replay: Callable[[dict], WalkReplay] | None,
-            confirms: set, start: float, timeout_s: float, details: dict) -> ObligationResult:
-    query = query_text(s)
-    verdict = verdict_of_validity(s.check())
-    common = dict(obligation=name, solver=z3_solver_name(), query=query, details=details)
-    if verdict is not Verdict.COUNTEREXAMPLE:
-        return ObligationResult(verdict=verdict, seconds=time.perf_counter() - start,
-                                reason="" if verdict is Verdict.PROVED else f"z3: {s.reason_unknown()}", **common)
-    witness = _witness(s, report, prefer, timeout_s)
-    if replay is None:
-        return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start, witness=witness,
-                                reason="a lemma has no replay: z3's model alone is not a semantic witness", **common)
-    rep = replay(witness)
-    if rep.kinds & confirms:
-        return ObligationResult(verdict=Verdict.COUNTEREXAMPLE, seconds=time.perf_counter() - start,
-                                witness=witness, replay=rep.text, **common)
-    return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start, witness=witness,
-                            replay=rep.text, reason=f"the proof fails at {witness} but the replay shows no "
-                                                    f"{'/'.join(sorted(confirms))} defect there: no semantic witness",
-                            **common)
+    how = Question(name, name, timeout_s, smallest=tuple(str(v) for v in report), details=details)
+    return decide(Query(list(facts), symbols, hints=(tuple(prefer),) if prefer else ()), confirmed, how)
 
 
 def check_tile_loop(tile: int, *, masked: bool = True, timeout_s: float = 10.0) -> ObligationResult:
     """The tile-loop lemma at one tile size T (one query per menu value: with T symbolic the query
     is nonlinear and Z3 times out): for every lo <= hi and cut the loop touches exactly
     [lo, min(lo + T·⌈(hi−lo)/T⌉, cut)) (no cut when unmasked), each position by one (start, lane)."""
-    start = time.perf_counter()
-    s = _solver(timeout_s)
     lo, hi, cut, k, i1, c1, i2, c2, n = z3.Ints("lo hi cut k i1 c1 i2 c2 starts")
-    s.add(lo >= 0, hi >= lo, tile * (n - 1) < hi - lo, hi - lo <= tile * n)
+    facts = [lo >= 0, hi >= lo, tile * (n - 1) < hi - lo, hi - lo <= tile * n]
     end = lo + tile * n
     bound = _min(end, cut) if masked else end
 
@@ -156,11 +128,13 @@ def check_tile_loop(tile: int, *, masked: bool = True, timeout_s: float = 10.0) 
                       k < cut if masked else True)
     own_i, own_c = (k - lo) / tile, (k - lo) % tile  # the backward map: the one (start, lane) that holds k
     in_range = z3.And(k >= lo, k < bound)
-    s.add(z3.Or(z3.And(in_range, z3.Not(touches(own_i, own_c))),
-                z3.And(touches(i1, c1), z3.Not(in_range)),
-                z3.And(touches(i1, c1), touches(i2, c2), z3.Or(i1 != i2, c1 != c2))))
-    return _result(f"tile-loop[T={tile}{'' if masked else ',unmasked'}]", s, (hi, k), (), None, set(), start,
-                   timeout_s, {"tile": tile, "masked": masked, "scope": "0 <= lo <= hi, every cut"})
+    facts.append(z3.Or(z3.And(in_range, z3.Not(touches(own_i, own_c))),
+                       z3.And(touches(i1, c1), z3.Not(in_range)),
+                       z3.And(touches(i1, c1), touches(i2, c2), z3.Or(i1 != i2, c1 != c2))))
+    replay = lambda w: replay_tile_loop(w["lo"], w["hi"], tile, w["cut"] if masked else None, w["k"])  # noqa: E731
+    return _decide(f"tile-loop[T={tile}{'' if masked else ',unmasked'}]", facts, (hi, k), replay, "lemma",
+                   timeout_s, {"tile": tile, "masked": masked, "scope": "0 <= lo <= hi, every cut"},
+                   extra={"lo": lo, "cut": cut})
 
 
 def check_split_walk(walk: SplitWalk = SplitWalk(), *, obligations: Sequence[str] = KV_OBLIGATIONS,
@@ -169,35 +143,32 @@ def check_split_walk(walk: SplitWalk = SplitWalk(), *, obligations: Sequence[str
     precondition (KS − 1)·per·T < L. `prefer` = (T, KS) of a design: witnesses there when possible."""
     out = []
     for ob in obligations:
-        start = time.perf_counter()
-        s = _solver(timeout_s)
         L, k, T, KS, per, tiles, j1, j2 = z3.Ints("L k T KS per_split tiles j1 j2")
-        s.add(L >= 1, T >= 1, KS >= 1)
-        s.add(tiles == L / T) if walk.floor_tiles else s.add(T * (tiles - 1) < L, L <= T * tiles)
-        s.add(KS * (per - 1) < tiles, tiles <= KS * per)
+        facts = [L >= 1, T >= 1, KS >= 1]
+        facts += [tiles == L / T] if walk.floor_tiles else [T * (tiles - 1) < L, L <= T * tiles]
+        facts += [KS * (per - 1) < tiles, tiles <= KS * per]
 
         def inside(j):
             lo, hi = walk.z3_range(j, L, T, per)
             return z3.And(j >= 0, j < KS, lo <= k, k < hi)
         if ob == "kv-coverage":  # the backward map names the one split that should hold k
-            s.add(k >= 0, k < L, z3.Not(inside((k / T) / per)), z3.Not(inside(j1)))
+            facts += [k >= 0, k < L, z3.Not(inside((k / T) / per)), z3.Not(inside(j1))]
         elif ob == "kv-exact-once":
-            s.add(k >= 0, k < L, inside(j1), inside(j2), j1 != j2)
+            facts += [k >= 0, k < L, inside(j1), inside(j2), j1 != j2]
         elif ob == "kv-no-phantom":
-            s.add(z3.Or(k < 0, k >= L), inside(j1))
+            facts += [z3.Or(k < 0, k >= L), inside(j1)]
         elif ob == "split-nonempty":
-            s.add((KS - 1) * per * T < L, j1 >= 0, j1 < KS, walk.z3_range(j1, L, T, per)[0] >= L)
+            facts += [(KS - 1) * per * T < L, j1 >= 0, j1 < KS, walk.z3_range(j1, L, T, per)[0] >= L]
         else:
             raise ValueError(f"unknown obligation {ob}; known: {KV_OBLIGATIONS}")
-        kind = ob.removeprefix("kv-").removeprefix("split-")
         if ob == "split-nonempty":
             replay = lambda w: _nonempty_replay(walk, w["L"], w["T"], w["KS"])  # noqa: E731
         else:
             replay = lambda w: replay_split_walk(  # noqa: E731
                 w["L"], walk.loops(w["L"], w["T"], w["KS"]), focus=w["k"])
         want = [T == prefer[0], KS == prefer[1]] if prefer else []
-        out.append(_result(ob, s, (L, k, T, KS), want, replay, CONFIRMS[kind], start, timeout_s,
-                           {"scope": "every L, T, KS >= 1", "walk": walk.__dict__}))
+        out.append(_decide(ob, facts, (L, k, T, KS), replay, ob.removeprefix("kv-").removeprefix("split-"),
+                           timeout_s, {"scope": "every L, T, KS >= 1", "walk": walk.__dict__}, prefer=want))
     return out
 
 
@@ -216,34 +187,32 @@ def check_causal_walk(walk: CausalWalk = CausalWalk(), *, obligations: Sequence[
     precondition that Bc divides Br (`aligned`; False drops it, to show it is needed)."""
     out = []
     for ob in obligations:
-        start = time.perf_counter()
-        s = _solver(timeout_s)
         L, b, q, k, Br, Bc, n1, n2, ratio = z3.Ints("L b q k Br Bc phase1_tiles phase2_tiles ratio")
-        s.add(Br >= 1, Bc >= 1, L >= 1, b >= 0)
+        facts = [Br >= 1, Bc >= 1, L >= 1, b >= 0]
         if aligned:
-            s.add(Br == Bc * ratio)
+            facts.append(Br == Bc * ratio)
         r0 = b * Br
-        s.add(r0 < L, q >= r0, q < r0 + Br, q < L)
-        s.add(Bc * (n1 - 1) < r0, r0 <= Bc * n1)  # phase 1: range(0, r0, Bc), unmasked (tile-loop lemma)
+        facts += [r0 < L, q >= r0, q < r0 + Br, q < L]
+        facts += [Bc * (n1 - 1) < r0, r0 <= Bc * n1]  # phase 1: range(0, r0, Bc), unmasked (tile-loop lemma)
         hi = _min(L, r0 + Br)
-        s.add(Bc * (n2 - 1) < hi - r0, hi - r0 <= Bc * n2)  # phase 2: range(r0, hi, Bc), masked per row
+        facts += [Bc * (n2 - 1) < hi - r0, hi - r0 <= Bc * n2]  # phase 2: range(r0, hi, Bc), masked per row
         in1 = z3.And(k >= 0, k < Bc * n1)
         in2 = z3.And(k >= r0, k < r0 + Bc * n2, k < _min(q + 1 + walk.shift, L))
         count = z3.If(in1, 1, 0) + z3.If(in2, 1, 0)
         if ob == "causal-coverage":
-            s.add(k >= 0, k <= q, count == 0)
+            facts += [k >= 0, k <= q, count == 0]
         elif ob == "causal-exact-once":
-            s.add(k >= 0, k <= q, count >= 2)
+            facts += [k >= 0, k <= q, count >= 2]
         elif ob == "causal-no-future":
-            s.add(z3.Or(k > q, k < 0, k >= L), count >= 1)
+            facts += [z3.Or(k > q, k < 0, k >= L), count >= 1]
         else:
             raise ValueError(f"unknown obligation {ob}; known: {CAUSAL_OBLIGATIONS}")
         want = [Br == prefer[0], Bc == prefer[1]] if prefer else []
         replay = lambda w: replay_causal_walk(w["L"], w["Br"], walk.blocks(w["L"], w["Br"], w["Bc"]),  # noqa: E731
                                               focus=(w["q"], w["k"]))
-        out.append(_result(ob, s, (L, q, k, Br, Bc), want, replay, CONFIRMS[ob.removeprefix("causal-")], start,
-                           timeout_s, {"scope": "every L, Br, Bc >= 1 with Bc | Br" if aligned else
-                                       "every L, Br, Bc >= 1", "shift": walk.shift}))
+        out.append(_decide(ob, facts, (L, q, k, Br, Bc), replay, ob.removeprefix("causal-"), timeout_s,
+                           {"scope": "every L, Br, Bc >= 1 with Bc | Br" if aligned else "every L, Br, Bc >= 1",
+                            "shift": walk.shift}, prefer=want))
     return out
 
 
@@ -252,17 +221,16 @@ def check_head_packing(packed: int, *, timeout_s: float = 10.0) -> ObligationRes
     (a, g) runs query heads a·G + g·QP + r for r < QP, g < G/QP, and reads key/value head a. Claim,
     for every Hkv >= 1 and group G divisible by QP: each head h < Hkv·G is run by exactly one
     (a, g, r), and a = h // G (the grouped-query semantics)."""
-    start = time.perf_counter()
-    s = _solver(timeout_s)
     Hkv, G, h, a1, g1, r1, a2, g2, r2 = z3.Ints("Hkv G h a1 g1 r1 a2 g2 r2")
-    s.add(Hkv >= 1, G >= 1, G % packed == 0, h >= 0, h < Hkv * G)
+    facts = [Hkv >= 1, G >= 1, G % packed == 0, h >= 0, h < Hkv * G]
 
     def runs(a, g, r):
         return z3.And(a >= 0, a < Hkv, g >= 0, g * packed < G, r >= 0, r < packed, h == a * G + g * packed + r)
     own = (h / G, (h % G) / packed, (h % G) % packed)
-    s.add(z3.Or(z3.Not(runs(*own)), z3.And(runs(a1, g1, r1), a1 != h / G),
-                z3.And(runs(a1, g1, r1), runs(a2, g2, r2), z3.Or(a1 != a2, g1 != g2, r1 != r2))))
-    return _result(f"head-packing[QP={packed}]", s, (G, h), (), None, set(), start, timeout_s,
+    facts.append(z3.Or(z3.Not(runs(*own)), z3.And(runs(a1, g1, r1), a1 != h / G),
+                       z3.And(runs(a1, g1, r1), runs(a2, g2, r2), z3.Or(a1 != a2, g1 != g2, r1 != r2))))
+    replay = lambda w: replay_head_packing(w["Hkv"], w["G"], packed, w["h"])  # noqa: E731
+    return _decide(f"head-packing[QP={packed}]", facts, (G, h, Hkv), replay, "lemma", timeout_s,
                    {"packed": packed, "scope": "every Hkv >= 1 and group G divisible by QP"})
 
 
@@ -270,17 +238,16 @@ def check_paged_address(*, timeout_s: float = 10.0) -> ObligationResult:
     """Paged cache: key k lives at slot table[k // P]·P + k % P. For every page size P >= 1, length and
     block table whose entry for k's page names a page of the cache (checked at launch), the slot is
     inside the cache and is the one the table names for k (its page and its offset)."""
-    start = time.perf_counter()
-    s = _solver(timeout_s)
     table = z3.Function("block_table", z3.IntSort(), z3.IntSort())
     L, k, pages, P = z3.Ints("L k pages P")
-    s.add(L >= 1, k >= 0, k < L, pages >= 1, P >= 1)
     entry = table(k / P)
-    s.add(entry >= 0, entry < pages)
     slot = entry * P + k % P
-    s.add(z3.Not(z3.And(slot >= 0, slot < pages * P, slot / P == entry, slot % P == k % P)))
-    return _result("paged-address", s, (L, k, P), (), None, set(), start, timeout_s,
-                   {"scope": "every P >= 1, L >= 1, cache of >= 1 pages, block table in range"})
+    facts = [L >= 1, k >= 0, k < L, pages >= 1, P >= 1, entry >= 0, entry < pages,
+             z3.Not(z3.And(slot >= 0, slot < pages * P, slot / P == entry, slot % P == k % P))]
+    replay = lambda w: replay_paged_address(w["k"], w["P"], w["pages"], w["entry"])  # noqa: E731
+    return _decide("paged-address", facts, (L, k, P, pages), replay, "lemma", timeout_s,
+                   {"scope": "every P >= 1, L >= 1, cache of >= 1 pages, block table in range"},
+                   extra={"entry": entry})
 
 
 def check_tile_in_page(tile: int, *, aligned: bool = True, timeout_s: float = 10.0) -> ObligationResult:
@@ -289,13 +256,11 @@ def check_tile_in_page(tile: int, *, aligned: bool = True, timeout_s: float = 10
     divides (the template's precondition; `aligned` False drops it) and every tile, each key k of
     the tile has the page of the tile's first key and the offset (t·T) % P + (k − t·T) = k % P: the
     slot the block table names for k (one query per tile size)."""
-    start = time.perf_counter()
-    s = _solver(timeout_s)
     P, m, t, k = z3.Ints("P m t k")
-    s.add(m >= 1, t >= 0, k >= t * tile, k < t * tile + tile)
-    s.add(P == tile * m if aligned else P >= 1)
     first = t * tile
-    s.add(z3.Not(z3.And(first / P == k / P, first % P + (k - first) == k % P)))
-    return _result(f"tile-in-page[T={tile}]", s, (P, k), (), None, set(), start, timeout_s,
+    facts = [m >= 1, t >= 0, k >= first, k < first + tile, P == tile * m if aligned else P >= 1,
+             z3.Not(z3.And(first / P == k / P, first % P + (k - first) == k % P))]
+    replay = lambda w: replay_tile_in_page(w["P"], w["t"], tile, w["k"])  # noqa: E731
+    return _decide(f"tile-in-page[T={tile}]", facts, (P, k, t), replay, "lemma", timeout_s,
                    {"tile": tile, "scope": "every page size P divisible by T, every tile" if aligned else
                     "every page size P >= 1"})

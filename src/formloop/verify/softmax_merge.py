@@ -29,7 +29,6 @@ shows the wrong output makes it a counterexample."""
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,8 +36,8 @@ import z3
 
 from formloop.errors import InvalidInput
 from formloop.verify.attention_replay import SoftmaxArithmetic, replay_softmax
-from formloop.verify.outcome import ObligationResult, Verdict, verdict_of_validity, z3_solver_name
-from formloop.verify.smt import query_text
+from formloop.verify.outcome import ObligationResult
+from formloop.verify.solver import Query, Question, Replay, decide
 
 SOFTMAX_OBLIGATIONS = ("rescale-base", "rescale-step", "tile-first", "tile-step", "merge-step", "normalize")
 EXP = z3.Function("exp", z3.RealSort(), z3.RealSort())
@@ -144,59 +143,27 @@ def check_softmax(arith: SoftmaxArithmetic | None = None, *, names: Sequence[str
     return [_check(c, arith, timeout_s) for c in _claims(arith) if c.name in names]
 
 
-def _solver(timeout_s: float) -> z3.Solver:
-    s = z3.Solver()
-    s.set("timeout", max(1, int(timeout_s * 1000)))
-    return s
-
-
 def _check(c: Claim, arith: SoftmaxArithmetic, timeout_s: float) -> ObligationResult:
-    start = time.perf_counter()
+    """One claim through `formloop.verify.solver.decide`: the witness's reported scores are small
+    integers when a refuting model has them (a witness under extra constraints is still a witness;
+    integers make the replay's discrepancy visible in float64), and it counts only when the row it
+    builds, replayed with the real exp, gives the wrong output."""
     facts = [*c.hypotheses, z3.Not(c.claim)]
-    s = _solver(timeout_s)
-    s.add(*axiom_instances(facts), *facts)
-    query = query_text(s)
-    verdict = verdict_of_validity(s.check())
-    common = dict(obligation=c.name, solver=z3_solver_name(), query=query,
-                  details={"statement": c.statement, "arithmetic": arith.as_dict(),
-                           "axioms": "ground instances of exp>0, exp(0)=1, exp(a)exp(b)=exp(a+b)"})
-    if verdict is not Verdict.COUNTEREXAMPLE:
-        return ObligationResult(verdict=verdict, seconds=time.perf_counter() - start,
-                                reason="" if verdict is Verdict.PROVED else f"z3: {s.reason_unknown()}", **common)
-    witness = _replayable_witness(c, facts, timeout_s)
-    if c.row is None or witness is None:
-        return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start, witness=witness,
-                                reason="z3 refutes the claim but no concrete row replays it: no semantic witness",
-                                **common)
-    splits, values = c.row(witness)
-    rep = replay_softmax(arith, splits, values)
-    if rep.rel_error > REPLAY_RTOL or not rep.finite:
-        return ObligationResult(verdict=Verdict.COUNTEREXAMPLE, seconds=time.perf_counter() - start,
-                                witness=witness, trace=tuple(rep.trace), replay=rep.text, **common)
-    return ObligationResult(verdict=Verdict.UNRESOLVED, seconds=time.perf_counter() - start, witness=witness,
-                            replay=rep.text, reason="the replay with the real exp computes the right output at "
-                                                    "the witness: no semantic witness", **common)
+    hints = []
+    for bound in (4, 16):
+        ints = [z3.Int(f"{x}_int") for x in c.reported]
+        hints.append(tuple(f for x, k in zip(c.reported, ints) for f in (z3.ToReal(k) == x, k >= -bound, k <= bound)))
+    query = Query([*axiom_instances(facts), *facts], {str(x): x for x in c.reported}, hints=tuple(hints))
 
+    def replay(w: dict) -> Replay:
+        if c.row is None:
+            return Replay((), (), "z3 refutes the claim but no concrete row replays it: no semantic witness")
+        splits, values = c.row({k: float(v) for k, v in w.items()})
+        rep = replay_softmax(arith, splits, values)
+        wrong = rep.rel_error > REPLAY_RTOL or not rep.finite
+        return Replay((c.name,) if wrong else (), tuple(rep.trace), rep.text)
 
-def _replayable_witness(c: Claim, facts, timeout_s: float) -> dict | None:
-    """Scores of a refuting model, small integers first (a witness under extra constraints is still
-    a witness; integers make the replay's discrepancy visible in float64)."""
-    for bound in (4, 16, None):
-        s = _solver(timeout_s)
-        s.add(*axiom_instances(facts), *facts)
-        if bound is not None:
-            for x in c.reported:
-                k = z3.Int(f"{x}_int")
-                s.add(z3.ToReal(k) == x, k >= -bound, k <= bound)
-        if s.check() == z3.sat:
-            model = s.model()
-            return {str(x): _number(model.eval(x, model_completion=True)) for x in c.reported}
-    return None
-
-
-def _number(v: z3.ExprRef) -> float:
-    if z3.is_rational_value(v):
-        return v.numerator_as_long() / v.denominator_as_long()
-    if z3.is_algebraic_value(v):
-        return float(v.approx(20).as_fraction())
-    return float(str(v))
+    how = Question(c.name, c.name, timeout_s, details={
+        "statement": c.statement, "arithmetic": arith.as_dict(),
+        "axioms": "ground instances of exp>0, exp(0)=1, exp(a)exp(b)=exp(a+b)"})
+    return decide(query, replay, how)

@@ -51,12 +51,15 @@ def query_text(solver: z3.Solver | z3.Optimize) -> str:
 
 
 def py_value(v: z3.ExprRef):
-    """A Z3 value as a Python value: int, float for a non-integral real, bool, else its text."""
+    """A Z3 value as a Python value: int, float for a non-integral (or irrational) real, bool, else
+    its text."""
     if z3.is_int_value(v):
         return v.as_long()
     if z3.is_rational_value(v):
         f = Fraction(v.numerator_as_long(), v.denominator_as_long())
         return int(f) if f.denominator == 1 else float(f)
+    if z3.is_algebraic_value(v):  # an irrational real (nonlinear arithmetic): 20 decimal digits
+        return float(v.approx(20).as_fraction())
     if z3.is_true(v) or z3.is_false(v):
         return z3.is_true(v)
     return str(v)
@@ -69,10 +72,15 @@ def decode(model: z3.ModelRef, symbols: Mapping[str, z3.ExprRef]) -> dict:
 
 @dataclass(frozen=True)
 class Query:
-    """Assertions whose satisfiability refutes a claim, and the named symbols a witness reads."""
+    """Assertions whose satisfiability refutes a claim, and the named symbols a witness reads.
+
+    `hints` are extra assertions tried in order when the witness is chosen (a model under them is
+    still a model of the query): a design's tile sizes, so the witness is reported where the
+    template's solver would pick; small integers, so a real witness replays exactly in float64."""
 
     assertions: Sequence[z3.BoolRef]
     symbols: Mapping[str, z3.ExprRef]
+    hints: Sequence[Sequence[z3.BoolRef]] = ()
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,7 @@ def decide(query: Query, replay: Callable[[dict], Replay], how: Question, *,
     if verdict is Verdict.UNRESOLVED:
         return ObligationResult(verdict=verdict, seconds=time.perf_counter() - start,
                                 reason=f"z3 {result}: {solver.reason_unknown()}", details=details, **common)
-    model = (_smallest_model(query, how) if how.smallest else None) or solver.model()
+    model = _witness_model(query, how) or solver.model()
     witness = decode(model, query.symbols)
     rep = replay(witness)
     if how.defect in rep.defects:
@@ -137,13 +145,24 @@ def decide(query: Query, replay: Callable[[dict], Replay], how: Question, *,
                             **common)
 
 
-def _smallest_model(query: Query, how: Question) -> z3.ModelRef | None:
-    """The model minimizing `how.smallest` in order (integers only), so every run reports the
-    same counterexample; None if the optimizer gives up (the caller keeps the solver's model)."""
-    opt = new_optimizer(how.timeout_s)
-    opt.add(*query.assertions)
-    for name in how.smallest:
-        sym = query.symbols.get(name)
-        if sym is not None and z3.is_int(sym):  # a real may have no smallest value
-            opt.minimize(sym)
-    return opt.model() if opt.check() == z3.sat else None
+def _witness_model(query: Query, how: Question) -> z3.ModelRef | None:
+    """The model a witness is read from: under the first of `query.hints` that admits one, else the
+    query alone, minimizing `how.smallest` in order (integers only), so every run reports the same
+    counterexample; None when there is nothing to choose or every attempt gives up (the caller
+    keeps the solver's model)."""
+    ints = [sym for name in how.smallest if (sym := query.symbols.get(name)) is not None and z3.is_int(sym)]
+    for extra in (*query.hints, ()):
+        if not extra and not ints:
+            return None
+        if ints:  # a real may have no smallest value
+            opt = new_optimizer(how.timeout_s)
+            opt.add(*query.assertions, *extra)
+            for sym in ints:
+                opt.minimize(sym)
+            found = opt
+        else:
+            found = new_solver(how.timeout_s)
+            found.add(*query.assertions, *extra)
+        if found.check() == z3.sat:
+            return found.model()
+    return None
