@@ -142,3 +142,24 @@ def test_calibration_file_changes_the_model(tmp_path):
 def test_parse_shape_forms():
     assert parse_shape("1, 32, 8, 128, 4096") == parse_shape((1, 32, 8, 128, 4096)) == \
         parse_shape({"B": 1, "Hq": 32, "Hkv": 8, "D": 128, "L": 4096})
+
+
+def test_shape_text_names_the_workload():
+    """The shape grammar of formloop.workload (named fields, ASCII digits only), with page= and
+    causal= after the five fields; each refused with its field named."""
+    assert parse_shape("B=1,Hq=32,Hkv=8,D=128,L=4096") == parse_shape("1,32,8,128,4096")
+    assert service.attention_workload("attention-decode", "1,32,8,128,4096,page=16")["page"] == 16
+    assert service.attention_workload("attention-prefill", "1,32,8,128,4096,causal=0")["causal"] == 0
+    w = service.workload_spec("attention-decode", "1,32,8,128,4096,page=16")
+    assert w.key == "attention-decode bf16 B=1 Hq=32 Hkv=8 D=128 L=4096 page=16" and w.params["e"] == 2
+    for text, field in [("1,32,8,128,٣", "shape L"), ("1,32,8,128,512,9", "attention shape"),
+                        ("1,32,8,128,512,pages=3", "attention shape name"), ("1,32,8,128,3000000000", "shape L")]:
+        with pytest.raises(InvalidInput) as info:
+            parse_shape(text)
+        assert info.value.field == field, text
+    with pytest.raises(InvalidInput, match="page"):
+        service.attention_workload("attention-decode", "1,32,8,128,512,page=16", page=32)
+    with pytest.raises(InvalidInput, match="causal"):
+        service.attention_workload("attention-decode", "1,32,8,128,512,causal=0")
+    with pytest.raises(InvalidInput, match="allowed: bf16, fp16"):
+        service.workload_spec("attention-decode", "1,32,8,128,512", "fp32")

@@ -205,7 +205,7 @@ def attention_decode(dtype: str = "bf16", calibration: Mapping[str, float] | Non
         descriptor={"algorithm": "attention-decode", "reuse": "K/V tiles shared by the packed query heads",
                     "placement": "one program per (sequence, KV head, head pack, split)",
                     "resources": ("smem", "registers", "tensor-cores"), "calibrated": CALIBRATED, "bounds": BOUNDS,
-                    "program": "triton", "shape": "B,Hq,Hkv,D,L"},
+                    "program": "triton", "shape": "B,Hq,Hkv,D,L", "chip": proof_chip().name},
     )
 
 

@@ -176,7 +176,7 @@ def attention_prefill(dtype: str = "bf16", calibration: Mapping[str, float] | No
         descriptor={"algorithm": "attention-prefill", "reuse": "q tile resident, K/V tiles streamed",
                     "placement": "one program per (sequence, head, query block), longest first",
                     "resources": ("smem", "registers", "tma", "tensor-cores"), "calibrated": CALIBRATED,
-                    "bounds": BOUNDS, "program": "triton", "shape": "B,Hq,Hkv,D,L"},
+                    "bounds": BOUNDS, "program": "triton", "shape": "B,Hq,Hkv,D,L", "chip": proof_chip().name},
     )
 
 

@@ -15,7 +15,8 @@ from formloop.evaluate import ModelEvaluator, best_available, gpu_available
 from formloop.evaluate.calibrate import Calibration
 from formloop.hw.chips import get_chip
 from formloop.library import attention_decode, attention_prefill, get_template
-from formloop.library.attention_workload import DTYPE_BYTES, parse_shape, workload
+from formloop.library.attention_workload import DTYPE_BYTES, AttentionWorkload, parse_shape, split_workload
+from formloop.library.gemm_tiling_gpu import CONTRACT
 from formloop.sol import sol_report
 from formloop.solve import SOLVERS, enumerate_designs
 from formloop.verify import prove_template
@@ -54,18 +55,42 @@ def template(name: str, dtype: str = "bf16", calibration: str | Path | Mapping[s
     return get_template(name, dtype=dtype, calibration=values, calibration_id=key)
 
 
-def attention_workload(name: str, shape, dtype: str = "bf16", *, page: int = 0, causal: int = 1) -> dict[str, int]:
+def attention_workload(name: str, shape, dtype: str = "bf16", *, page: int | None = None,
+                       causal: int | None = None) -> dict[str, int]:
+    """The template parameters of one workload: the shape, and the page size (decode, default 0:
+    contiguous) or causal flag (prefill, default 1), given as arguments or named in the shape text
+    (`...,page=16`), not both."""
+    return workload_spec(name, shape, dtype, page=page, causal=causal).params
+
+
+def workload_spec(name: str, shape, dtype: str = "bf16", *, page: int | None = None,
+                  causal: int | None = None) -> AttentionWorkload:
+    """The workload (operator `name`) as the api and the population name it; see attention_workload."""
     _check_name(name)
+    page, causal = workload_options(shape, page, causal)
     if name == attention_prefill.NAME:
         if page:
             raise InvalidInput("page size", page, "0 (prefill reads a contiguous cache)")
-        return workload(shape, dtype, causal=causal)
-    return workload(shape, dtype, page=page)
+        return AttentionWorkload(name, parse_shape(shape), dtype, causal=causal)
+    if causal != 1:
+        raise InvalidInput("causal", causal, "1 (decode attends to the whole cache)")
+    return AttentionWorkload(name, parse_shape(shape), dtype, page=page)
 
 
-def sol(name: str, shape, dtype: str = "bf16", chip: str = "h200", *, causal: int = 1) -> dict[str, Any]:
+def workload_options(shape, page: int | None = None, causal: int | None = None) -> tuple[int, int]:
+    """(page, causal): each from the argument or the shape text (refused when both give it), else 0 and 1."""
+    named = split_workload(shape)[1]
+    for key, given in (("page", page), ("causal", causal)):
+        if given is not None and key in named:
+            raise InvalidInput(key, f"{given} and {key}={named[key]} in the shape", f"{key} given once")
+    return (page if page is not None else named.get("page", 0)), (causal if causal is not None
+                                                                    else named.get("causal", 1))
+
+
+def sol(name: str, shape, dtype: str = "bf16", chip: str = "h200", *, causal: int | None = None) -> dict[str, Any]:
     """The speed-of-light floor (causal pairs counted for prefill), unit us, source sol."""
     s = parse_shape(shape)
+    causal = workload_options(shape, None, causal)[1]
     if name == attention_prefill.NAME:
         fields = {"B": s["B"], "H": s["Hq"], "Hkv": s["Hkv"], "S": s["L"], "D": s["D"], "causal": causal}
     else:
@@ -75,23 +100,30 @@ def sol(name: str, shape, dtype: str = "bf16", chip: str = "h200", *, causal: in
             "flops": r.flops, "bytes": r.bytes, "bound": r.bound, "source": "sol"}
 
 
-def solve(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp", page: int = 0,
-          causal: int = 1, calibration=None) -> dict[str, Any]:
-    """Solve the template for one workload: the chosen design, its modeled time and the SOL floor."""
+def solve(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp", page: int | None = None,
+          causal: int | None = None, calibration=None, time_limit: float | None = None) -> dict[str, Any]:
+    """Solve the template for one workload: the chosen design, its modeled time and the SOL floor,
+    with the fields every solve report has (formloop.api.solve): times in us from the model, the
+    bound from the solver, the tied optima by enumeration."""
     if solver not in SOLVERS:
         raise InvalidInput("solver", solver, sorted(SOLVERS))
     t = template(name, dtype, calibration)
     wl = attention_workload(name, shape, dtype, page=page, causal=causal)
     f = t.formulate(wl, get_chip(chip))
-    s = SOLVERS[solver](f)
+    s = SOLVERS[solver](f, **({"time_limit": time_limit} if solver == "milp" and time_limit else {}))
     ties = s.ties if s.ties is not None else enumerate_designs(f).ties
-    floor = sol(name, shape, dtype, chip, causal=causal)
-    return {"template": name, "template_hash": t.content_hash, "chip": chip, "dtype": dtype,
+    floor = sol(name, shape, dtype, chip, causal=wl.get("causal", 1))
+    terms = {k: float(v) for k, v in s.terms.items()}
+    return {"template": name, "template_hash": t.content_hash, "contract": CONTRACT, "chip": chip, "dtype": dtype,
             "shape": parse_shape(shape), "workload": wl, "calibration": t.options["calibration"],
             "solver": s.solver, "status": s.status.value, "design": dict(s.assignment),
             "objective_us": s.objective, "bound_us": s.bound, "gap": s.gap, "ties": len(ties),
-            "terms": {k: float(v) for k, v in s.terms.items()}, "bound_class": MODULES[name].bound_class(s.terms),
-            "solve_seconds": s.seconds, "model": s.model.as_dict(), "sol": floor, "source": "model"}
+            "bound_class": MODULES[name].bound_class(s.terms), "smem_bytes": int(terms["smem_bytes"]),
+            "T_comp_us": terms["T_comp_us"], "T_mem_us": terms["T_mem_us"], "solve_seconds": s.seconds,
+            "model": s.model.as_dict(), "sol": floor, "source": "model", "options": dict(t.options),
+            "objective": s.objective, "unit": s.unit, "bound": s.bound, "feasible": s.feasible_count, "terms": terms,
+            "seconds": s.seconds, "units": {"objective": f"{s.unit} (model)", "bound": f"{s.unit} (solver)",
+                                            "seconds": "s (wall)", "sol.floor_us": "us (sol)"}}
 
 
 def prove(name: str, *, dtype: str = "bf16", timeout_s: float = 10.0, calibration=None):
@@ -101,13 +133,14 @@ def prove(name: str, *, dtype: str = "bf16", timeout_s: float = 10.0, calibratio
     return prove_template(template(name, dtype, calibration), timeout_s=timeout_s)
 
 
-def measure(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp", page: int = 0,
-            causal: int = 1, calibration=None) -> dict[str, Any]:
+def measure(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp",
+            page: int | None = None, causal: int | None = None, calibration=None,
+            time_limit: float | None = None) -> dict[str, Any]:
     """Solve, then measure the pick: gpu tier on a CUDA device (checked against the reference
     first), else the model tier, labelled as such. Adds the KV bandwidth (decode) or the tensor
     rate (prefill) the measured time implies, and the fraction of the chip's copy ceiling."""
     report = solve(name, shape, chip=chip, dtype=dtype, solver=solver, page=page, causal=causal,
-                   calibration=calibration)
+                   calibration=calibration, time_limit=time_limit)
     t = template(name, dtype, calibration)
     chip_spec = get_chip(chip)
     evaluator = best_available() if gpu_available() else ModelEvaluator()
@@ -115,8 +148,8 @@ def measure(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver
     report["measurement"] = m.as_dict()
     report["fallback"] = "" if m.tier == "gpu" else "no CUDA device here: the model tier (the template's cost)"
     if m.ok:
-        report["rates"] = rates(name, report["shape"], m.latency_us, chip_spec, dtype, causal=causal,
-                                source=m.tier)
+        report["rates"] = rates(name, report["shape"], m.latency_us, chip_spec, dtype,
+                                causal=report["workload"].get("causal", 1), source=m.tier)
     return report
 
 

@@ -50,6 +50,7 @@ NAME = "gemm-tiling-gpu"
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
 # The chips whose specs this contract is written for (TMA copies, 227 KiB of shared memory a block).
 CONTRACT_CHIPS = ("h200", "h100")
+CONTRACT = "gpu (Triton family)"  # how a report names a contract of the Triton families on these chips
 US = 1e6
 
 Tm = decision("Tm", (16, 32, 64, 128, 256), doc="rows of the output tile a block computes (BLOCK_M)")
@@ -235,7 +236,7 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
                     "placement": "grouped-M swizzled blocks, KS blocks per output tile",
                     "resources": ("smem", "registers", "tma", "tensor-cores"), "calibrated": CALIBRATED,
                     "bounds": BOUNDS, "program": "triton",
-                    "base": "gemm-tiling"},
+                    "base": "gemm-tiling", "chip": proof_chip().name},
     )
 
 
