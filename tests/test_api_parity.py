@@ -8,21 +8,28 @@ store paths named alike and floats equal to 1e-9 (HiGHS' bound differs run to ru
 A tool without a twin in TWINS fails `test_every_tool_has_a_cli_twin`."""
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
+import os
 
-import pytest
-from typer.testing import CliRunner
+os.environ["TRITON_INTERPRET"] = "1"  # dsl_run runs its kernel in the interpreter: set before triton is imported
 
-from formloop.agent.server import CLI_TWINS, TOOL_NAMES, Tools, structured
-from formloop.cli import app
-from formloop.library import get_template
-from formloop.settings import load_settings
+import json  # noqa: E402
+import math  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from formloop.agent.server import CLI_TWINS, TOOL_NAMES, Tools, structured  # noqa: E402
+from formloop.cli import app  # noqa: E402
+from formloop.library import get_template  # noqa: E402
+from formloop.settings import load_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "templates" / "rownorm.py"
 STUDY = ROOT / "studies" / "wall_relaxation_capacity.toml"
+GELU_SPEC = ROOT / "examples" / "dsl" / "linear_bias_gelu.fl"
+TANH_SPEC = ROOT / "examples" / "dsl" / "fp16_bias_tanh.fl"
+DECODE = "1,32,8,128,8192,page=16"
 GEMM = {"M": 1000, "N": 1000, "K": 1000}
 RACY = {"Tm": 256, "Tn": 256, "Tk": 64, "S": 3, "P": 2, "beta": 0}
 GOOD = {"Tm": 128, "Tn": 128, "Tk": 32, "S": 3, "P": 1, "beta": 0}
@@ -65,6 +72,17 @@ TWINS = [
      ["prove-chain", "gemm", "--depth", "1", "--shapes", "3", "--store", "{chain}", "--json"]),
     ("wall_relax", {"study": str(STUDY), "objective": "prefill", "start": "small"},
      ["wall-relax", str(STUDY), "--objective", "prefill", "--start", "small", "--json"]),
+    # attention through the generic tools: the template's defaults (bf16 on h200), its shape B,Hq,Hkv,D,L
+    ("solve", {"template": "attention-decode", "shape": DECODE},
+     ["solve", "attention-decode", "--shape", DECODE, "--json"]),
+    ("measure", {"template": "attention-prefill", "shape": "1,32,8,128,1024", "solver": "enumerate"},
+     ["measure", "attention-prefill", "--shape", "1,32,8,128,1024", "--solver", "enumerate", "--json"]),
+    ("prove", {"template": "attention-prefill"}, ["population", "add", "attention-prefill", "--json"]),
+    # kernel specs: the tool takes the spec's text (what an agent writes), the CLI its file
+    ("dsl_check", {"spec": GELU_SPEC.read_text(), "solver": "enumerate", "shape": "512x1024x256"},
+     ["dsl", "check", str(GELU_SPEC), "--solver", "enumerate", "--shape", "512x1024x256", "--json"]),
+    ("dsl_run", {"path": str(TANH_SPEC), "shape": "70x40x64", "solver": "enumerate"},
+     ["dsl", "run", str(TANH_SPEC), "--shape", "70x40x64", "--solver", "enumerate", "--json"]),
     ("population_query", {"kind": "templates", "status": "proved"},
      ["population", "query", "--kind", "templates", "--status", "proved"]),
     ("population_query", {"kind": "template", "template": get_template("gemm-tiling").content_hash[:8]},
@@ -82,6 +100,11 @@ ERRORS = [
      ["solve", "gemm-tiling", "--shape", "1000,1000,1000", "--chip", "h100", "--pre", "weak"]),
     ("sol_report", {"op": "gemm", "shape": "1,2,3,4"}, ["sol", "gemm", "--shape", "1,2,3,4"]),
     ("population_query", {"kind": "everything"}, ["population", "query", "--kind", "everything"]),
+    ("solve", {"template": "attention-decode", "shape": "1,30,8,128,512"},
+     ["solve", "attention-decode", "--shape", "1,30,8,128,512"]),
+    ("measure", {"template": "attention-decode", "shape": "1,32,8,128,512", "dtype": "fp32"},
+     ["measure", "attention-decode", "--shape", "1,32,8,128,512", "--dtype", "fp32"]),
+    ("dsl_check", {"path": str(GELU_SPEC), "shape": "0x1x1"}, ["dsl", "check", str(GELU_SPEC), "--shape", "0x1x1"]),
 ]
 
 
@@ -174,7 +197,7 @@ def test_the_sequence_did_what_it_says(answers):
     got = {}
     for (name, kwargs, _), answer in zip(TWINS, answers["mcp"]):
         got.setdefault(name, []).append((kwargs, answer))
-    (_, exact), (_, weak) = got["prove"]
+    (_, exact), (_, weak), (_, attention) = got["prove"]
     assert exact["status"] == "proved" and exact["admitted"]
     assert weak["status"] == "refuted" and weak["counterexamples"][0]["obligation"] == "K1"
     routed = next(a for k, a in got["solve"] if k.get("chip") == "h200")
@@ -183,8 +206,23 @@ def test_the_sequence_did_what_it_says(answers):
     assert illustrative["design"] == GOOD and round(illustrative["objective_us"], 1) == 53.1
     assert [a["valid"] for _, a in got["check"]] == [False, True]
     proved = got["population_query"][0][1]
-    assert {r["name"] for r in proved["rows"]} == {"gemm-tiling", "rownorm"}
+    assert {r["name"] for r in proved["rows"]} == {"gemm-tiling", "rownorm", "attention-prefill"}
     assert got["run"][0][1]["rows"][0]["proof_source"] == "reused"  # proved by the prove call before it
+    decode = next(a for k, a in got["solve"] if k["template"] == "attention-decode")
+    assert (decode["chip"], decode["dtype"], decode["workload"]["page"]) == ("h200", "bf16", 16)
+    assert decode["design"]["TM"] == 0 or 16 % decode["design"]["Bn"] == 0  # C6: a TMA tile inside one page
+    assert decode["sol"]["floor_us"] <= decode["objective_us"] and decode["sol"]["bound"] == "memory"
+    prefill = next(a for k, a in got["measure"] if k["template"] == "attention-prefill")
+    assert prefill["design"]["Br"] % prefill["design"]["Bc"] == 0  # the causal walk's precondition
+    assert prefill["rates"]["source"] == prefill["measurement"]["tier"]
+    assert attention["status"] == "proved" and attention["admitted"]
+    (_, check), = got["dsl_check"]
+    a = check["design"]["assignment"]  # the spec fixes the tile, split and load path; the solver picks S, W, G
+    assert (a["Tm"], a["Tn"], a["Tk"], a["KS"], a["L"]) == (128, 128, 64, 1, 1)
+    assert check["design"]["workload"]["M"] == 512
+    (_, run), = got["dsl_run"]
+    assert run["correct"] and run["tier"] == "interpreter"
+    assert run["correctness"]["rel_error"] <= run["correctness"]["tolerance"]
 
 
 @pytest.mark.parametrize("i", range(len(ERRORS)), ids=[e[0] for e in ERRORS])

@@ -23,6 +23,8 @@ from formloop.solve import enumerate_designs  # noqa: E402
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "templates" / "rownorm.py"
 STUDY = Path(__file__).resolve().parents[1] / "studies" / "wall_relaxation_capacity.toml"
 GEMM = {"op": "gemm", "shape": {"M": 1000, "N": 1000, "K": 1000}}
+GELU_SPEC = (Path(__file__).resolve().parents[1] / "examples" / "dsl" / "linear_bias_gelu.fl").read_text()
+BAD_SPEC = GELU_SPEC.replace("warps  = ?", "warps  = 2").replace("gelu(tanh)", "gelu(fast)")
 
 
 def formloop_command() -> list[str]:
@@ -71,6 +73,9 @@ def results(tmp_path_factory):
         ("add_good", "add_template", {"spec": f"{EXAMPLE}:rownorm"}),
         ("query", "population_query", {"kind": "templates", "status": "proved"}),
         ("query_cx", "population_query", {"kind": "templates", "status": "refuted"}),
+        ("attention", "solve", {"template": "attention-decode", "shape": "1,32,8,128,4096"}),
+        ("spec_ok", "dsl_check", {"spec": GELU_SPEC}),
+        ("spec_refused", "dsl_check", {"spec": BAD_SPEC}),
         # bad inputs: structured results, and the session goes on
         ("unknown", "solve", {"template": "no-such-template", **GEMM}),
         ("bad_shape", "solve", {"template": "gemm-tiling", "op": "gemm", "shape": {"M": 0, "N": 1, "K": 1}}),
@@ -145,3 +150,21 @@ def test_bad_inputs_are_structured_and_the_server_survives(results):
     bad_type = results["bad_type"]
     assert getattr(bad_type, "is_error", getattr(bad_type, "isError", None)) is True
     assert payload(results["after"])["ok"] is True
+
+
+def test_attention_and_kernel_specs(results):
+    """attention-decode through the generic solve tool (its own defaults: bf16 on h200) picks the
+    enumeration's optimum; a spec written as text is checked, and a refused one names every rule."""
+    from formloop.library.attention_workload import workload
+
+    r = payload(results["attention"])
+    assert (r["template"], r["chip"], r["dtype"]) == ("attention-decode", "h200", "bf16")
+    brute = enumerate_designs(get_template("attention-decode").formulate(workload((1, 32, 8, 128, 4096)),
+                                                                         get_chip("h200")))
+    assert r["objective_us"] == pytest.approx(brute.objective) and r["sol"]["floor_us"] <= r["objective_us"]
+    ok = payload(results["spec_ok"])
+    assert ok["ok"] and ok["kernel"] == "linear_gelu" and ok["design"]["instance_check"]["ok"]
+    bad = payload(results["spec_refused"])
+    assert bad["ok"] is False and bad["error"]["type"] == "SpecError"
+    assert [d["field"] for d in bad["diagnostics"]] == ["warps (W)", "epilogue[2] gelu argument approx"]
+    assert bad["lines"][0].startswith("<spec>:11:14: warps (W) = 2")

@@ -19,7 +19,7 @@ from formloop.errors import FormloopError
 from formloop.settings import Settings, load_settings
 
 TOOL_NAMES = ("list_templates", "show_template", "prove", "solve", "check", "sol_report", "evaluate", "measure",
-              "run", "prove_chain", "wall_relax", "population_query", "add_template")
+              "run", "prove_chain", "wall_relax", "population_query", "add_template", "dsl_check", "dsl_run")
 CLI_TWINS = {
     "list_templates": "templates --json", "show_template": "show TEMPLATE --json",
     "prove": "population add TEMPLATE --json", "solve": "solve TEMPLATE --shape ... --json",
@@ -27,7 +27,8 @@ CLI_TWINS = {
     "evaluate": "evaluate TEMPLATE --design ... --shape ... --json", "measure": "measure TEMPLATE --shape ... --json",
     "run": "run WORKLOAD --shape ... --json", "prove_chain": "prove-chain CHAIN --json",
     "wall_relax": "wall-relax STUDY --objective ... --json", "population_query": "population query --kind ...",
-    "add_template": "population add SPEC --json",
+    "add_template": "population add SPEC --json", "dsl_check": "dsl check FILE --json",
+    "dsl_run": "dsl run FILE --json",
 }
 """The CLI command that answers as each tool does (the parity test runs both)."""
 QUERY_KINDS = api_population.QUERY_KINDS
@@ -70,15 +71,18 @@ class Tools:
         """Prove K1-K3 for a template and store it with its certificate (proved, refuted or unresolved)."""
         return api.admit_template(template, options, settings=self.settings)
 
-    def solve(self, template: str, shape: dict[str, int] | str, op: str | None = None, dtype: str = "fp32",
-              chip: str = "illustrative", options: dict[str, str] | None = None, solver: str = "milp") -> dict:
+    def solve(self, template: str, shape: dict[str, int] | str, op: str | None = None, dtype: str | None = None,
+              chip: str | None = None, options: dict[str, str] | None = None, solver: str = "milp",
+              calibration: str | None = None) -> dict:
         """Solve a template for one workload on one chip: the optimal design, its bound and gap
-        (gemm-tiling on h200/h100 is solved under the Triton family's contract)."""
+        (gemm-tiling on h200/h100 is solved under the Triton family's contract; attention-decode and
+        attention-prefill take the shape B,Hq,Hkv,D,L[,page=P][,causal=0|1]). dtype and chip default
+        to the template's own (fp32 on the illustrative chip; bf16 on h200 for the Triton families)."""
         return api.solve(template, shape, op=op, dtype=dtype, chip=chip, options=options, solver=solver,
-                         settings=self.settings)
+                         calibration=calibration, settings=self.settings)
 
     def check(self, template: str, assignment: dict[str, float] | str, shape: dict[str, int] | str,
-              op: str | None = None, dtype: str = "fp32", chip: str = "illustrative",
+              op: str | None = None, dtype: str | None = None, chip: str | None = None,
               options: dict[str, str] | None = None) -> dict:
         """Check one assignment against the template's scope, menus, constraints and preconditions."""
         return api.check(template, assignment, shape, op=op, dtype=dtype, chip=chip, options=options)
@@ -91,15 +95,16 @@ class Tools:
                               problem=problem)
 
     def evaluate(self, template: str, assignment: dict[str, float] | str, shape: dict[str, int] | str,
-                 op: str | None = None, dtype: str = "fp32", chip: str = "illustrative",
+                 op: str | None = None, dtype: str | None = None, chip: str | None = None,
                  options: dict[str, str] | None = None, tier: str | None = None) -> dict:
         """Evaluate one design on a tier (default: the server's; auto is the best available), labelled with it."""
         return api.evaluate(template, assignment, shape, op=op, dtype=dtype, chip=chip, options=options, tier=tier,
                             settings=self.settings)
 
-    def measure(self, template: str, shape: dict[str, int] | str, chip: str = "h200", dtype: str = "bf16",
+    def measure(self, template: str, shape: dict[str, int] | str, chip: str | None = None, dtype: str | None = None,
                 solver: str = "milp", calibration: str | None = None) -> dict:
-        """Solve gemm-tiling's GPU contract and measure the pick (gpu tier on a CUDA device, else model)."""
+        """Solve a Triton family's contract (gemm-tiling, attention-decode, attention-prefill) and measure the
+        pick (gpu tier on a CUDA device, else model); dtype and chip default to the family's (bf16, h200)."""
         return api.measure(template, shape, chip=chip, dtype=dtype, solver=solver, calibration=calibration,
                            settings=self.settings)
 
@@ -129,6 +134,18 @@ class Tools:
     def add_template(self, spec: str) -> dict:
         """Prove a user template (path/to/file.py:NAME) and admit it to the population when K1-K3 hold."""
         return api.add_template(spec, settings=self.settings)
+
+    def dsl_check(self, spec: str | None = None, path: str | None = None, shape: str | None = None,
+                  solver: str = "milp", calibration: str | None = None) -> dict:
+        """Validate a kernel spec (its text, or a file); with a shape, solve its open fields (MILP) and
+        check the instance against the proved template. A refused spec lists every broken rule."""
+        return api.dsl_check(spec, path=path, shape=shape, calibration=calibration, solver=solver)
+
+    def dsl_run(self, spec: str | None = None, path: str | None = None, shape: str | None = None,
+                solver: str = "milp", calibration: str | None = None, timing: bool = True) -> dict:
+        """Run a kernel spec: correctness against the torch reference, then timing on a GPU (else the
+        Triton interpreter at a reduced shape, labelled)."""
+        return api.dsl_run(spec, path=path, shape=shape, calibration=calibration, solver=solver, timing=timing)
 
 
 def build_server(settings: Settings | None = None):

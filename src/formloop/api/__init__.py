@@ -9,8 +9,10 @@ environment's).
     templates   list_templates, show_template
     proofs      prove_template (a certificate), admit_template / add_template (prove and store),
                 verify (fault | schedule | design | recheck), recheck_certificate, prove_chain, chain_faults
-    solving     solve, check            (gemm-tiling on h200/h100 routes to the GPU contract)
+    solving     solve, check            (gemm-tiling on h200/h100 routes to the GPU contract; the
+                                         attention templates take B,Hq,Hkv,D,L and default to bf16 on h200)
     measuring   evaluate, measure, sol_report, sol_ops
+    kernel specs dsl_check, dsl_emit, dsl_run  (the spec language: validate, emit Triton, run vs torch)
     co-design   wall_relax, codesign_study
     population  population_query
     the loop    run
@@ -19,6 +21,7 @@ environment's).
 from formloop.api.admission import add_template, admit_template
 from formloop.api.campaign import campaign, harness, integrity, schedule, synth_log
 from formloop.api.codesign import codesign_study, wall_relax
+from formloop.api.dsl import dsl_check, dsl_emit, dsl_run
 from formloop.api.loop import run
 from formloop.api.measure import evaluate, measure
 from formloop.api.population import population_query
@@ -28,7 +31,8 @@ from formloop.api.templates import list_templates, show_template
 from formloop.api.verify import chain_faults, prove_chain, prove_template, recheck_certificate, verify
 
 __all__ = [
-    "add_template", "admit_template", "campaign", "chain_faults", "check", "codesign_study", "evaluate", "harness",
+    "add_template", "admit_template", "campaign", "chain_faults", "check", "codesign_study", "dsl_check", "dsl_emit",
+    "dsl_run", "evaluate", "harness",
     "integrity", "list_templates", "measure", "population_query", "prove_chain", "prove_template",
     "recheck_certificate", "run", "schedule", "show_template", "sol_ops", "sol_report", "solve", "synth_log", "verify",
     "wall_relax",

@@ -1,7 +1,10 @@
-"""Evaluate one design on a tier, and measure: solve the GEMM's GPU contract and evaluate its pick.
+"""Evaluate one design on a tier, and measure: solve a Triton family's contract (gemm-tiling's GPU
+contract, attention-decode, attention-prefill) and evaluate its pick.
 
 A measurement says its tier (model, emulated, simulated, gpu) and device; without a CUDA device
-`measure` falls back to the model tier and says so in `fallback` (never a silent substitute)."""
+`measure` falls back to the model tier and says so in `fallback` (never a silent substitute). An
+attention measurement adds `rates`: the KV bandwidth (decode) or tensor rate (prefill) its time
+implies, as fractions of the chip's copy bandwidth or peak."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -9,23 +12,26 @@ from typing import Any
 
 from formloop import evaluate as evaluators
 from formloop.api.admission import evaluator_for
-from formloop.api.resolve import chip_from, is_hopper, settings_from
-from formloop.api.solve import Shape, design_from, routed_workload, solve_routed
+from formloop.api.resolve import chip_from, default_chip, default_dtype, is_hopper, settings_from
+from formloop.api.solve import Shape, defaults, design_from, routed_workload, solve_routed
 from formloop.api.values import plain
 from formloop.errors import InvalidInput
-from formloop.library import gemm_tiling, gemm_tiling_gpu
+from formloop.library import attention_service, gemm_tiling, gemm_tiling_gpu
 from formloop.settings import Settings
 from formloop.solve import SOLVERS
 
 NO_GPU = "no CUDA device here: measured on the model tier (the template's cost), not on a GPU"
+MEASURED = (gemm_tiling.NAME, *attention_service.TEMPLATES)
+"""What `measure` takes: gemm-tiling (measured under gemm-tiling-gpu's contract) and the attention families."""
 
 
 def evaluate(template: str, design: str | Mapping[str, Any], shape: Shape, *, op: str | None = None,
-             dtype: str = "fp32", chip: str = "illustrative", options: Mapping[str, Any] | None = None,
+             dtype: str | None = None, chip: str | None = None, options: Mapping[str, Any] | None = None,
              tier: str | None = None, settings: Settings | None = None) -> dict:
     """Evaluate one design on `tier` (default: the settings' tier; auto takes the best available),
     labelled with the tier and device that produced the number."""
     s = settings_from(settings)
+    dtype, chip = defaults(template, dtype, chip)
     routed, w = routed_workload(template, shape, op=op, dtype=dtype, chip=chip, options=options)
     t = routed.candidate.template
     m = evaluator_for(tier or s.tier).evaluate(t, design_from(t, design), w.params, chip_from(chip))
@@ -34,17 +40,25 @@ def evaluate(template: str, design: str | Mapping[str, Any], shape: Shape, *, op
                   "units": {"measurement.latency_us": f"us ({m.tier})"}})
 
 
-def measure(template: str, shape: Shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp",
+def measure(template: str, shape: Shape, *, chip: str | None = None, dtype: str | None = None, solver: str = "milp",
             calibration: str | None = None, settings: Settings | None = None) -> dict:
-    """Pick an instance of gemm-tiling's GPU contract with the solver and measure it: the gpu tier on
-    a CUDA device (built, checked against float64, timed), else the model tier, labelled."""
-    if template != gemm_tiling.NAME:
-        raise InvalidInput("template", template, [gemm_tiling.NAME])
+    """Pick an instance of a Triton family's contract with the solver and measure it: the gpu tier on
+    a CUDA device (built, checked against a higher-precision reference, timed), else the model tier,
+    labelled. gemm-tiling is measured under gemm-tiling-gpu's contract (its defaults: bf16, h200)."""
+    if template not in MEASURED:
+        raise InvalidInput("template", template, MEASURED)
+    measured = gemm_tiling_gpu.NAME if template == gemm_tiling.NAME else template
+    dtype = default_dtype(measured) if dtype is None else dtype
+    chip = default_chip(measured) if chip is None else chip
     if not is_hopper(chip):
         raise InvalidInput("chip", chip, gemm_tiling_gpu.CONTRACT_CHIPS,
                            fix="the Triton family's contract is written for Hopper")
     if solver not in SOLVERS:
         raise InvalidInput("solver", solver, sorted(SOLVERS))
+    time_limit = settings_from(settings).solver_time_limit_s
+    if attention_service.is_attention(template):
+        return plain(attention_service.measure(template, shape, chip=chip, dtype=dtype, solver=solver,
+                                               calibration=calibration, time_limit=time_limit))
     routed, w = routed_workload(template, shape, op=None, dtype=dtype, chip=chip, options=None,
                                 calibration=calibration)
     report = solve_routed(routed, w, chip, solver, settings)

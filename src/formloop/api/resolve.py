@@ -1,7 +1,10 @@
 """From the plain values a face passes to the objects the library works on: templates (library
 names with options, or user files), chips, settings, the population. The Hopper routing lives
 here, once: on an H100 or H200, `gemm-tiling` means the Triton family's contract (gemm-tiling-gpu),
-whichever face asks."""
+whichever face asks; the attention templates are Triton families of the same contract.
+
+Defaults live here too: a request that names no dtype or chip means the template's own (the
+dtype its factory defaults to, the chip its descriptor names), else the illustrative chip and fp32."""
 from __future__ import annotations
 
 import inspect
@@ -10,16 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from formloop.errors import InvalidInput
+from formloop.errors import FormloopError, InvalidInput
 from formloop.evaluate.calibrate import Calibration
 from formloop.hw.chips import Chip, get_chip
-from formloop.library import gemm_tiling, gemm_tiling_gpu, template_factory
+from formloop.library import attention_service, gemm_tiling, gemm_tiling_gpu, get_template, template_factory
 from formloop.library.user import file_origin, library_origin, load_user_template
 from formloop.population import Population
 from formloop.settings import Settings, load_settings
 from formloop.template import Template
 
-GPU_CONTRACT = "gpu (Triton family)"
+GPU_CONTRACT = gemm_tiling_gpu.CONTRACT
+GENERIC_DTYPE = "fp32"
+GENERIC_CHIP = "illustrative"
+CALIBRATED = (gemm_tiling_gpu.NAME, *attention_service.TEMPLATES)
+"""Templates whose efficiency terms a calibration JSON sets (the Triton families)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,29 @@ def template_from(template: str, options: Mapping[str, Any] | None = None, dtype
         opts["dtype"] = dtype
     t = factory(**opts)
     return Candidate(t, library_origin(template, dict(t.options)))
+
+
+def default_dtype(template: str) -> str:
+    """The element type a request for `template` means when it names none: the library factory's
+    default (bf16 for the Triton families), else fp32 (user templates, factories without one)."""
+    if not isinstance(template, str) or is_user_spec(template):
+        return GENERIC_DTYPE
+    try:
+        param = inspect.signature(template_factory(template)).parameters.get("dtype")
+    except FormloopError:  # an unknown name is refused where the template is loaded, with the known ones
+        return GENERIC_DTYPE
+    return param.default if param is not None and isinstance(param.default, str) else GENERIC_DTYPE
+
+
+def default_chip(template: str) -> str:
+    """The chip a request for `template` means when it names none: the one its descriptor names
+    (its contract's proof chip, for the Triton families), else the illustrative chip."""
+    if not isinstance(template, str) or is_user_spec(template):
+        return GENERIC_CHIP
+    try:
+        return str(get_template(template).descriptor.get("chip", GENERIC_CHIP))
+    except FormloopError:
+        return GENERIC_CHIP
 
 
 def chip_from(name: str) -> Chip:
@@ -111,25 +141,28 @@ def route(template: str, options: Mapping[str, Any] | None, chip: str, dtype: st
             raise InvalidInput(f"options of {gemm_tiling.NAME} with --chip {chip}", dict(options or {}),
                                "pre=exact only (the dtype is the workload's)")
         return gpu_contract(dtype, calibration)
-    if template == gemm_tiling_gpu.NAME:
-        return gpu_contract(opts.pop("dtype", dtype), calibration, opts)
+    if template in CALIBRATED:
+        return gpu_contract(opts.pop("dtype", dtype), calibration, opts, name=template)
     if calibration is not None:
         raise InvalidInput("calibration", calibration, f"none for {template}",
-                           fix=f"a calibration applies to {gemm_tiling_gpu.NAME} (gemm-tiling on h200 or h100)")
+                           fix=f"a calibration applies to {', '.join(CALIBRATED)} (gemm-tiling on h200 or h100)")
     c = template_from(template, opts, dtype)
     return Routed(c, str(c.template.options.get("pre", "")))
 
 
-def gpu_contract(dtype: str, calibration: str | None = None, options: Mapping[str, Any] | None = None) -> Routed:
-    """gemm-tiling-gpu for `dtype`, with a stored calibration's efficiency terms if given."""
+def gpu_contract(dtype: str, calibration: str | None = None, options: Mapping[str, Any] | None = None,
+                 name: str = gemm_tiling_gpu.NAME) -> Routed:
+    """Triton family `name` (default gemm-tiling-gpu) for `dtype`, with a stored calibration's
+    efficiency terms if given."""
     if options:
-        raise InvalidInput(f"options of {gemm_tiling_gpu.NAME}", dict(options), "dtype only (and --calibration)")
+        raise InvalidInput(f"options of {name}", dict(options), "dtype only (and --calibration)")
     if calibration is None:
-        c = template_from(gemm_tiling_gpu.NAME, {"dtype": dtype})
+        c = template_from(name, {"dtype": dtype})
         return Routed(c, GPU_CONTRACT, {"calibration": "priors"})
     path = Path(calibration)
     if not path.is_file():
-        raise InvalidInput("calibration", calibration, "a calibration JSON written by benchmarks/gemm.py")
+        raise InvalidInput("calibration", calibration, "a calibration JSON written by benchmarks/gemm.py or "
+                                                       "benchmarks/attention.py")
     cal = Calibration.load(path)
-    c = template_from(gemm_tiling_gpu.NAME, {"dtype": dtype, "calibration": cal.values, "calibration_id": cal.key})
+    c = template_from(name, {"dtype": dtype, "calibration": cal.values, "calibration_id": cal.key})
     return Routed(c, GPU_CONTRACT, {"calibration": cal.key})

@@ -2,16 +2,20 @@
 
 Both faces call these: `formloop solve`/`check` and the MCP tools of the same names. A GEMM
 template's report also carries the design-report fields (bound class, T_comp/T_mem, shared
-memory) that the tiling study reads; every time in it is the model's (`source`)."""
+memory) that the tiling study reads; every time in it is the model's (`source`). The attention
+templates (shape B,Hq,Hkv,D,L, optionally `,page=P` or `,causal=0|1`) are solved by
+formloop.library.attention_service, whose report has the same fields and the SOL floor (`sol`).
+A request that names no dtype or chip means the template's own (`resolve.default_dtype`,
+`resolve.default_chip`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from formloop.api.resolve import Routed, chip_from, route, settings_from
+from formloop.api.resolve import Routed, chip_from, default_chip, default_dtype, route, settings_from
 from formloop.api.values import plain
 from formloop.errors import FormloopError, InvalidInput
-from formloop.library import gemm_tiling, gemm_tiling_gpu
+from formloop.library import attention_decode, attention_prefill, attention_service, gemm_tiling, gemm_tiling_gpu
 from formloop.settings import Settings
 from formloop.solve import SOLVERS, enumerate_designs
 from formloop.template import Template
@@ -19,8 +23,13 @@ from formloop.verify import check_instance
 from formloop.workload import WorkloadSpec, as_integer, as_workload, split_shape
 
 Shape = str | Mapping[str, Any] | Sequence[int]
-BOUND_CLASS = {gemm_tiling.NAME: gemm_tiling.bound_class, gemm_tiling_gpu.NAME: gemm_tiling_gpu.bound_class}
+BOUND_CLASS = {m.NAME: m.bound_class for m in (gemm_tiling, gemm_tiling_gpu, attention_decode, attention_prefill)}
 """Templates whose report names what bounds the design (memory or compute), by template name."""
+
+
+def defaults(template: str, dtype: str | None, chip: str | None) -> tuple[str, str]:
+    """(dtype, chip) of a request: as given, else the template's own."""
+    return (default_dtype(template) if dtype is None else dtype), (default_chip(template) if chip is None else chip)
 
 
 def workload_for(t: Template, shape: Shape, op: str | None, dtype: str) -> WorkloadSpec:
@@ -32,6 +41,8 @@ def workload_for(t: Template, shape: Shape, op: str | None, dtype: str) -> Workl
         raise InvalidInput("op", None, "the operator of the workload (the template does not say it)")
     if algorithm is not None and op != algorithm:
         raise InvalidInput(f"op for {t.name}", op, [algorithm])
+    if attention_service.is_attention(t.name):
+        return attention_service.workload_spec(t.name, shape, dtype)
     return as_workload(op, shape, dtype, [t])
 
 
@@ -42,7 +53,7 @@ def routed_workload(template: str, shape: Shape, *, op: str | None, dtype: str, 
     return routed, workload_for(routed.candidate.template, shape, op, dtype)
 
 
-def solve(template: str, shape: Shape, *, op: str | None = None, dtype: str = "fp32", chip: str = "illustrative",
+def solve(template: str, shape: Shape, *, op: str | None = None, dtype: str | None = None, chip: str | None = None,
           options: Mapping[str, Any] | None = None, solver: str = "milp", calibration: str | None = None,
           settings: Settings | None = None) -> dict:
     """The optimal design of `template` for one workload on `chip`, its bound, gap and tied optima.
@@ -51,6 +62,12 @@ def solve(template: str, shape: Shape, *, op: str | None = None, dtype: str = "f
     on h200/h100, gemm-tiling is solved under the Triton family's contract (gemm-tiling-gpu)."""
     if solver not in SOLVERS:
         raise InvalidInput("solver", solver, sorted(SOLVERS))
+    dtype, chip = defaults(template, dtype, chip)
+    if attention_service.is_attention(template):
+        attention_only(template, op, options)
+        return plain(attention_service.solve(template, shape, chip=chip, dtype=dtype, solver=solver,
+                                             calibration=calibration,
+                                             time_limit=settings_from(settings).solver_time_limit_s))
     routed, w = routed_workload(template, shape, op=op, dtype=dtype, chip=chip, options=options,
                                 calibration=calibration)
     return plain(solve_routed(routed, w, chip, solver, settings))
@@ -79,6 +96,15 @@ def solve_routed(routed: Routed, w: WorkloadSpec, chip: str, solver: str, settin
         "feasible": sol.feasible_count, "terms": dict(sol.terms), "seconds": sol.seconds,
         "units": {"objective": f"{sol.unit} (model)", "bound": f"{sol.unit} (solver)", "seconds": "s (wall)"}})
     return report
+
+
+def attention_only(template: str, op: str | None, options: Mapping[str, Any] | None) -> None:
+    """An attention request names its workload in the shape (page, causal) and takes no factory options."""
+    if op is not None and op != template:
+        raise InvalidInput(f"op for {template}", op, [template])
+    if options:
+        raise InvalidInput(f"options of {template}", dict(options), "none (dtype, --calibration; page= and "
+                                                                     "causal= go in the shape)")
 
 
 def _enumerated_ties(f):
@@ -110,8 +136,9 @@ def design_from(t: Template, design: str | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check(template: str, design: str | Mapping[str, Any], shape: Shape, *, op: str | None = None,
-          dtype: str = "fp32", chip: str = "illustrative", options: Mapping[str, Any] | None = None) -> dict:
+          dtype: str | None = None, chip: str | None = None, options: Mapping[str, Any] | None = None) -> dict:
     """One design against the template's scope, menus, constraints and preconditions (in ms)."""
+    dtype, chip = defaults(template, dtype, chip)
     routed, w = routed_workload(template, shape, op=op, dtype=dtype, chip=chip, options=options)
     t = routed.candidate.template
     assignment = design_from(t, design)

@@ -1,10 +1,12 @@
-"""`formloop dsl check|emit|run FILE`: the kernel spec language (formloop.dsl.service)."""
+"""`formloop dsl check|emit|run FILE`: the kernel spec language, over formloop.api.dsl (the MCP tools
+dsl_check and dsl_run answer with the same JSON)."""
 from __future__ import annotations
 
 from typing import Optional
 
 import typer
 
+from formloop import api
 from formloop.cli import app
 from formloop.cli.common import console, err_console, friendly, print_json
 
@@ -59,9 +61,7 @@ def check(file: str = typer.Argument(..., help="spec file"),
           solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP),
           as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Validate a spec (every rule, before any compile); with a shape, solve its open fields and check the instance."""
-    from formloop.dsl.service import check_spec
-
-    r = check_spec(path=file, shape=shape, calibration=calibration, solver=solver)
+    r = api.dsl_check(path=file, shape=shape, calibration=calibration, solver=solver)
     if as_json:
         print_json(r)
         if not r["ok"]:
@@ -81,9 +81,7 @@ def emit(file: str = typer.Argument(..., help="spec file"),
          solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP),
          as_json: bool = typer.Option(False, "--json", help="print the result (with the source) as JSON")) -> None:
     """Print the Triton source of the spec's main kernel."""
-    from formloop.dsl.service import emit_spec
-
-    r = emit_spec(path=file, shape=shape, calibration=calibration, solver=solver)
+    r = api.dsl_emit(path=file, shape=shape, calibration=calibration, solver=solver)
     if as_json:
         print_json(r)
         if not r["ok"]:
@@ -103,13 +101,11 @@ def run(file: str = typer.Argument(..., help="spec file"),
         no_timing: bool = typer.Option(False, "--no-timing", help="check correctness only"),
         as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Check against the torch reference, then time on a GPU (else: the interpreter at a reduced shape)."""
-    from formloop.dsl.service import run_spec
-
-    r = run_spec(path=file, shape=shape, calibration=calibration, timing=not no_timing, solver=solver)
+    r = api.dsl_run(path=file, shape=shape, calibration=calibration, timing=not no_timing, solver=solver)
     if as_json:
         print_json(r)
         if not r["ok"]:
-            raise typer.Exit(2 if "diagnostics" in r and r.get("error") else 1)
+            raise typer.Exit(2 if r.get("error") else 1)
         return
     if "correct" not in r:
         _refuse(r)

@@ -16,12 +16,13 @@ from formloop.settings import load_settings
 @app.command()
 @friendly
 def measure(
-    template: str = typer.Argument(..., help="gemm-tiling"),
-    shape: str = typer.Option(..., help=SHAPE_HELP),
-    chip: str = typer.Option("h200", help="chip spec: h200 | h100"),
-    dtype: str = typer.Option("bf16", help="bf16 | fp16 | tf32 | fp32"),
+    template: str = typer.Argument(..., help="gemm-tiling | attention-decode | attention-prefill"),
+    shape: str = typer.Option(..., help=SHAPE_HELP + "; attention: B,Hq,Hkv,D,L[,page=P][,causal=0|1]"),
+    chip: Optional[str] = typer.Option(None, help="chip spec: h200 | h100 (default: the template's, h200)"),
+    dtype: Optional[str] = typer.Option(None, help="bf16 | fp16 | tf32 | fp32 (default: the template's, bf16)"),
     solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate"),
-    calibration: str = typer.Option(None, help="calibration JSON (from benchmarks/gemm.py) for the cost model"),
+    calibration: str = typer.Option(None, help="calibration JSON (benchmarks/gemm.py, benchmarks/attention.py) for "
+                                               "the cost model"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Pick an instance with the MILP and measure it (gpu tier on a CUDA device, else model tier)."""
@@ -34,7 +35,8 @@ def measure(
         err_console.print(f"[yellow]note:[/] {report['fallback']}")
     m = report["measurement"]
     tier, c = m["tier"], m["correctness"]
-    table = Table(title=f"gemm-tiling on {chip} · {shape} · {dtype} (design: MILP on the gpu contract)")
+    table = Table(title=f"{template} on {report['chip']} · {shape} · {report['dtype']} "
+                        f"(design: {report['solver']} on the gpu contract)")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     d = report["design"]
@@ -47,6 +49,15 @@ def measure(
          f"{c['rel_error']:.2e} (tol {c['tolerance']:g})" if c else "not checked (model tier)"),
         ("calibration", report["calibration"]),
     ]
+    if "sol" in report:
+        sol = report["sol"]
+        rows.append((f"speed-of-light floor (us, sol; {sol['bound']}-bound)", f"{sol['floor_us']:.2f}"))
+    r = report.get("rates") or {}
+    if "kv_tb_s" in r:
+        rows.append((f"KV read rate (TB/s, {r['source']})",
+                     f"{r['kv_tb_s']:.2f} ({r['copy_fraction']:.1%} of the copy bandwidth)"))
+    elif "tflop_s" in r:
+        rows.append((f"tensor rate (TFLOP/s, {r['source']})", f"{r['tflop_s']:.0f} ({r['peak_fraction']:.1%} of peak)"))
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)
@@ -58,8 +69,9 @@ def evaluate(
     template: str = typer.Argument(..., help="template name, or path/to/file.py:NAME"),
     design: str = typer.Option(..., help="decision values in the template's order, or named (Tm=128,...)"),
     shape: str = typer.Option(..., help=SHAPE_HELP),
-    chip: str = typer.Option("illustrative", help="chip spec name (h200/h100: gemm-tiling's GPU contract)"),
-    dtype: str = typer.Option("fp32", help="element type: fp32 | tf32 | bf16 | fp16"),
+    chip: Optional[str] = typer.Option(None, help="chip spec name (default: the template's; h200/h100: gemm-tiling's "
+                                                  "GPU contract)"),
+    dtype: Optional[str] = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (default: the template's)"),
     op: Optional[str] = typer.Option(None, help="operator of the workload (default: the template's)"),
     option: Optional[list[str]] = typer.Option(None, "--option", help="a template option NAME=VALUE; repeat"),
     tier: Optional[str] = typer.Option(None, help="auto | model | gpu (default: $FORMLOOP_TIER or auto)"),

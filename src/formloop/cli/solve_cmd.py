@@ -13,7 +13,10 @@ from formloop.settings import load_settings
 
 STORE = typer.Option(None, "--store", help="population file (default: $FORMLOOP_STORE or .formloop/population.db)")
 OPTION = typer.Option(None, "--option", help="a template factory option NAME=VALUE, e.g. pre=weak; repeat")
-DTYPE = typer.Option("fp32", help="element type: fp32 | tf32 | bf16 | fp16")
+DTYPE = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (default: the template's; fp32, "
+                                "bf16 for the Triton families)")
+CHIP = typer.Option(None, help="chip spec name (default: the template's; illustrative, h200 for the Triton families; "
+                               "h200/h100: gemm-tiling's GPU contract)")
 JSON = typer.Option(False, "--json", help="print one JSON object")
 
 
@@ -60,11 +63,12 @@ def show(template: str = typer.Argument(..., help="a library template name or pa
 @friendly
 def solve(
     template: str = typer.Argument(..., help="template name, e.g. gemm-tiling, or path/to/file.py:NAME"),
-    shape: str = typer.Option(..., help=SHAPE_HELP),
+    shape: str = typer.Option(..., help=SHAPE_HELP + "; attention: B,Hq,Hkv,D,L[,page=P][,causal=0|1]"),
     pre: Optional[str] = typer.Option(None, help="contract of gemm-tiling: exact | strong | weak (default exact)"),
     solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate"),
-    chip: str = typer.Option("illustrative", help="chip spec name (h200/h100: gemm-tiling's GPU contract)"),
-    dtype: str = DTYPE,
+    chip: Optional[str] = CHIP,
+    calibration: Optional[str] = typer.Option(None, help="calibration JSON of a Triton family's cost model"),
+    dtype: Optional[str] = DTYPE,
     op: Optional[str] = typer.Option(None, help="operator of the workload (default: the template's)"),
     option: Optional[list[str]] = OPTION,
     json_out: bool = JSON,
@@ -72,14 +76,15 @@ def solve(
     """Solve a template for one workload and print the chosen design."""
     options = parse_options(option) | ({"pre": pre} if pre is not None else {})
     report = api.solve(template, shape, op=op, dtype=dtype, chip=chip, options=options, solver=solver,
-                       settings=load_settings())
+                       calibration=calibration, settings=load_settings())
     if json_out:
         print_json(report)
         return
     d = report["design"]
     # A routed gemm-tiling keeps the name the user gave; its contract is the exact one (the GPU family's).
     contract = pre or (report["contract"] if report["template"] == template else "exact") or "default"
-    table = Table(title=f"{template} · {shape} · {contract} contract · chip {chip} (times: model)")
+    table = Table(title=f"{template} · {shape} · {contract} contract · chip {report['chip']} · {report['dtype']} "
+                        "(times: model)")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     rows = [(f"design ({','.join(d)})", "(" + ", ".join(str(v) for v in d.values()) + ")")]
@@ -91,6 +96,9 @@ def solve(
             ("shared memory (KiB)", f"{report['smem_bytes'] / 1024:g}")]
     else:
         rows.append((f"modeled cost ({report['unit']}, model)", f"{report['objective']:.4g}"))
+    if "sol" in report:
+        sol = report["sol"]
+        rows.append((f"speed-of-light floor (us, sol; {sol['bound']}-bound)", f"{sol['floor_us']:.2f}"))
     rows += [
         (f"objective bound ({report['unit']}, solver)", _num(report["bound"], ".4f")),
         ("gap (relative)", _num(report["gap"], ".2g")),
@@ -114,8 +122,8 @@ def check(
     design: str = typer.Option(..., help="decision values in the template's order (e.g. 128,128,32,3,1,0) "
                                          "or named (Tm=128,...)"),
     shape: str = typer.Option(..., help=SHAPE_HELP),
-    chip: str = typer.Option("illustrative", help="chip spec name (h200/h100: gemm-tiling's GPU contract)"),
-    dtype: str = DTYPE,
+    chip: Optional[str] = CHIP,
+    dtype: Optional[str] = DTYPE,
     op: Optional[str] = typer.Option(None, help="operator of the workload (default: the template's)"),
     option: Optional[list[str]] = OPTION,
     json_out: bool = JSON,

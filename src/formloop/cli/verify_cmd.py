@@ -89,7 +89,8 @@ def print_results(results: Sequence[dict], title: str, *, group: bool = False) -
 def prove(
     template: str = typer.Argument(..., help="template name, e.g. gemm-tiling, or path/to/file.py:NAME"),
     pre: str = typer.Option(None, help="contract of gemm-tiling: exact | strong | weak (default exact)"),
-    dtype: str = typer.Option("fp32", help="element type: fp32 | tf32 | bf16 | fp16 (templates with a dtype option)"),
+    dtype: str = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (templates with a dtype option; "
+                                         "default: the template's)"),
     timeout: float = typer.Option(10.0, help="per-query solver timeout, seconds"),
     out: Path = typer.Option(None, help="write the certificate (JSON) here"),
     json_out: bool = typer.Option(False, "--json", help="print the obligations as a JSON list"),

@@ -1,6 +1,9 @@
-"""The DSL's service functions: plain arguments in, JSON-able dicts out (the CLI and the MCP tools
-call these). Every dict has `ok`; a refused spec has `diagnostics` (line, column, field, value,
-allowed, message) and `lines` (the same, one line each)."""
+"""The DSL's functions: plain arguments in, JSON-able dicts out (formloop.api.dsl wraps them for
+the CLI and the MCP tools). Every dict has `ok`; a refused spec is an answer, not a failure: `ok`
+false, `error` (type, message, field, allowed, fix of the first broken rule, as every api error
+reads), `diagnostics` (line, column, field, value, allowed, message of every broken rule) and
+`lines` (the same, one line each). Bad arguments (a missing file, a bad shape or calibration, an
+unknown solver) raise formloop errors."""
 from __future__ import annotations
 
 import re
@@ -12,8 +15,10 @@ from formloop.dsl.bridge import Design, assignment_text, design
 from formloop.dsl.diagnostics import Diagnostic, SpecError
 from formloop.dsl.ir import SHAPE_DIMS, SpecIR
 from formloop.dsl.lower import read_spec
+from formloop.dsl.run import cuda_available, run_program, use_interpreter
 from formloop.dsl.validate import Validated, validate
-from formloop.errors import FormloopError, InvalidInput
+from formloop.errors import InvalidInput
+from formloop.workload import MAX_EXTENT
 from formloop.evaluate.calibrate import Calibration
 from formloop.library.gemm_epilogue_emit import module_source
 from formloop.library.gemm_epilogue_ops import chain_text
@@ -22,9 +27,11 @@ from formloop.library.gemm_epilogue_ops import chain_text
 def parse_dims(text: str, op: str) -> tuple[int, ...]:
     """'4096x4096x4096', '4096,4096,4096' or '4096 x 4096 x 4096' in the operation's order."""
     names = SHAPE_DIMS[op]
+    allowed = f"{len(names)} positive integers ({' x '.join(names)}), each <= {MAX_EXTENT}, in ASCII digits"
+    if not isinstance(text, str):
+        raise InvalidInput("shape", text, allowed)
     parts = [p for p in re.split(r"[x×,\s]+", text.strip()) if p]
-    allowed = f"{len(names)} positive integers ({' x '.join(names)})"
-    if len(parts) != len(names) or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if len(parts) != len(names) or not all(p.isascii() and p.isdigit() and 0 < int(p) <= MAX_EXTENT for p in parts):
         raise InvalidInput("shape", text, allowed)
     return tuple(int(p) for p in parts)
 
@@ -32,6 +39,10 @@ def parse_dims(text: str, op: str) -> tuple[int, ...]:
 def _load(text: str | None, path: str | Path | None, shape: str | None) -> SpecIR:
     if (text is None) == (path is None):
         raise InvalidInput("spec", "both" if text else "neither", "exactly one of text or path")
+    if text is not None and not isinstance(text, str):
+        raise InvalidInput("spec", type(text).__name__, "the spec's text (a string)")
+    if path is not None and not isinstance(path, (str, Path)):
+        raise InvalidInput("spec file", path, "a path (a string)")
     source = "<spec>"
     if path is not None:
         p = Path(path)
@@ -54,11 +65,10 @@ def _calibration(calibration: str | Path | Mapping | None) -> tuple[Mapping[str,
     return cal.values, cal.key
 
 
-def _refused(exc: FormloopError) -> dict[str, Any]:
-    if isinstance(exc, SpecError):
-        return {"ok": False, "error": "spec", "source": exc.source,
-                "diagnostics": [d.as_dict() for d in exc.diagnostics], "lines": exc.lines()}
-    return {"ok": False, "error": type(exc).__name__, "lines": [str(exc)], "diagnostics": []}
+def _refused(exc: SpecError) -> dict[str, Any]:
+    return {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc), "field": exc.field,
+                                   "allowed": exc.allowed, "fix": exc.fix},
+            "source": exc.source, "diagnostics": [d.as_dict() for d in exc.diagnostics], "lines": exc.lines()}
 
 
 def _summary(v: Validated) -> dict[str, Any]:
@@ -89,7 +99,7 @@ def check_spec(text: str | None = None, path: str | Path | None = None, shape: s
             d = _design(v, calibration, solver)
             out["design"] = {**d.as_dict(), "text": assignment_text(d.assignment) if len(d.assignment) == 8 else None}
         return out
-    except FormloopError as exc:
+    except SpecError as exc:
         return _refused(exc)
 
 
@@ -119,7 +129,7 @@ def emit_spec(text: str | None = None, path: str | Path | None = None, shape: st
                    for s in (*v.spec.pre, *v.spec.post)]
         source = module_source(k.kernel_spec(), load_path, header=header)
         return {"ok": True, **_summary(v), "load_path": load_path, "design": design_dict, "source": source}
-    except FormloopError as exc:
+    except SpecError as exc:
         return _refused(exc)
 
 
@@ -132,8 +142,6 @@ def run_spec(text: str | None = None, path: str | Path | None = None, shape: str
              calibration=None, timing: bool = True, seed: int = 0, solver: str = "milp") -> dict[str, Any]:
     """Check, solve, instance-check, then run: correctness vs the float64 torch reference and, on a
     GPU, timing (CUDA graph and eager) with the SOL fraction; else the interpreter, reduced shape."""
-    from formloop.dsl.run import cuda_available, run_program, use_interpreter
-
     try:
         spec = _load(text, path, shape)
         if spec.kernel.shape is None:
@@ -145,20 +153,10 @@ def run_spec(text: str | None = None, path: str | Path | None = None, shape: str
         result = run_program(v.spec, d, timing=timing, seed=seed)
         return {"ok": bool(result["correct"]), **_summary(v), "design": d.as_dict(),
                 "design_text": assignment_text(d.assignment), **result}
-    except FormloopError as exc:
+    except SpecError as exc:
         return _refused(exc)
 
 
 def _shape_missing(spec: SpecIR):
     return Diagnostic(*spec.kernel.pos("kernel"), "shape", "missing",
                       f"{' x '.join(SHAPE_DIMS[spec.kernel.op])} in the spec, or --shape", "run needs a problem size")
-
-
-# The MCP tools an agent writes specs with (wired by formloop.agent): name -> (function, what it does).
-# Both take the spec as `text` (no file needed) and an optional `shape`; both return the dicts above.
-TOOLS = {
-    "dsl_check": (check_spec, "validate a kernel spec; with a shape, solve its open fields (MILP) and check the "
-                              "instance against the proved template"),
-    "dsl_run": (run_spec, "run a kernel spec: correctness against the torch reference, then timing on a GPU "
-                          "(else the Triton interpreter at a reduced shape, labelled)"),
-}
