@@ -8,6 +8,7 @@ designs the spec's fixed fields leave, on the target chip's capacities. A wall n
 is reported at the field that fixed it, with the values of that field that would meet it."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -208,7 +209,7 @@ def _blame(spec, template, c, mask, grid, names, env, diag, blamed: set) -> None
         axes = [names.index(d) for d in fixed]
         ok = np.argwhere(keep.any(axis=tuple(i for i in range(mask.ndim) if i not in axes)))
         allowed = sorted({tuple(MENUS[d][int(j)] for d, j in zip(fixed, row)) for row in ok},
-                         key=lambda t: (sum(abs(np.log2(v / k.pins[d])) for d, v in zip(fixed, t)), t))
+                         key=lambda t: (sum(_distance(v, k.pins[d]) for d, v in zip(fixed, t)), t))
         allowed = [" x ".join(map(str, t)) for t in allowed]
         if not allowed and any(_pinned(g, k, reads) for g in fields[fields.index(f) + 1:]):
             continue  # nothing this field could take helps: blame the next one
@@ -219,6 +220,11 @@ def _blame(spec, template, c, mask, grid, names, env, diag, blamed: set) -> None
         blamed.add(f)
         return
     diag.add(k.pos("kernel"), "configuration", _pins_text(k.pins), "a design meeting " + c.name, _wall_text(c, k, env))
+
+
+def _distance(value: float, pinned: float) -> float:
+    """How far a menu value is from the pinned one: octaves for sizes, 0 or 1 for a flag (L, a 0 pin)."""
+    return abs(math.log2(value / pinned)) if value > 0 and pinned > 0 else float(value != pinned)
 
 
 def _pinned(f: str, k, reads) -> bool:
