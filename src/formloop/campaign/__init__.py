@@ -10,7 +10,8 @@ from importlib import import_module
 
 _EXPORTS = {
     "load_log": "replaylog", "parse_log": "replaylog", "AttemptLog": "replaylog",
-    "Policy": "schedule", "replay": "schedule", "sweep": "schedule", "pareto_front": "schedule", "best_policy": "schedule",
+    "Policy": "schedule", "replay": "schedule", "sweep": "schedule", "pareto_front": "schedule",
+    "best_policy": "schedule",
     "summary": "metrics", "fast_p": "metrics", "signed_area": "metrics", "best_speedups": "metrics",
     "synthetic_log": "synthetic",
 }

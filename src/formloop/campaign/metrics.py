@@ -34,7 +34,8 @@ def best_runtime(problem: ProblemLog, *, filtered: bool = True, max_attempts: in
     return min(times) if times else None
 
 
-def best_speedups(log: AttemptLog, *, filtered: bool = True, max_attempts: int | None = None) -> dict[str, float | None]:
+def best_speedups(log: AttemptLog, *, filtered: bool = True,
+                  max_attempts: int | None = None) -> dict[str, float | None]:
     out = {}
     for name, p in log.problems.items():
         t = best_runtime(p, filtered=filtered, max_attempts=max_attempts)
@@ -88,7 +89,8 @@ def sol_score(t_ref: float, t_best: float | None, t_sol: float) -> float:
 
 
 def mean_sol_score(log: AttemptLog, *, filtered: bool = True) -> float:
-    scores = [sol_score(p.ref_runtime_s, best_runtime(p, filtered=filtered), p.sol_runtime_s) for p in log.problems.values()]
+    scores = [sol_score(p.ref_runtime_s, best_runtime(p, filtered=filtered), p.sol_runtime_s)
+              for p in log.problems.values()]
     return sum(scores) / len(scores)
 
 
@@ -110,12 +112,14 @@ def exclusions(log: AttemptLog) -> dict[str, int]:
 
 def summary(log: AttemptLog, ps: Iterable[float] = (0.0, 1.0, 1.5, 2.0)) -> dict[str, Any]:
     """Filtered and unfiltered figures side by side, and the inflation factor."""
-    out: dict[str, Any] = {"problems": len(log.problems), "attempts": sum(len(p.attempts) for p in log.problems.values()),
+    out: dict[str, Any] = {"problems": len(log.problems),
+                           "attempts": sum(len(p.attempts) for p in log.problems.values()),
                            "tokens": log.tokens, "excluded": exclusions(log)}
     for label, filtered in (("filtered", True), ("unfiltered", False)):
         s = best_speedups(log, filtered=filtered)
         out[label] = {"geomean_speedup": geomean(s), "median_speedup": median(s), "mean_speedup": mean_speedup(s),
                       "solved": sum(1 for v in s.values() if v is not None),
-                      "fast_p": {f"{p:g}": fast_p(s, p) for p in ps}, "sol_score": mean_sol_score(log, filtered=filtered)}
+                      "fast_p": {f"{p:g}": fast_p(s, p) for p in ps},
+                      "sol_score": mean_sol_score(log, filtered=filtered)}
     out["inflation"] = out["unfiltered"]["geomean_speedup"] / out["filtered"]["geomean_speedup"]
     return out

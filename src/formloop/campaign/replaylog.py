@@ -113,7 +113,8 @@ def parse_log(lines: Iterable[str | dict], source: str = "<log>") -> AttemptLog:
         if "ref_runtime_s" in rec or "sol_runtime_s" in rec:
             pair = (_number(rec, "ref_runtime_s", where), _number(rec, "sol_runtime_s", where))
             if consts.setdefault(name, pair) != pair:
-                raise InvalidInput(f"{where} ref/sol runtimes of {name}", pair, f"the values given before: {consts[name]}")
+                raise InvalidInput(f"{where} ref/sol runtimes of {name}", pair,
+                                   f"the values given before: {consts[name]}")
         if rec.get("type") == "problem":
             continue
         status = rec.get("status")
@@ -127,7 +128,8 @@ def parse_log(lines: Iterable[str | dict], source: str = "<log>") -> AttemptLog:
     problems = {}
     for name, attempts in raw.items():
         if name not in consts:
-            raise InvalidInput(f"{source} problem {name}", "no ref_runtime_s/sol_runtime_s", "both, on a line of that problem")
+            raise InvalidInput(f"{source} problem {name}", "no ref_runtime_s/sol_runtime_s",
+                               "both, on a line of that problem")
         attempts.sort(key=lambda a: a.attempt)
         dup = [a.attempt for a, b in zip(attempts, attempts[1:]) if a.attempt == b.attempt]
         if dup:

@@ -24,7 +24,8 @@ def synthetic_log(n_problems: int = 40, attempts: int = 24, seed: int = 0, *, p_
         t_sol = float(10 ** rng.uniform(-5, -3))
         t_ref = t_sol * float(rng.uniform(1.3, 30.0))
         # achievable runtime: usually between the floor and the reference, sometimes worse than the reference
-        reach = t_sol * (1.0 + float(rng.exponential(0.6))) * (float(rng.uniform(1.0, 3.0)) if rng.random() < 0.2 else 1.0)
+        stall = float(rng.uniform(1.0, 3.0)) if rng.random() < 0.2 else 1.0
+        reach = t_sol * (1.0 + float(rng.exponential(0.6))) * stall
         start = t_ref * float(rng.uniform(0.9, 3.0))
         tau = float(rng.uniform(1.0, 6.0))
         records.append({"type": "problem", "problem": name, "ref_runtime_s": t_ref, "sol_runtime_s": t_sol})

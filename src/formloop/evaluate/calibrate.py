@@ -69,7 +69,8 @@ def _groups(points: Sequence[Point]) -> dict[tuple, list[int]]:
     return out
 
 
-def predict(template: Template, chip: Any, points: Sequence[Point], values: Mapping[str, float] | None = None) -> np.ndarray:
+def predict(template: Template, chip: Any, points: Sequence[Point],
+            values: Mapping[str, float] | None = None) -> np.ndarray:
     """The template's cost (µs) at every point, with `values` overriding the chip-side terms."""
     pred = np.empty(len(points))
     for key, idx in _groups(points).items():

@@ -2,8 +2,9 @@
 
 The model and its inputs are created directly on the device (`torch.device("cuda")` around the
 problem's own constructors: no host tensors, no host-to-device copies) and nothing is copied back
-to the host; times are medians of CUDA-event-timed eager calls by the one timer (`formloop.measure.timer`). The model runs as
-KernelBench runs it (no `.eval()`). Without CUDA nothing is timed and every row says so."""
+to the host; times are medians of CUDA-event-timed eager calls by the one timer
+(`formloop.measure.timer`). The model runs as KernelBench runs it (no `.eval()`). Without CUDA
+nothing is timed and every row says so."""
 from __future__ import annotations
 
 import time

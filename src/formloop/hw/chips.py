@@ -252,7 +252,8 @@ def a100() -> Chip:
         accumulators_per_block=65536 // 2,
         barrier_cycles=40,
         warps_per_sm=64,
-        notes="barrier_cycles=40 assumed (illustrative chip's value); no FP8 tensor unit; R_acc = registers_per_block / 2",
+        notes="barrier_cycles=40 assumed (illustrative chip's value); no FP8 tensor unit; "
+              "R_acc = registers_per_block / 2",
     )
 
 

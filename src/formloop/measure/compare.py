@@ -69,7 +69,8 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
 }
 # KernelBench's tolerance by output dtype (atol = rtol), from the dtype table.
 KERNELBENCH_TOLERANCE: dict[torch.dtype, float] = {
-    getattr(torch, d.torch): d.kernelbench_tol for d in DTYPES if d.kernelbench_tol is not None and hasattr(torch, d.torch)
+    getattr(torch, d.torch): d.kernelbench_tol
+    for d in DTYPES if d.kernelbench_tol is not None and hasattr(torch, d.torch)
 }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from formloop.hw.chips import Chip, get_chip
+from formloop.sol import ops_vector  # noqa: F401  (normalization, softmax, pointwise, reduction, pooling and
+#                                       loss formulas register on import; importing any sol module runs this first)
 from formloop.sol.ops import count_op, normalize_dtype, op_names
 from formloop.sol.report import SOLReport, build_report
 

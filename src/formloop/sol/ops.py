@@ -274,6 +274,3 @@ def _decoder_layer(s, e):
 def intensity(c: Counts) -> float:
     return c.flops / c.bytes if c.bytes else math.inf
 
-
-# Normalization, softmax, pointwise, reduction, pooling and loss formulas register on import.
-from formloop.sol import ops_vector  # noqa: E402,F401  (imported last: it uses the registry above)
