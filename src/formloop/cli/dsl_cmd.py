@@ -23,6 +23,18 @@ def _refuse(result: dict) -> None:
     raise typer.Exit(2)
 
 
+def _answered(r: dict, as_json: bool) -> bool:
+    """Print the JSON answer (exit 2 when refused) or refuse in words; True when nothing is left to print."""
+    if as_json:
+        print_json(r)
+        if not r["ok"]:
+            raise typer.Exit(2)
+        return True
+    if not r["ok"]:
+        _refuse(r)
+    return False
+
+
 def _design_lines(d: dict | None) -> list[str]:
     if not d:
         return []
@@ -62,13 +74,8 @@ def check(file: str = typer.Argument(..., help="spec file"),
           as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Validate a spec (every rule, before any compile); with a shape, solve its open fields and check the instance."""
     r = api.dsl_check(path=file, shape=shape, calibration=calibration, solver=solver)
-    if as_json:
-        print_json(r)
-        if not r["ok"]:
-            raise typer.Exit(2)
+    if _answered(r, as_json):
         return
-    if not r["ok"]:
-        _refuse(r)
     for line in _summary_lines(r) + _design_lines(r.get("design")):
         console.print(line, highlight=False, soft_wrap=True)
 
@@ -82,13 +89,8 @@ def emit(file: str = typer.Argument(..., help="spec file"),
          as_json: bool = typer.Option(False, "--json", help="print the result (with the source) as JSON")) -> None:
     """Print the Triton source of the spec's main kernel."""
     r = api.dsl_emit(path=file, shape=shape, calibration=calibration, solver=solver)
-    if as_json:
-        print_json(r)
-        if not r["ok"]:
-            raise typer.Exit(2)
+    if _answered(r, as_json):
         return
-    if not r["ok"]:
-        _refuse(r)
     typer.echo(r["source"], nl=False)
 
 

@@ -126,6 +126,16 @@ def _time_cpu(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy) -> Tim
     return TimedRun(_summary(times, "cpu", "wall", operand_sets=n_sets, note=note), out, (reps - 1) % n_sets)
 
 
+def _one_pass_ms(launch: Callable[[int], Any], n_sets: int, start: Any, end: Any) -> float:
+    """Milliseconds per launch of one pass over the operand sets, timed by two CUDA events."""
+    start.record()
+    for i in range(n_sets):
+        launch(i)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / n_sets
+
+
 def _time_eager(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy, note: str = "") -> TimedRun:
     import torch
 
@@ -133,12 +143,7 @@ def _time_eager(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy, note
         launch(i)
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(n_sets):
-        launch(i)
-    end.record()
-    end.synchronize()
-    estimate = max(start.elapsed_time(end) / 1e3 / n_sets, 1e-7)
+    estimate = max(_one_pass_ms(launch, n_sets, start, end) / 1e3, 1e-7)
     reps = int(min(p.max_calls, max(p.min_reps, p.budget_ms / 1e3 // estimate)))
     before = read_device_state(torch.cuda.current_device())
     times, out = [], None
@@ -166,12 +171,7 @@ def _time_graph(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy,
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(n_sets):
-        launch(i)
-    end.record()
-    end.synchronize()
-    estimate_ms = max(start.elapsed_time(end) / n_sets, 1e-4)
+    estimate_ms = max(_one_pass_ms(launch, n_sets, start, end), 1e-4)
     launches = max(n_sets, min(p.max_launches, math.ceil(p.graph_ms / estimate_ms)))
     launches = n_sets * math.ceil(launches / n_sets)
     graph, out = torch.cuda.CUDAGraph(), None
