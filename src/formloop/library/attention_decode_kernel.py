@@ -33,7 +33,9 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
-from formloop.library.attention_cases import TOLERANCE, TORCH_DTYPES, check_block_table, paged, qkv, reference
+from formloop.library.attention_cases import (
+    TOLERANCE, TORCH_DTYPES, RowScaled, check_block_table, paged, qkv, reference,
+)
 from formloop.library.attention_workload import check_page, check_shape
 
 LOG2E = 1.4426950408889634
@@ -352,8 +354,9 @@ class DecodeCase:
     v_ref: torch.Tensor | None = None
 
 
-class TritonDecode:
-    """The generated instance as the evaluator sees it (formloop.evaluate.Runnable)."""
+class TritonDecode(RowScaled):
+    """The generated instance as the evaluator sees it (formloop.evaluate.Runnable); checked row by row
+    (attention_cases.RowScaled)."""
 
     tier_source = "triton"
 
@@ -376,10 +379,10 @@ class TritonDecode:
     def launch(self, case: DecodeCase) -> None:
         self.plan.launch(case.q, case.k, case.v, case.out, case.workspace, case.table)
 
-    def output(self, case: DecodeCase) -> torch.Tensor:
+    def raw_output(self, case: DecodeCase) -> torch.Tensor:
         return case.out
 
-    def reference(self, case: DecodeCase) -> torch.Tensor:
+    def raw_reference(self, case: DecodeCase) -> torch.Tensor:
         k, v = (case.k_ref, case.v_ref) if case.table is not None else (case.k, case.v)
         return reference(case.q[:, :, None, :], k, v, dtype=torch.float64)[:, :, 0, :]
 
