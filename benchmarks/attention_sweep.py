@@ -98,7 +98,8 @@ def _compile_one(job) -> str:
 def compile_key(job) -> tuple:
     family, a, wl = job
     if family == DECODE:
-        return (family, a["Bn"], a["QP"], a["S"], a["W"], a["MG"], a["TM"], a["KS"] > 1, wl.get("page", 0), wl["D"],
+        ksp = 1 << (a["KS"] - 1).bit_length()  # the merge's KSP constexpr
+        return (family, a["Bn"], a["QP"], a["S"], a["W"], a["MG"], a["TM"], ksp, wl.get("page", 0), wl["D"],
                 wl["Hq"] // wl["Hkv"])
     return (family, *key_of(family, a), wl["D"], wl["Hq"] // wl["Hkv"], wl.get("causal", 1))
 
