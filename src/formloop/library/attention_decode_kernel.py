@@ -290,7 +290,8 @@ class DecodePlan:
         split = cfg.KS > 1
         per = -(-(-(-self.L // cfg.Bn)) // cfg.KS)
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
-                    IN_LAUNCH=bool(cfg.MG), TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS), WIDEN=INTERPRETED and not warmup, num_warps=cfg.W,
+                    IN_LAUNCH=bool(cfg.MG), TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
+                    WIDEN=INTERPRETED and not warmup, num_warps=cfg.W,
                     num_stages=cfg.S)
         if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
             from triton.tools.tensor_descriptor import TensorDescriptor
