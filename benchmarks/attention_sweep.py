@@ -77,19 +77,21 @@ def sweep_set(family: str, f, *, top: int, random: int, seed: int, extra=()) -> 
 
 
 def candidates(family: str, f, *, top: int) -> list[dict]:
-    """The model's `top` designs, its best design for each tile size (decode: Bn; prefill: Br × Bc),
-    and the one-decision neighbours of its pick that the model is least sure of (the merge and the
+    """The model's `top` designs, its best design for each value of the decisions that shape the
+    work (decode: each Bn, each KS, each QP; prefill: each Br × Bc, each S), and the one-decision neighbours of its pick that the model is least sure of (the merge and the
     load path; prefill: the load path and the launch order): a small, model-ranked set."""
     ranked = _feasible(f)
     chosen: dict[tuple, dict] = {}
     for a in ranked[:top]:
         chosen.setdefault(key_of(family, a), a)
-    tile = (lambda a: a["Bn"]) if family == DECODE else (lambda a: (a["Br"], a["Bc"]))
+    groups = ((lambda a: ("Bn", a["Bn"])), (lambda a: ("KS", a["KS"])), (lambda a: ("QP", a["QP"]))) \
+        if family == DECODE else ((lambda a: ("tile", a["Br"], a["Bc"])), (lambda a: ("S", a["S"])))
     seen = set()
     for a in ranked:
-        if tile(a) not in seen:
-            seen.add(tile(a))
-            chosen.setdefault(key_of(family, a), a)
+        for group in groups:
+            if group(a) not in seen:
+                seen.add(group(a))
+                chosen.setdefault(key_of(family, a), a)
     feasible = {key_of(family, a): a for a in ranked}
     changes = ({"MG": 0}, {"TM": 1}, {"TM": 0}) if family == DECODE else ({"TM": 0}, {"TM": 1}, {"GQ": 1}, {"GQ": 0})
     for a in ranked[:1]:

@@ -65,6 +65,6 @@ def test_candidates_are_the_models_ranking(family):
     f = get_template(family).formulate(attention_workload(family, (1, 32, 8, 128, 4096), page=0, causal=1),
                                        get_chip("h200"))
     got = [key_of(family, a) for a in candidates(family, f, top=6)]
-    assert len(set(got)) == len(got) <= 6 + 9 + 4  # top-k, one per tile size, the pick's neighbours
+    assert len(set(got)) == len(got) <= 6 + 18 + 4  # top-k, one per value of Bn, KS, QP (Br x Bc, S), neighbours
     assert [key_of(family, a) for a in top_designs(f, 6)] == got[:6]
     assert key_of(family, solve_milp(f).assignment) in got  # the MILP's pick is measured
