@@ -1,17 +1,22 @@
 """Attention on the H200: the decode and causal-prefill families' MILP picks (prior, calibrated, and
-calibrated on other lengths only), the family's measured best over a broad sweep, and torch SDPA on
-the cuDNN and flash backends, in one process.
+calibrated on other lengths only), the family's measured best over a small model-ranked candidate
+set (--sweep: the broad sweep), and torch SDPA on the cuDNN and flash backends, in one process
+of under 5 minutes (Triton compiles included).
 
     PYTHONPATH=src python3 benchmarks/attention.py --out $OUT          # on the GPU machine
+    PYTHONPATH=src python3 benchmarks/attention.py --ranking PREV --out $OUT   # rank by PREV's calibration
     PYTHONPATH=src python3 benchmarks/attention.py --dry-run --out DIR # anywhere: interpreter + model
     PYTHONPATH=src python3 benchmarks/attention.py --calibrate DIR/attention.json --out DIR2   # refit offline
 
 Batch 1, Hq 32, Hkv 8, d 128, bf16; decode L = 512…32768 (also one paged-cache point), causal
-prefill L = 512…8192. Every timed instance first passes the correctness check (fresh random
-inputs, NaN-poisoned output, fp64/fp32 reference); the picks and the best also pass all four input
-kinds, eager and from a CUDA graph. Times are medians of CUDA-graph replays that rotate over
-operand sets exceeding the L2 (and eager, for picks and baselines). attention.json holds every
-record; calibration_<family>.json feed `formloop solve|measure … --calibration` and --calibrate."""
+prefill L = 512…8192, and held-out lengths (decode 3000, 12000; prefill 3000) that are measured
+and re-solved but never fitted. Every timed instance first passes the correctness check (fresh
+random inputs, NaN-poisoned output, fp32 reference, each query row against its own RMS); the picks
+and the best also pass all four input kinds, eager and from a CUDA graph. Times are medians of
+CUDA-graph replays that rotate over operand sets exceeding the L2, and eager, for picks, best and
+baselines side by side; the SM clock and board power are read while the pick replays.
+attention.json holds every record; calibration_<family>.json feed `formloop solve|measure …
+--calibration`, --ranking and --calibrate."""
 from __future__ import annotations
 
 import argparse
@@ -227,9 +232,9 @@ def main(argv=None) -> int:
                                   "for decode and 3000 for prefill, none with --lengths)")
     p.add_argument("--refine", type=int, default=1, help="rounds of: fit, measure the fit's top designs, refit")
     p.add_argument("--refine-top", type=int, default=3)
-    p.add_argument("--budget-s", type=float, default=150.0, help="stop measuring candidates after this many seconds "
+    p.add_argument("--budget-s", type=float, default=200.0, help="stop measuring candidates after this many seconds "
                                                                    "(the whole run stays under 5 minutes)")
-    p.add_argument("--compile-s", type=float, default=45.0, help="pre-compilation deadline per family")
+    p.add_argument("--compile-s", type=float, default=40.0, help="pre-compilation deadline per family")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--families", default=f"{DECODE},{PREFILL}")
     p.add_argument("--lengths", help="comma-separated lengths instead of the defaults (smoke runs)")
