@@ -183,8 +183,9 @@ def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=N
                 break
             bench.measure(family, prior, a, L, truth=truth)
         mine = bench.mine(family, L)
+        why = sorted({str(r.get("failure"))[:160] for r in mine if not r.get("ok")})
         print(f"{family} L={L}{' (held out)' if L in held_lengths else ''}: {len(mine)} designs, "
-              f"{sum(bool(r.get('ok')) for r in mine)} passed", flush=True)
+              f"{sum(bool(r.get('ok')) for r in mine)} passed" + (f"; failures: {why[:3]}" if why else ""), flush=True)
     cal = fit_family(bench, family, prior, lengths)  # never the held-out lengths
     for _ in range(args.refine if cal else 0):  # measure what the fit now rates best, then refit
         t_cal = calibrated(family, cal)

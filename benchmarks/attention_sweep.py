@@ -78,8 +78,9 @@ def sweep_set(family: str, f, *, top: int, random: int, seed: int, extra=()) -> 
 
 def candidates(family: str, f, *, top: int) -> list[dict]:
     """The model's `top` designs, its best design for each value of the decisions that shape the
-    work (decode: each Bn, each KS, each QP; prefill: each Br × Bc, each S), and the one-decision neighbours of its pick that the model is least sure of (the merge and the
-    load path; prefill: the load path and the launch order): a small, model-ranked set."""
+    work (decode: each Bn, each KS, each QP; prefill: each Br × Bc, each S), and the one-decision
+    neighbours of its pick that the model is least sure of (decode: the merge and the load path;
+    prefill: the load path and the launch order): a small, model-ranked set."""
     ranked = _feasible(f)
     chosen: dict[tuple, dict] = {}
     for a in ranked[:top]:
