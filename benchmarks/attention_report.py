@@ -76,6 +76,11 @@ def summarize(bench, result: dict, dry_run: bool) -> None:
                 targets["best"] = row["best"]["config"]
             checks, eager = {}, {}
             for label, cfg in targets.items():
+                if label == "best" and key_of(family, cfg) == key_of(family, targets["pick"]):
+                    checks[label] = checks["pick"]  # the pick is the best: checked and timed once
+                    if "pick" in eager:
+                        eager[label] = eager["pick"]
+                    continue
                 if dry_run:
                     checks[label] = _dry_acceptance(family, cfg, wl)
                     continue
