@@ -1,17 +1,22 @@
 """Attention on the H200: the decode and causal-prefill families' MILP picks (prior, calibrated, and
-calibrated on other lengths only), the family's measured best over a broad sweep, and torch SDPA on
-the cuDNN and flash backends, in one process.
+calibrated on other lengths only), the family's measured best over a small model-ranked candidate
+set (--sweep: the broad sweep), and torch SDPA on the cuDNN and flash backends, in one process
+of under 5 minutes (Triton compiles included).
 
     PYTHONPATH=src python3 benchmarks/attention.py --out $OUT          # on the GPU machine
+    PYTHONPATH=src python3 benchmarks/attention.py --ranking PREV --out $OUT   # rank by PREV's calibration
     PYTHONPATH=src python3 benchmarks/attention.py --dry-run --out DIR # anywhere: interpreter + model
     PYTHONPATH=src python3 benchmarks/attention.py --calibrate DIR/attention.json --out DIR2   # refit offline
 
 Batch 1, Hq 32, Hkv 8, d 128, bf16; decode L = 512…32768 (also one paged-cache point), causal
-prefill L = 512…8192. Every timed instance first passes the correctness check (fresh random
-inputs, NaN-poisoned output, fp64/fp32 reference); the picks and the best also pass all four input
-kinds, eager and from a CUDA graph. Times are medians of CUDA-graph replays that rotate over
-operand sets exceeding the L2 (and eager, for picks and baselines). attention.json holds every
-record; calibration_<family>.json feed `formloop solve|measure … --calibration` and --calibrate."""
+prefill L = 512…8192, and held-out lengths (decode 3000, 12000; prefill 3000) that are measured
+and re-solved but never fitted. Every timed instance first passes the correctness check (fresh
+random inputs, NaN-poisoned output, fp32 reference, each query row against its own RMS); the picks
+and the best also pass all four input kinds, eager and from a CUDA graph. Times are medians of
+CUDA-graph replays that rotate over operand sets exceeding the L2, and eager, for picks, best and
+baselines side by side; the SM clock and board power are read while the pick replays.
+attention.json holds every record; calibration_<family>.json feed `formloop solve|measure …
+--calibration`, --ranking and --calibrate."""
 from __future__ import annotations
 
 import argparse
@@ -24,14 +29,16 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
 from attention_report import print_table, summarize  # noqa: E402
-from attention_sweep import DECODE, PREFILL, key_of, precompile, sweep_set, top_designs  # noqa: E402
+from attention_sweep import DECODE, PREFILL, candidates, key_of, precompile, sweep_set, top_designs  # noqa: E402
 
 SHAPE = (1, 32, 8, 128)
 LENGTHS = {DECODE: (512, 2048, 8192, 16384, 32768), PREFILL: (512, 1024, 2048, 4096, 8192)}
+HELD = {DECODE: (3000, 12000), PREFILL: (3000,)}  # measured, never fitted: the re-solve's transfer test
 CAL_LENGTHS = {DECODE: (512, 8192, 32768), PREFILL: (512, 2048, 8192)}  # the held-out fit sees only these
 PAGED = (8192, 16)  # (L, page) of the paged-cache point
 NEAR_BEST = 1.5
 DRY_SHAPE, DRY_LENGTHS = (1, 8, 2, 32), {DECODE: (40, 70, 130), PREFILL: (40, 64, 96)}
+DRY_HELD = {DECODE: (100,), PREFILL: (80,)}
 
 
 class Bench:
@@ -133,19 +140,34 @@ def pick(bench: Bench, family: str, template, L: int, page: int = 0, truth=None)
             "ok": bool(m.get("ok")), "solve_s": sol.seconds}
 
 
+def ranking_template(family: str, args):
+    """The model that ranks the candidates: the priors, or an earlier run's calibration (--ranking)."""
+    from formloop.evaluate.calibrate import Calibration
+
+    path = args.ranking and os.path.join(args.ranking, f"calibration_{family.removeprefix('attention-')}.json")
+    return calibrated(family, Calibration.load(path)) if path and os.path.isfile(path) else calibrated(family, None)
+
+
 def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=None) -> None:
     from formloop.library import get_template
 
     args = bench.args
     prior = get_template(family)
+    ranker = ranking_template(family, args)
     lengths = DRY_LENGTHS[family] if args.dry_run else LENGTHS[family]
+    held_lengths = (DRY_HELD if args.dry_run else HELD)[family]
     if args.lengths:
-        lengths = tuple(int(x) for x in args.lengths.split(","))
+        lengths, held_lengths = tuple(int(x) for x in args.lengths.split(",")), ()
+    if args.held is not None:
+        held_lengths = tuple(int(x) for x in args.held.split(",") if x)
     plans = {}
-    for L in lengths:
-        f = prior.formulate(bench.workload(family, L), bench.chip)
-        top, rnd = (args.top, args.random) if family == DECODE else (args.top // 2, args.random // 2)
-        plans[L] = sweep_set(family, f, top=top, random=rnd, seed=L)
+    for L in (*lengths, *held_lengths):
+        f = ranker.formulate(bench.workload(family, L), bench.chip)
+        if args.sweep:  # the broad sweep of the first runs
+            top, rnd = (args.top, args.random) if family == DECODE else (args.top // 2, args.random // 2)
+            plans[L] = sweep_set(family, f, top=top, random=rnd, seed=L)
+        else:
+            plans[L] = candidates(family, f, top=args.top if family == DECODE else max(1, args.top * 2 // 3))
     if bench.gpu is not None:
         jobs = [(family, a, bench.workload(family, L)) for L, al in plans.items() for a in al]
         if family == DECODE:
@@ -153,30 +175,37 @@ def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=N
         pc = result.setdefault("precompile", {})[family] = precompile(jobs, args.workers, time.time() + args.compile_s)
         print(f"{family}: precompiled {pc['kernels']} kernels in {pc['seconds']:.0f} s, {pc['error_count']} errors "
               f"{pc['errors'][:2]}", flush=True)
-    for n, L in enumerate(lengths):
-        stop = time.time() + (deadline - time.time()) * 0.7 / (len(lengths) - n)
+    order = (*lengths, *held_lengths)
+    for n, L in enumerate(order):
+        stop = time.time() + (deadline - time.time()) * 0.7 / (len(order) - n)
         for a in plans[L]:
             if time.time() > stop:
                 break
             bench.measure(family, prior, a, L, truth=truth)
         mine = bench.mine(family, L)
-        print(f"{family} L={L}: {len(mine)} designs, {sum(bool(r.get('ok')) for r in mine)} passed", flush=True)
-    cal = fit_family(bench, family, prior)
+        why = sorted({str(r.get("failure"))[:160] for r in mine if not r.get("ok")})
+        print(f"{family} L={L}{' (held out)' if L in held_lengths else ''}: {len(mine)} designs, "
+              f"{sum(bool(r.get('ok')) for r in mine)} passed" + (f"; failures: {why[:3]}" if why else ""), flush=True)
+    cal = fit_family(bench, family, prior, lengths)  # never the held-out lengths
     for _ in range(args.refine if cal else 0):  # measure what the fit now rates best, then refit
         t_cal = calibrated(family, cal)
         for L in lengths:
             for a in top_designs(t_cal.formulate(bench.workload(family, L), bench.chip), args.refine_top):
                 if time.time() < deadline:
                     bench.measure(family, prior, a, L, truth=truth)
-        cal = fit_family(bench, family, prior, start=cal)
+        cal = fit_family(bench, family, prior, lengths, start=cal)
     cal_lengths = CAL_LENGTHS[family] if not args.dry_run else lengths[::2]
     held = fit_family(bench, family, prior, cal_lengths, quick=True)  # from the priors: it never sees held-out L
-    entry = {"lengths": list(lengths), "cal_lengths": list(cal_lengths), "calibration": cal.__dict__ if cal else None,
+    entry = {"lengths": list(lengths), "held_lengths": list(held_lengths), "cal_lengths": list(cal_lengths),
+             "ranking": "calibration of " + args.ranking if ranker.options.get("calibration") != "priors" else "priors",
+             "calibration": cal.__dict__ if cal else None,
              "held_out_calibration": held.__dict__ if held else None, "per_length": {}}
     if cal is not None:
         cal.save(os.path.join(args.out, f"calibration_{family.removeprefix('attention-')}.json"))
-    for L in lengths:
-        row = {"prior": pick(bench, family, prior, L, truth=truth)}
+    for L in order:
+        row = {"prior": pick(bench, family, prior, L, truth=truth), "held_length": L in held_lengths}
+        if ranker is not prior and ranker.options.get("calibration") != "priors":
+            row["ranking"] = pick(bench, family, ranker, L, truth=truth)
         if cal is not None:
             row["calibrated"] = pick(bench, family, calibrated(family, cal), L, truth=truth)
         if held is not None:
@@ -195,12 +224,18 @@ def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=N
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
-    p.add_argument("--top", type=int, default=30, help="prior-model picks measured per length (prefill: half)")
-    p.add_argument("--random", type=int, default=30, help="uniform menu sample per length (prefill: half)")
+    p.add_argument("--top", type=int, default=10, help="model-ranked designs measured per length (prefill: 2/3)")
+    p.add_argument("--sweep", action="store_true", help="the broad sweep instead: --top model picks, a grid over "
+                                                         "tiles and splits, --random uniform samples")
+    p.add_argument("--random", type=int, default=30, help="uniform menu sample per length with --sweep (prefill: half)")
+    p.add_argument("--ranking", help="rank the candidates by the calibration_<family>.json of an earlier run's --out")
+    p.add_argument("--held", help="comma-separated held-out lengths (measured, never fitted; default 3000,12000 "
+                                  "for decode and 3000 for prefill, none with --lengths)")
     p.add_argument("--refine", type=int, default=1, help="rounds of: fit, measure the fit's top designs, refit")
-    p.add_argument("--refine-top", type=int, default=6)
-    p.add_argument("--budget-s", type=float, default=380.0, help="stop sweeping after this many seconds")
-    p.add_argument("--compile-s", type=float, default=100.0, help="pre-compilation deadline per family")
+    p.add_argument("--refine-top", type=int, default=3)
+    p.add_argument("--budget-s", type=float, default=200.0, help="stop measuring candidates after this many seconds "
+                                                                   "(the whole run stays under 5 minutes)")
+    p.add_argument("--compile-s", type=float, default=40.0, help="pre-compilation deadline per family")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--families", default=f"{DECODE},{PREFILL}")
     p.add_argument("--lengths", help="comma-separated lengths instead of the defaults (smoke runs)")

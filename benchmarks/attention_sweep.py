@@ -76,6 +76,33 @@ def sweep_set(family: str, f, *, top: int, random: int, seed: int, extra=()) -> 
     return list(chosen.values())
 
 
+def candidates(family: str, f, *, top: int) -> list[dict]:
+    """The model's `top` designs, its best design for each value of the decisions that shape the
+    work (decode: each Bn, each KS, each QP; prefill: each Br × Bc, each S), and the one-decision
+    neighbours of its pick that the model is least sure of (decode: the merge and the load path;
+    prefill: the load path and the launch order): a small, model-ranked set."""
+    ranked = _feasible(f)
+    chosen: dict[tuple, dict] = {}
+    for a in ranked[:top]:
+        chosen.setdefault(key_of(family, a), a)
+    groups = ((lambda a: ("Bn", a["Bn"])), (lambda a: ("KS", a["KS"])), (lambda a: ("QP", a["QP"]))) \
+        if family == DECODE else ((lambda a: ("tile", a["Br"], a["Bc"])), (lambda a: ("S", a["S"])))
+    seen = set()
+    for a in ranked:
+        for group in groups:
+            if group(a) not in seen:
+                seen.add(group(a))
+                chosen.setdefault(key_of(family, a), a)
+    feasible = {key_of(family, a): a for a in ranked}
+    changes = ({"MG": 0}, {"TM": 1}, {"TM": 0}) if family == DECODE else ({"TM": 0}, {"TM": 1}, {"GQ": 1}, {"GQ": 0})
+    for a in ranked[:1]:
+        for change in changes:
+            k = key_of(family, {**a, **change})
+            if k in feasible:
+                chosen.setdefault(k, feasible[k])
+    return list(chosen.values())
+
+
 def _plan(job):
     family, a, wl = job
     if family == DECODE:
@@ -98,7 +125,8 @@ def _compile_one(job) -> str:
 def compile_key(job) -> tuple:
     family, a, wl = job
     if family == DECODE:
-        return (family, a["Bn"], a["QP"], a["S"], a["W"], a["MG"], a["TM"], a["KS"] > 1, wl.get("page", 0), wl["D"],
+        ksp = 1 << (a["KS"] - 1).bit_length()  # the merge's KSP constexpr
+        return (family, a["Bn"], a["QP"], a["S"], a["W"], a["MG"], a["TM"], ksp, wl.get("page", 0), wl["D"],
                 wl["Hq"] // wl["Hkv"])
     return (family, *key_of(family, a), wl["D"], wl["Hq"] // wl["Hkv"], wl.get("causal", 1))
 

@@ -27,7 +27,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 def test_dry_run_then_refit(tmp_path):
     out = tmp_path / "dry"
-    proc = _run("--dry-run", "--families", "attention-decode", "--lengths", "40", "--top", "4", "--random", "4",
+    proc = _run("--dry-run", "--families", "attention-decode", "--lengths", "40", "--top", "14",
                 "--refine", "0", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "attention.json").read_text())
@@ -50,3 +50,21 @@ def test_refuses_to_time_without_a_gpu(tmp_path):
         pytest.skip("a GPU is present")
     proc = _run("--out", str(tmp_path))
     assert proc.returncode == 2 and "no CUDA device" in proc.stderr
+
+
+@pytest.mark.parametrize("family", ["attention-decode", "attention-prefill"])
+def test_candidates_are_the_models_ranking(family):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from attention_sweep import candidates, key_of, top_designs
+
+    from formloop.hw.chips import get_chip
+    from formloop.library import get_template
+    from formloop.library.attention_service import attention_workload
+    from formloop.solve import solve_milp
+
+    f = get_template(family).formulate(attention_workload(family, (1, 32, 8, 128, 4096), page=0, causal=1),
+                                       get_chip("h200"))
+    got = [key_of(family, a) for a in candidates(family, f, top=6)]
+    assert len(set(got)) == len(got) <= 6 + 18 + 4  # top-k, one per value of Bn, KS, QP (Br x Bc, S), neighbours
+    assert [key_of(family, a) for a in top_designs(f, 6)] == got[:6]
+    assert key_of(family, solve_milp(f).assignment) in got  # the MILP's pick is measured

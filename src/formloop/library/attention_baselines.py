@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from formloop.errors import InvalidInput
-from formloop.library.attention_cases import TOLERANCE, qkv, reference
+from formloop.library.attention_cases import TOLERANCE, RowScaled, qkv, reference
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 VARIANTS = ("gqa", "heads", "expanded KV")
@@ -26,8 +26,9 @@ class SdpaCase:
         self.k_x = self.v_x = None  # K/V repeated per query head, made on first need
 
 
-class SdpaAttention:
-    """SDPA on one backend: decode (Lq = 1) or prefill (Lq = L, causal or not). A Runnable."""
+class SdpaAttention(RowScaled):
+    """SDPA on one backend: decode (Lq = 1) or prefill (Lq = L, causal or not). A Runnable, checked row by
+    row as the Triton instances are (attention_cases.RowScaled)."""
 
     tier_source = "torch sdpa"
 
@@ -60,10 +61,10 @@ class SdpaAttention:
                 case.out = F.scaled_dot_product_attention(case.q, case.k, case.v, is_causal=self.causal,
                                                           enable_gqa=self.variant == "gqa")
 
-    def output(self, case: SdpaCase) -> torch.Tensor:
+    def raw_output(self, case: SdpaCase) -> torch.Tensor:
         return case.out
 
-    def reference(self, case: SdpaCase) -> torch.Tensor:
+    def raw_reference(self, case: SdpaCase) -> torch.Tensor:
         return reference(case.q, case.k, case.v, causal=self.causal, dtype=torch.float32)
 
     def poison(self, case: SdpaCase) -> None:

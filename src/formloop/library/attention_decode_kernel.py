@@ -14,9 +14,10 @@ them; a paged tile must lie inside one page), 0 = pointer loads with masks (cp.a
 
 KS = 1 normalizes and stores directly. KS > 1: every split stores its (m, l, o) partial (float32);
 with MG = 1 it then counts itself in on its program's counter (one acquire-release atomic after a
-block barrier) and the split that arrives last folds the KS partials in split order (so the result
-does not depend on arrival order), stores the output and resets the counter for the next launch;
-with MG = 0 a second kernel folds them. Both folds are one jit function.
+block barrier) and the split that arrives last folds the KS partials (all loaded at once, folded in
+closed form against the largest max, so the result does not depend on arrival order), stores the
+output and resets the counter for the next launch; with MG = 0 a second kernel folds them. Both
+folds are one jit function.
 
 This module imports triton and torch; set TRITON_INTERPRET=1 before importing it to run the
 kernels in Triton's interpreter on the CPU."""
@@ -33,7 +34,9 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
-from formloop.library.attention_cases import TOLERANCE, TORCH_DTYPES, check_block_table, paged, qkv, reference
+from formloop.library.attention_cases import (
+    TOLERANCE, TORCH_DTYPES, RowScaled, check_block_table, paged, qkv, reference,
+)
 from formloop.library.attention_workload import check_page, check_shape
 
 LOG2E = 1.4426950408889634
@@ -81,29 +84,24 @@ def kv_split(L: int, Bn: int, KS: int) -> list[tuple[int, int]]:
 
 
 @triton.jit
-def _fold_partials(ws_ptr, row0, KS, QP: tl.constexpr, BH: tl.constexpr, D: tl.constexpr):
-    """Fold the KS partials of rows row0..row0+QP in split order: split 0 first, then each split j
-    into the running (M, L, O) against the new max. Partial (m, l, o) of row r, split j lives at
-    ((row0 + r)·KS + j)·(D + 2): o[0..D), m, l. Returns O / L."""
-    rows = tl.arange(0, BH)
+def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr):
+    """Fold the KS partials of rows row0..row0+QP and store each row's output at out_base + r·s_oh.
+    Partial (m, l, o) of row r, split j lives at ((row0 + r)·KS + j)·(D + 2): o[0..D), m, l. All KS
+    partials of a row are loaded at once (one L2 round trip, not KS dependent ones) and folded in
+    closed form against the largest max M: O = Σ_j 2^(m_j − M)·o_j, L = Σ_j 2^(m_j − M)·l_j, out = O / L
+    (the merge-step chain of softmax_merge applied with its final max; every m_j is finite because
+    every split has a key, C4). The result does not depend on the order the splits arrived in."""
+    j = tl.arange(0, KSP)
     d = tl.arange(0, D)
-    ok = rows < QP
-    base = ws_ptr + (row0 + rows) * KS * (D + 2)
-    M = tl.load(base + D, mask=ok, other=0.0, cache_modifier=".cg")
-    Lsum = tl.load(base + D + 1, mask=ok, other=1.0, cache_modifier=".cg")
-    O = tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
-    for j in range(1, KS):
-        part = base + j * (D + 2)
-        mj = tl.load(part + D, mask=ok, other=0.0, cache_modifier=".cg")
-        lj = tl.load(part + D + 1, mask=ok, other=0.0, cache_modifier=".cg")
-        oj = tl.load(part[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
-        M_new = tl.maximum(M, mj)
-        w_run = tl.exp2(M - M_new)
-        w_j = tl.exp2(mj - M_new)
-        Lsum = Lsum * w_run + lj * w_j
-        O = O * w_run[:, None] + oj * w_j[:, None]
-        M = M_new
-    return O / Lsum[:, None]
+    ok = j < KS
+    for r in tl.static_range(QP):
+        base = ws_ptr + ((row0 + r) * KS + j) * (D + 2)
+        m = tl.load(base + D, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        lsum = tl.load(base + D + 1, mask=ok, other=0.0, cache_modifier=".cg")
+        o = tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
+        w = tl.exp2(m - tl.max(m, 0))  # 0 on the padding past KS
+        out = tl.sum(o * w[:, None], 0) / tl.sum(lsum * w, 0)
+        tl.store(o_ptr + out_base + r * s_oh + d, out.to(o_ptr.dtype.element_ty))
 
 
 @triton.jit(do_not_specialize=["L", "per_split", "KS", "Hkv"])
@@ -112,7 +110,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
                    s_qb, s_qh, s_ob, s_oh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_tb,
                    G: tl.constexpr, QP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
                    PAGE: tl.constexpr, SPLIT: tl.constexpr, IN_LAUNCH: tl.constexpr, TM: tl.constexpr,
-                   WIDEN: tl.constexpr):
+                   KSP: tl.constexpr, WIDEN: tl.constexpr):
     pid = tl.program_id(0)
     j = tl.program_id(1)
     g = pid % (G // QP)
@@ -172,9 +170,8 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
         if IN_LAUNCH:
             tl.debug_barrier()
             if tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu") == KS - 1:
-                out = _fold_partials(ws_ptr, b * Hkv * G + a * G + g * QP, KS, QP, BH, D)
-                tl.store(o_ptr + b * s_ob + heads[:, None] * s_oh + d[None, :], out.to(o_ptr.dtype.element_ty),
-                         mask=ok[:, None])
+                _fold_partials(ws_ptr, o_ptr, b * Hkv * G + a * G + g * QP, KS, b * s_ob + (a * G + g * QP) * s_oh,
+                               s_oh, QP, KSP, D)
                 tl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
     else:
         out = acc / l_i[:, None]
@@ -184,17 +181,13 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
 
 @triton.jit(do_not_specialize=["KS", "Hkv"])
 def _merge_kernel(o_ptr, ws_ptr, KS, Hkv, s_ob, s_oh,
-                  G: tl.constexpr, QP: tl.constexpr, BH: tl.constexpr, D: tl.constexpr):
+                  G: tl.constexpr, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr):
     pid = tl.program_id(0)
     g = pid % (G // QP)
     a = (pid // (G // QP)) % Hkv
     b = (pid // ((G // QP) * Hkv)).to(tl.int64)
-    rows = tl.arange(0, BH)
-    d = tl.arange(0, D)
-    heads = a * G + g * QP + rows
-    out = _fold_partials(ws_ptr, b * Hkv * G + a * G + g * QP, KS, QP, BH, D)
-    tl.store(o_ptr + b * s_ob + heads[:, None] * s_oh + d[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=(rows < QP)[:, None])
+    _fold_partials(ws_ptr, o_ptr, b * Hkv * G + a * G + g * QP, KS, b * s_ob + (a * G + g * QP) * s_oh, s_oh,
+                   QP, KSP, D)
 
 
 @dataclass(frozen=True)
@@ -297,7 +290,8 @@ class DecodePlan:
         split = cfg.KS > 1
         per = -(-(-(-self.L // cfg.Bn)) // cfg.KS)
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
-                    IN_LAUNCH=bool(cfg.MG), TM=bool(cfg.TM), WIDEN=INTERPRETED and not warmup, num_warps=cfg.W,
+                    IN_LAUNCH=bool(cfg.MG), TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
+                    WIDEN=INTERPRETED and not warmup, num_warps=cfg.W,
                     num_stages=cfg.S)
         if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
             from triton.tools.tensor_descriptor import TensorDescriptor
@@ -312,7 +306,7 @@ class DecodePlan:
             tensors = (tensors[0], *kv, *tensors[3:])
         args = (*tensors, self.L, per, cfg.KS, self.Hkv, LOG2E / math.sqrt(self.D), *strides)
         out, ws = tensors[3], tensors[4]
-        merge_meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), D=self.D, num_warps=4)
+        merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, num_warps=4)
         if warmup:
             _decode_kernel.warmup(*args, grid=grid, **meta)
             if split and not cfg.MG:
@@ -352,8 +346,9 @@ class DecodeCase:
     v_ref: torch.Tensor | None = None
 
 
-class TritonDecode:
-    """The generated instance as the evaluator sees it (formloop.evaluate.Runnable)."""
+class TritonDecode(RowScaled):
+    """The generated instance as the evaluator sees it (formloop.evaluate.Runnable); checked row by row
+    (attention_cases.RowScaled)."""
 
     tier_source = "triton"
 
@@ -376,10 +371,10 @@ class TritonDecode:
     def launch(self, case: DecodeCase) -> None:
         self.plan.launch(case.q, case.k, case.v, case.out, case.workspace, case.table)
 
-    def output(self, case: DecodeCase) -> torch.Tensor:
+    def raw_output(self, case: DecodeCase) -> torch.Tensor:
         return case.out
 
-    def reference(self, case: DecodeCase) -> torch.Tensor:
+    def raw_reference(self, case: DecodeCase) -> torch.Tensor:
         k, v = (case.k_ref, case.v_ref) if case.table is not None else (case.k, case.v)
         return reference(case.q[:, :, None, :], k, v, dtype=torch.float64)[:, :, 0, :]
 

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
-from formloop.library.attention_cases import TOLERANCE, TORCH_DTYPES, qkv, reference
+from formloop.library.attention_cases import TOLERANCE, TORCH_DTYPES, RowScaled, qkv, reference
 from formloop.library.attention_workload import check_shape
 
 LOG2E = 1.4426950408889634
@@ -221,8 +221,9 @@ class PrefillCase:
     out: torch.Tensor
 
 
-class TritonPrefill:
-    """The generated instance as the evaluator sees it (formloop.evaluate.Runnable)."""
+class TritonPrefill(RowScaled):
+    """The generated instance as the evaluator sees it (formloop.evaluate.Runnable); checked row by row
+    (attention_cases.RowScaled)."""
 
     tier_source = "triton"
 
@@ -240,10 +241,10 @@ class TritonPrefill:
     def launch(self, case: PrefillCase) -> None:
         self.plan.launch(case.q, case.k, case.v, case.out)
 
-    def output(self, case: PrefillCase) -> torch.Tensor:
+    def raw_output(self, case: PrefillCase) -> torch.Tensor:
         return case.out
 
-    def reference(self, case: PrefillCase) -> torch.Tensor:
+    def raw_reference(self, case: PrefillCase) -> torch.Tensor:
         return reference(case.q, case.k, case.v, causal=bool(self.plan.causal), dtype=torch.float32)
 
     def poison(self, case: PrefillCase) -> None:
