@@ -56,8 +56,8 @@ def time_stream(launch, n_sets: int, calls: int) -> dict:
             runs.append(start.elapsed_time(end) / 1e3 / calls)
     after = read_device_state(dev)
     runs.sort()
-    return {"us": runs[len(runs) // 2] * 1e6, "sm_mhz_before": before.get("sm_mhz"), "sm_mhz_after": after.get("sm_mhz"),
-            "power_w": power.mean_w}
+    return {"us": runs[len(runs) // 2] * 1e6, "sm_mhz_before": before.get("sm_mhz"),
+            "sm_mhz_after": after.get("sm_mhz"), "power_w": power.mean_w}
 
 
 def time_all(runnable, device, gen, policy, l2_bytes, modes=("graph", "eager", "stream")) -> dict:
