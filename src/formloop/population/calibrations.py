@@ -1,0 +1,173 @@
+"""Calibrations that learn: measured points and fitted cost terms per (template, dtype, chip, toolchain).
+
+A calibration used to be a JSON file a benchmark wrote and nobody committed. Here every gpu
+measurement of a calibrated family (its descriptor lists `calibrated` terms) is stored as a
+calibration point, and `learn` refits the family's terms on every point of the same
+(template, dtype, chip, toolchain), starting from the latest stored fit (or the priors). With few
+points only the first terms of `LEARN_ORDER` move (one fewer than there are points, so a fit is
+never underdetermined); the rest carry over. A fit is stored only when it does not raise the rms
+log error on the points it was fitted to. `latest` is what `solve`, `measure` and the loop read by
+default; its `label` is 'calibrated <date>', and where there is none the label is 'prior'.
+
+The toolchain key is the versions that change the kernels' speed: Triton, torch, CUDA and the device
+capability; a calibration is read back only under the same toolchain unless asked otherwise."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from formloop.errors import InvalidInput
+from formloop.evaluate.calibrate import Point, fit
+
+PRIOR_LABEL = "prior"
+TOOLCHAIN_KEYS = ("triton", "torch", "cuda", "capability")
+# The terms a few points can pin down first: the tensor rate and per-block cost dominate large and
+# skinny GEMMs, the copy bandwidth and launch cost the memory-bound ones.
+LEARN_ORDER = ("eta_mma", "t_tile", "eta_bw", "t_launch", "lat", "t_iter", "bw_sm", "t_epi", "t_fix", "lat_m",
+               "eta_sync", "alpha")
+
+
+def toolchain_of(versions: Mapping[str, Any]) -> str:
+    """'triton 3.6.0; torch 2.11.0; cuda 12.8; capability 9.0' from a measurement's versions."""
+    return "; ".join(f"{k} {versions[k]}" for k in TOOLCHAIN_KEYS if versions.get(k) not in (None, ""))
+
+
+@dataclass(frozen=True)
+class StoredCalibration:
+    id: int
+    template: str
+    dtype: str
+    chip: str
+    toolchain: str
+    terms: Mapping[str, float]
+    fitted: tuple[str, ...]
+    points: int
+    rms_before: float
+    rms_after: float
+    source: str
+    created_at: float
+
+    @property
+    def date(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.created_at))
+
+    @property
+    def label(self) -> str:
+        return f"calibrated {self.date}"
+
+    @property
+    def key(self) -> str:
+        """The template option `calibration_id`: the chip and the store row."""
+        return f"{self.chip}:store-{self.id}"
+
+    def describe(self) -> str:
+        return (f"{self.label} (store #{self.id}, {self.points} points, {self.toolchain or 'toolchain unknown'}; "
+                f"rms log error {self.rms_before:.3f} -> {self.rms_after:.3f})")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "template": self.template, "dtype": self.dtype, "chip": self.chip,
+                "toolchain": self.toolchain, "terms": dict(self.terms), "fitted": list(self.fitted),
+                "points": self.points, "rms_before": self.rms_before, "rms_after": self.rms_after,
+                "source": self.source, "created_at": self.created_at, "label": self.label}
+
+
+def has_tables(pop) -> bool:
+    """Whether the store has the calibration tables (schema 4 and later)."""
+    names = {r[0] for r in pop.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return {"calibration_points", "cost_calibrations"} <= names
+
+
+def add_point(pop, *, template: str, dtype: str, chip: str, toolchain: str, device: str,
+              workload: Mapping[str, Any], assignment: Mapping[str, Any], latency_us: float,
+              p20_us: float | None = None, p80_us: float | None = None, source: str = "") -> int:
+    """Store one measured point (a gpu latency of a correct instance)."""
+    if not (isinstance(latency_us, (int, float)) and math.isfinite(latency_us) and latency_us > 0):
+        raise InvalidInput("calibration point latency_us", latency_us, "a finite positive number of microseconds")
+    if not chip:
+        raise InvalidInput("calibration point chip", chip, "a chip name")
+    with pop._write() as c:
+        cur = c.execute(
+            "INSERT INTO calibration_points (template, dtype, chip, toolchain, device, workload, assignment, "
+            "latency_us, p20_us, p80_us, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (template, dtype, chip, toolchain, device, json.dumps(dict(workload), sort_keys=True),
+             json.dumps({k: assignment[k] for k in sorted(assignment)}), float(latency_us), p20_us, p80_us,
+             source, time.time()))
+        return int(cur.lastrowid)
+
+
+def points(pop, template: str, dtype: str, chip: str, toolchain: str | None = None) -> list[Point]:
+    """The stored points of (template, dtype, chip[, toolchain]), oldest first."""
+    q = "SELECT workload, assignment, latency_us FROM calibration_points WHERE template = ? AND dtype = ? AND chip = ?"
+    args: list[Any] = [template, dtype, chip]
+    if toolchain is not None:
+        q += " AND toolchain = ?"
+        args.append(toolchain)
+    rows = pop.conn.execute(q + " ORDER BY id", args).fetchall()
+    return [Point(json.loads(a), json.loads(w), float(t)) for w, a, t in rows]
+
+
+def latest(pop, template: str, dtype: str, chip: str, toolchain: str | None = None) -> StoredCalibration | None:
+    """The newest fit of (template, dtype, chip) (under `toolchain` if given); None if there is none."""
+    q = "SELECT * FROM cost_calibrations WHERE template = ? AND dtype = ? AND chip = ?"
+    args: list[Any] = [template, dtype, chip]
+    if toolchain is not None:
+        q += " AND toolchain = ?"
+        args.append(toolchain)
+    row = pop.conn.execute(q + " ORDER BY created_at DESC, id DESC LIMIT 1", args).fetchone()
+    if row is None:
+        return None
+    (id_, tname, dt, ch, tc, terms, fitted, n, before, after, source, created) = row
+    return StoredCalibration(int(id_), tname, dt, ch, tc, json.loads(terms), tuple(json.loads(fitted)), int(n),
+                             float(before), float(after), source, float(created))
+
+
+def store_fit(pop, *, template: str, dtype: str, chip: str, toolchain: str, terms: Mapping[str, float],
+              fitted: Sequence[str], points: int, rms_before: float, rms_after: float, source: str,
+              created_at: float | None = None) -> StoredCalibration:
+    with pop._write() as c:
+        now = time.time() if created_at is None else created_at
+        cur = c.execute(
+            "INSERT INTO cost_calibrations (template, dtype, chip, toolchain, terms, fitted, points, rms_before, "
+            "rms_after, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (template, dtype, chip, toolchain, json.dumps({k: float(v) for k, v in sorted(terms.items())}),
+             json.dumps(list(fitted)), int(points), float(rms_before), float(rms_after), source, now))
+        rid = int(cur.lastrowid)
+    return StoredCalibration(rid, template, dtype, chip, toolchain, dict(terms), tuple(fitted), int(points),
+                             float(rms_before), float(rms_after), source, now)
+
+
+def terms_to_fit(calibrated: Sequence[str], n_points: int) -> tuple[str, ...]:
+    """At most n_points − 1 terms, in LEARN_ORDER first, then the template's own order."""
+    order = [n for n in LEARN_ORDER if n in calibrated] + [n for n in calibrated if n not in LEARN_ORDER]
+    return tuple(order[: max(0, min(len(order), n_points - 1))])
+
+
+def learn(pop, factory: Callable[..., Any], chip_obj: Any, *, template: str, dtype: str, chip: str, toolchain: str,
+          source: str, iterations: int = 25, starts: int = 3) -> tuple[StoredCalibration | None, str]:
+    """Refit (template, dtype, chip, toolchain) on its stored points, starting from the latest fit.
+
+    `factory(dtype=, calibration=, calibration_id=)` builds the template. Returns (the new fit or
+    None, a one-line account of what happened)."""
+    pts = points(pop, template, dtype, chip, toolchain)
+    prev = latest(pop, template, dtype, chip, toolchain)
+    start_terms = dict(prev.terms) if prev else None
+    t = factory(dtype=dtype, calibration=start_terms, calibration_id=prev.key if prev else "priors")
+    calibrated = tuple(t.descriptor.get("calibrated", ()))
+    names = terms_to_fit(calibrated, len(pts))
+    if not names:
+        return None, f"{len(pts)} point(s) stored: at least 2 are needed to fit a term"
+    cal = fit(t, chip_obj, pts, names=names, iterations=iterations, starts=starts, chip_label=chip)
+    if not cal.rms_log_error_after <= cal.rms_log_error_before:
+        return None, f"refit on {len(pts)} points did not lower the error; {prev.label if prev else PRIOR_LABEL} kept"
+    base = t.bind(dict(pts[0].workload), chip_obj)
+    terms = {n: float(base[n]) for n in calibrated}
+    terms.update(cal.values)
+    new = store_fit(pop, template=template, dtype=dtype, chip=chip, toolchain=toolchain, terms=terms, fitted=names,
+                    points=len(pts), rms_before=cal.rms_log_error_before, rms_after=cal.rms_log_error_after,
+                    source=source)
+    return new, (f"refit {len(names)} term(s) on {len(pts)} points: rms log error {cal.rms_log_error_before:.3f} "
+                 f"-> {cal.rms_log_error_after:.3f}; stored as {new.describe()}")
