@@ -76,9 +76,20 @@ class StoredCalibration:
 
 
 def has_tables(pop) -> bool:
-    """Whether the store has the calibration tables (schema 4 and later)."""
-    names = {r[0] for r in pop.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    return {"calibration_points", "cost_calibrations"} <= names
+    """Whether the store has the calibration table (schema 4 and later)."""
+    return pop.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'calibration_log'"
+                            ).fetchone() is not None
+
+
+def _key(template: str, dtype: str, chip: str) -> str:
+    return f"{template}|{dtype}|{chip}"
+
+
+def _append(pop, kind: str, key: str, body: Mapping[str, Any], created_at: float) -> int:
+    with pop._write() as c:
+        cur = c.execute("INSERT INTO calibration_log (kind, key, body, created_at) VALUES (?, ?, ?, ?)",
+                        (kind, key, json.dumps(body, sort_keys=True), created_at))
+        return int(cur.lastrowid)
 
 
 def add_point(pop, *, template: str, dtype: str, chip: str, toolchain: str, device: str,
@@ -87,56 +98,47 @@ def add_point(pop, *, template: str, dtype: str, chip: str, toolchain: str, devi
     """Store one measured point (a gpu latency of a correct instance)."""
     if not (isinstance(latency_us, (int, float)) and math.isfinite(latency_us) and latency_us > 0):
         raise InvalidInput("calibration point latency_us", latency_us, "a finite positive number of microseconds")
-    if not chip:
-        raise InvalidInput("calibration point chip", chip, "a chip name")
-    with pop._write() as c:
-        cur = c.execute(
-            "INSERT INTO calibration_points (template, dtype, chip, toolchain, device, workload, assignment, "
-            "latency_us, p20_us, p80_us, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (template, dtype, chip, toolchain, device, json.dumps(dict(workload), sort_keys=True),
-             json.dumps({k: assignment[k] for k in sorted(assignment)}), float(latency_us), p20_us, p80_us,
-             source, time.time()))
-        return int(cur.lastrowid)
+    if not chip or not template:
+        raise InvalidInput("calibration point template/chip", (template, chip), "a template name and a chip name")
+    body = {"toolchain": toolchain, "device": device, "workload": dict(workload),
+            "assignment": {k: assignment[k] for k in sorted(assignment)}, "latency_us": float(latency_us),
+            "p20_us": p20_us, "p80_us": p80_us, "source": source}
+    return _append(pop, "point", _key(template, dtype, chip), body, time.time())
 
 
 def points(pop, template: str, dtype: str, chip: str, toolchain: str | None = None) -> list[Point]:
     """The stored points of (template, dtype, chip[, toolchain]), oldest first."""
-    q = "SELECT workload, assignment, latency_us FROM calibration_points WHERE template = ? AND dtype = ? AND chip = ?"
-    args: list[Any] = [template, dtype, chip]
-    if toolchain is not None:
-        q += " AND toolchain = ?"
-        args.append(toolchain)
-    rows = pop.conn.execute(q + " ORDER BY id", args).fetchall()
-    return [Point(json.loads(a), json.loads(w), float(t)) for w, a, t in rows]
+    rows = pop.conn.execute("SELECT body FROM calibration_log WHERE kind = 'point' AND key = ? ORDER BY id",
+                            (_key(template, dtype, chip),)).fetchall()
+    out = []
+    for (text,) in rows:
+        b = json.loads(text)
+        if toolchain is None or b.get("toolchain") == toolchain:
+            out.append(Point(b["assignment"], b["workload"], float(b["latency_us"])))
+    return out
 
 
 def latest(pop, template: str, dtype: str, chip: str, toolchain: str | None = None) -> StoredCalibration | None:
     """The newest fit of (template, dtype, chip) (under `toolchain` if given); None if there is none."""
-    q = "SELECT * FROM cost_calibrations WHERE template = ? AND dtype = ? AND chip = ?"
-    args: list[Any] = [template, dtype, chip]
-    if toolchain is not None:
-        q += " AND toolchain = ?"
-        args.append(toolchain)
-    row = pop.conn.execute(q + " ORDER BY created_at DESC, id DESC LIMIT 1", args).fetchone()
-    if row is None:
-        return None
-    (id_, tname, dt, ch, tc, terms, fitted, n, before, after, source, created) = row
-    return StoredCalibration(int(id_), tname, dt, ch, tc, json.loads(terms), tuple(json.loads(fitted)), int(n),
-                             float(before), float(after), source, float(created))
+    rows = pop.conn.execute("SELECT id, body, created_at FROM calibration_log WHERE kind = 'fit' AND key = ? "
+                            "ORDER BY created_at DESC, id DESC", (_key(template, dtype, chip),))
+    for id_, text, created in rows:
+        b = json.loads(text)
+        if toolchain is None or b.get("toolchain") == toolchain:
+            return StoredCalibration(int(id_), template, dtype, chip, b.get("toolchain", ""), b["terms"],
+                                     tuple(b.get("fitted", ())), int(b["points"]), float(b["rms_before"]),
+                                     float(b["rms_after"]), b.get("source", ""), float(created))
+    return None
 
 
 def store_fit(pop, *, template: str, dtype: str, chip: str, toolchain: str, terms: Mapping[str, float],
               fitted: Sequence[str], points: int, rms_before: float, rms_after: float, source: str,
               created_at: float | None = None) -> StoredCalibration:
-    with pop._write() as c:
-        now = time.time() if created_at is None else created_at
-        cur = c.execute(
-            "INSERT INTO cost_calibrations (template, dtype, chip, toolchain, terms, fitted, points, rms_before, "
-            "rms_after, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (template, dtype, chip, toolchain, json.dumps({k: float(v) for k, v in sorted(terms.items())}),
-             json.dumps(list(fitted)), int(points), float(rms_before), float(rms_after), source, now))
-        rid = int(cur.lastrowid)
-    return StoredCalibration(rid, template, dtype, chip, toolchain, dict(terms), tuple(fitted), int(points),
+    now = time.time() if created_at is None else created_at
+    body = {"toolchain": toolchain, "terms": {k: float(v) for k, v in sorted(terms.items())}, "fitted": list(fitted),
+            "points": int(points), "rms_before": float(rms_before), "rms_after": float(rms_after), "source": source}
+    rid = _append(pop, "fit", _key(template, dtype, chip), body, now)
+    return StoredCalibration(rid, template, dtype, chip, toolchain, dict(body["terms"]), tuple(fitted), int(points),
                              float(rms_before), float(rms_after), source, now)
 
 
