@@ -77,3 +77,52 @@ def test_specialization_key_separates_alignment_and_unit_strides():
     assert _spec_key((aligned, 32)) == _spec_key((x[4:20], 48))
     assert _spec_key((aligned, 32)) != _spec_key((offset, 32))  # 4-byte offset: not 16-byte aligned
     assert _spec_key((aligned, 1)) != _spec_key((aligned, 32))  # Triton specializes the value 1
+
+
+def test_thin_call_has_the_layout_of_tritons_c_launcher(monkeypatch):
+    """The bound call against a stand-in compiled kernel: grid, stream and the 9 head values make
+    Triton's 13 base arguments (its _BASE_ARGS_FORMAT), descriptors are expanded by Triton's own
+    make_tensordesc_arg, tensors become pointers, and a second run reuses the bound tuple."""
+    from triton.backends.nvidia.driver import _BASE_ARGS_FORMAT, wrap_handle_tensordesc
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    calls = []
+
+    def c_launch(*args):
+        calls.append(args)
+
+    a = torch.zeros((16, 32), dtype=torch.bfloat16)
+    desc = TensorDescriptor.from_tensor(a, [16, 16])
+    signature = {"a_desc": "tensordesc<bf16[16, 16]>", "c_ptr": "*bf16", "M": "i32", "BLOCK": "constexpr"}
+
+    class Launcher:
+        launch = staticmethod(wrap_handle_tensordesc(c_launch, signature, None))
+        global_scratch_size = profile_scratch_size = 0
+        launch_cooperative_grid = False
+        launch_pdl = False
+
+    class Compiled:
+        run = Launcher()
+        function, packed_metadata = 1234, ("meta",)
+        src = type("Src", (), {"signature": signature})()
+        metadata = type("Meta", (), {})()
+
+    class Kernel:
+        def warmup(self, *args, grid, **kw):
+            return Compiled()
+
+    plan = GemmPlan(TileConfig(16, 16, 16), 16, 16, 32, "bf16")
+    lp = LaunchPlan(plan, "cpu")
+    lp.fallback, lp._get_stream = "", (lambda index: 77)
+    c = torch.zeros((16, 16), dtype=torch.bfloat16)
+    monkeypatch.setattr(plan.__class__, "kernel_call", lambda self, *args: (Kernel(), (desc, c, 16, 16), {}))
+    lp.run(a, a, c)
+    lp.run(a, a, c)
+    assert lp.path == "thin" and len(calls) == 2 and calls[0] == calls[1]
+    args = calls[0]
+    base = len(_BASE_ARGS_FORMAT)
+    assert args[:5] == (1, 1, 1, 77, 1234) and args[9] == ("meta",) and args[10:13] == (None, None, None)
+    kernel_args = args[base:]
+    # host descriptor without metadata: base, shape, strides, padding flag, shape, strides (Triton 3.6)
+    assert kernel_args[0] is a and list(kernel_args[1:3]) == [16, 32] and list(kernel_args[3:5]) == [32, 1]
+    assert kernel_args[-3:] == (c.data_ptr(), 16, 16)

@@ -15,7 +15,8 @@ look-up and one call of the compiled launcher (the C function Triton generated f
 The thin path is taken only where it is the same launch Triton would make:
   - the compiled kernel is the one the JIT would pick for these operands: base pointers 16-byte
     aligned exactly when the planning operands' were, the same strides (the specialization key);
-  - no launch hooks are installed (profilers), no global or profile scratch is needed;
+  - no launch hooks are installed (profilers: Triton 3.6 keeps empty HookChains by default, which the
+    thin path passes as None), no global or profile scratch is needed;
   - not under the interpreter (TRITON_INTERPRET=1), where there is no compiled kernel.
 Otherwise `run` falls back to `GemmPlan.launch` and says so in `path`/`fallback`.
 
@@ -45,6 +46,11 @@ def _raw_launcher(launcher) -> Any:
     if getattr(fn, "__name__", "") == "inner" and fn.__closure__:
         return inspect.getclosurevars(fn).nonlocals.get("launcher")
     return fn
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook would run: Triton 3.6 keeps an empty HookChain when none is installed."""
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def _spec_key(args) -> tuple:
@@ -112,12 +118,12 @@ class LaunchPlan:
             return False
         from triton import knobs
 
-        if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+        if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
             self.fallback = "launch hooks installed"
             return False
         spec = _spec_key(args)
         if self._compiled is None:
-            if self.device.index is None:
+            if self.device.type == "cuda" and self.device.index is None:
                 self._index = torch.cuda.current_device()
             compiled = kernel.warmup(*args, grid=self.grid, **options)
             compiled = compiled.result() if hasattr(compiled, "result") else compiled
