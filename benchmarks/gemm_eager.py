@@ -94,7 +94,7 @@ def candidates(template, shape, chip, top: int) -> list[dict]:
     return out
 
 
-def run_shape(shape, designs, ctx) -> dict:
+def run_shape(shape, designs, ctx, with_torch: bool = True) -> dict:
     import torch
 
     from formloop.evaluate.gpu import check
@@ -104,9 +104,11 @@ def run_shape(shape, designs, ctx) -> dict:
     device, gen, policy, l2 = ctx["device"], ctx["gen"], ctx["policy"], ctx["l2"]
     M, N, K = shape
     row: dict = {"shape": list(shape), "designs": []}
-    torch_inst = TorchGemm(M, N, K, "bf16")
-    torch_inst.launch = lambda case: torch.matmul(case.a, case.b, out=case.c)  # bf16: no math-mode write per call
-    row["torch"] = {"check": check(torch_inst, device, gen).__dict__, **time_all(torch_inst, device, gen, policy, l2)}
+    if with_torch:
+        torch_inst = TorchGemm(M, N, K, "bf16")
+        torch_inst.launch = lambda case: torch.matmul(case.a, case.b, out=case.c)  # bf16: no math-mode write per call
+        row["torch"] = {"check": check(torch_inst, device, gen).__dict__,
+                        **time_all(torch_inst, device, gen, policy, l2)}
     best = None
     for i, a in enumerate(designs):
         inst = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16"))
@@ -133,6 +135,53 @@ def run_shape(shape, designs, ctx) -> dict:
                       "jit_eager": time_all(jit, device, gen, policy, l2, modes=("eager",))["eager"],
                       "path": thin.launch_plan(device).path}
     return row
+
+
+def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
+    """Every graph timing becomes a calibration point in a store under --out; the family is refit
+    (population.calibrations.learn) and each shape re-solved under the fit; a new pick is measured."""
+    from formloop.library import get_template, template_factory
+    from formloop.library.gemm_tiling import workload
+    from formloop.population import Population
+    from formloop.population import calibrations as cal
+    from formloop.solve import solve_milp
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gemm import key_of
+
+    versions = (result.get("device") or {}).get("versions") or {"source": "interpreter"}
+    toolchain = cal.toolchain_of(versions) or "interpreter"
+    out: dict = {"store": os.path.join(out_dir, "population.db"), "toolchain": toolchain, "shapes": []}
+    with Population(out["store"]) as pop:
+        for r in rows:
+            w = workload(tuple(r["shape"]), "bf16")
+            for d in r["designs"]:
+                if "graph" in d:
+                    cal.add_point(pop, template="gemm-tiling-gpu", dtype="bf16", chip="h200", toolchain=toolchain,
+                                  device=str(versions), workload=w, assignment=d["design"],
+                                  latency_us=d["graph"]["us"], p20_us=d["graph"].get("p20_us"),
+                                  p80_us=d["graph"].get("p80_us"), source="benchmarks/gemm_eager.py")
+        new, note = cal.learn(pop, template_factory("gemm-tiling-gpu"), chip, template="gemm-tiling-gpu",
+                              dtype="bf16", chip="h200", toolchain=toolchain, source="benchmarks/gemm_eager.py")
+    out["note"] = note
+    if new is None:
+        return out
+    out["calibration"] = new.as_dict()
+    t = get_template("gemm-tiling-gpu", dtype="bf16", calibration=dict(new.terms), calibration_id=new.key)
+    for r, s in zip(rows, shapes):
+        pick = dict(solve_milp(t.formulate(workload(s, "bf16"), chip)).assignment)
+        known = {key_of(d["design"]): d for d in r["designs"]}
+        entry = {"shape": list(s), "design": pick, "label": new.label}
+        if key_of(pick) in known and "graph" in known[key_of(pick)]:
+            entry["graph_us"] = known[key_of(pick)]["graph"]["us"]
+        elif ctx is not None:
+            rr = run_shape(s, [pick], ctx, with_torch=False)
+            entry["graph_us"] = rr["designs"][0].get("graph", {}).get("us")
+            entry["plan"] = rr.get("pick", {}).get("plan")
+        torch_g = r["torch"].get("graph", {}).get("us")
+        entry["ratio_graph"] = ratio(torch_g, entry.get("graph_us"))
+        out["shapes"].append(entry)
+    return out
 
 
 def ratio(ref: float | None, ours: float | None) -> float:
@@ -216,10 +265,18 @@ def main(argv=None) -> int:
         rows.append(run_shape(s, plans[s], ctx))
         print(f"[{time.time() - t0:6.1f} s] {s} done", flush=True)
     result["rows"], result["summary"] = rows, summarize(rows)
+    result["learned"] = learn_and_resolve(rows, shapes, result, args.out, ctx, chip)
     result["seconds"] = time.time() - t0
     with open(os.path.join(args.out, "gemm_eager.json"), "w") as fh:
         json.dump(result, fh, indent=1, default=str)
     print_table(rows, result["summary"], result["source"])
+    lr = result["learned"]
+    print(f"\ncalibration learned from this run's graph timings ({lr['toolchain']}): {lr['note']}")
+    for e in lr["shapes"]:
+        print(f"  {'x'.join(map(str, e['shape'])):>17} {e['label']} pick {tuple(e['design'].values())}: "
+              f"graph {e.get('graph_us') or math.nan:.1f} us ({result['source']}), "
+              f"cuBLAS/ours {e['ratio_graph']:.2f}")
+    print(f"total {result['seconds']:.0f} s (wall)")
     return 0
 
 
