@@ -224,6 +224,7 @@ class GemmPlan:
     N: int
     K: int
     dtype: str = "bf16"
+    maxnreg: int | None = None  # registers per thread cap (Triton's maxnreg): an emulated chip's register wall
 
     def __post_init__(self) -> None:
         if self.dtype not in TORCH_DTYPES:
@@ -231,6 +232,8 @@ class GemmPlan:
         for name in ("M", "N", "K"):
             if int(getattr(self, name)) < 1:
                 raise InvalidInput(name, getattr(self, name), "a positive integer")
+        if self.maxnreg is not None and not 24 <= self.maxnreg <= 255:
+            raise InvalidInput("maxnreg", self.maxnreg, "None or 24..255 registers per thread")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -294,6 +297,8 @@ class GemmPlan:
         ws, cnt = self._split_buffers(workspace) if split else (c, c)
         widen = INTERPRETED and self.dtype in ("bf16", "fp16")
         options = {"num_warps": cfg.W, "num_stages": cfg.S}
+        if self.maxnreg is not None:
+            options["maxnreg"] = self.maxnreg
         if cfg.L:
             a_d, b_d, c_d = self._descriptors(a, b, c)
             return _gemm_tma_kernel, (a_d, b_d, c_d, ws, cnt, self.M, self.N, self.K, cfg.G, cfg.KS, cfg.Tm, cfg.Tn,
