@@ -142,24 +142,29 @@ def store_fit(pop, *, template: str, dtype: str, chip: str, toolchain: str, term
                              float(rms_before), float(rms_after), source, now)
 
 
-def terms_to_fit(calibrated: Sequence[str], n_points: int) -> tuple[str, ...]:
-    """At most n_points − 1 terms, in LEARN_ORDER first, then the template's own order."""
+def terms_to_fit(calibrated: Sequence[str], n_points: int, max_terms: int | None = None) -> tuple[str, ...]:
+    """At most n_points − 1 (and at most `max_terms`) terms, in LEARN_ORDER first, then the
+    template's own order."""
     order = [n for n in LEARN_ORDER if n in calibrated] + [n for n in calibrated if n not in LEARN_ORDER]
-    return tuple(order[: max(0, min(len(order), n_points - 1))])
+    cap = min(len(order), n_points - 1, len(order) if max_terms is None else max_terms)
+    return tuple(order[: max(0, cap)])
 
 
 def learn(pop, factory: Callable[..., Any], chip_obj: Any, *, template: str, dtype: str, chip: str, toolchain: str,
-          source: str, iterations: int = 25, starts: int = 3) -> tuple[StoredCalibration | None, str]:
+          source: str, iterations: int = 12, starts: int = 1, max_terms: int | None = 6
+          ) -> tuple[StoredCalibration | None, str]:
     """Refit (template, dtype, chip, toolchain) on its stored points, starting from the latest fit.
 
-    `factory(dtype=, calibration=, calibration_id=)` builds the template. Returns (the new fit or
-    None, a one-line account of what happened)."""
+    `factory(dtype=, calibration=, calibration_id=)` builds the template. The defaults keep an
+    online update (after each `measure`) to seconds: 6 terms, one start, 12 iterations, each
+    refit starting where the last one ended; a benchmark with many points may ask for more.
+    Returns (the new fit or None, a one-line account of what happened)."""
     pts = points(pop, template, dtype, chip, toolchain)
     prev = latest(pop, template, dtype, chip, toolchain)
     start_terms = dict(prev.terms) if prev else None
     t = factory(dtype=dtype, calibration=start_terms, calibration_id=prev.key if prev else "priors")
     calibrated = tuple(t.descriptor.get("calibrated", ()))
-    names = terms_to_fit(calibrated, len(pts))
+    names = terms_to_fit(calibrated, len(pts), max_terms)
     if not names:
         return None, f"{len(pts)} point(s) stored: at least 2 are needed to fit a term"
     cal = fit(t, chip_obj, pts, names=names, iterations=iterations, starts=starts, chip_label=chip)
