@@ -45,6 +45,7 @@ class LoopRow:
     bound_us: float | None = None      # source: solver
     check: str = ""                    # ok | the violations
     measured_us: float | None = None
+    measured_eager_us: float | None = None  # gpu tier: per-call eager latency beside the graph median
     tier: str = ""                     # the evaluator tier that produced measured_us
     device: str = ""
     sol_floor_us: float | None = None  # source: sol (speed-of-light floor)
@@ -73,6 +74,7 @@ class LoopReport:
                 "proofs_reused": self.proofs_reused, "verifier_calls": self.verifier_calls, "seconds": self.seconds,
                 "rows": [asdict(r) for r in self.rows], "passed_over": self.passed_over,
                 "units": {"predicted_us": "us (model)", "bound_us": "us (solver)", "measured_us": "us (tier column)",
+                          "measured_eager_us": "us (gpu, eager per call)",
                           "sol_floor_us": "us (sol)", "seconds": "s (wall)"}}
 
 
@@ -197,6 +199,7 @@ class Loop:
         error = m.correctness.rel_error if m.correctness is not None else None
         if m.ok:
             row.measured_us = m.latency_us
+            row.measured_eager_us = (m.details.get("eager") or {}).get("median_us")
         else:  # a failed instance keeps its failure class; its latency is not a number to report
             row.note = f"evaluate ({m.tier}): {m.failure or 'correctness check failed'}"
         return MeasurementFact(
