@@ -45,6 +45,7 @@ class Bench:
         self.dry, self.base = dry, get_chip("h200")
         self.t = get_template("gemm-tiling-gpu", dtype="bf16")
         self.cache: dict = {}
+        self.evaluators: dict = {}
         self.measurements = 0
 
     def pick(self, w, shape):
@@ -69,7 +70,10 @@ class Bench:
                 from formloop.evaluate.emulated import EmulatedEvaluator
                 from formloop.measure.timer import TimingPolicy
 
-                ev = EmulatedEvaluator(w, policy=TimingPolicy(budget_ms=20.0, min_reps=5, max_calls=60))
+                if w not in self.evaluators:
+                    self.evaluators[w] = EmulatedEvaluator(w, policy=TimingPolicy(budget_ms=20.0, min_reps=5,
+                                                                                 max_calls=60))
+                ev = self.evaluators[w]
                 m = ev.evaluate(self.t, a, workload(shape, "bf16"), chip)
                 us = m.latency_us if m.ok else math.inf
             self.measurements += 1
