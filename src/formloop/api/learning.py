@@ -70,5 +70,8 @@ def loss_of(t: Template, workload: Mapping[str, Any], shape: Mapping[str, Any], 
         floor_us = None
     measured = m.latency_us if m.ok else None
     spread = tuple(m.spread_us) if m.ok and m.spread_us else None
-    return design_loss(t, workload, chip, predicted_us=predicted_us, measured_us=measured, floor_us=floor_us,
+    loss = design_loss(t, workload, chip, predicted_us=predicted_us, measured_us=measured, floor_us=floor_us,
                        spread_us=spread)
+    tier = m.tier  # the measured terms name the tier that produced the number (model, emulated, gpu)
+    loss["sources"].update({"model_error": f"{tier} vs model", "spread": tier, "total": f"{tier} vs sol"})
+    return loss

@@ -56,7 +56,7 @@ def measure(
     for key in ("representation", "precondition", "selection", "model_error", "spread", "total"):
         if key in loss:
             v = loss[key]
-            src = loss["sources"].get(key, "gpu vs sol")
+            src = loss["sources"].get(key, "")
             label = f"design loss: {key.replace('_', ' ')} (ln ratio, {src})"
             rows.append((label, "n/a" if v is None else f"{v:+.3f}"))
     learned = report.get("learned") or {}

@@ -27,7 +27,7 @@ from formloop.solve.enumerate import MAX_POINTS, feasible_mask, grid_shape, term
 from formloop.template import Template
 
 SOURCES = {"representation": "model vs sol", "precondition": "model", "selection": "model",
-           "model_error": "gpu vs model", "spread": "gpu"}
+           "model_error": "measured vs model", "spread": "measured", "total": "measured vs sol"}
 
 
 def _ln(a: float | None, b: float | None) -> float | None:
