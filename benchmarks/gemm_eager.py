@@ -133,7 +133,7 @@ def run_shape(shape, designs, ctx, with_torch: bool = True) -> dict:
         jit = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16"), thin=False)
         row[label] = {"design": a, "index": i, "plan": time_all(thin, device, gen, policy, l2),
                       "jit_eager": time_all(jit, device, gen, policy, l2, modes=("eager",))["eager"],
-                      "path": thin.launch_plan(device).path}
+                      "path": thin.launch_plan(device).path, "fallback": thin.launch_plan(device).fallback}
     return row
 
 
@@ -202,7 +202,7 @@ def summarize(rows) -> dict:
 def print_table(rows, summary, source: str) -> None:
     print(f"\nbf16 GEMM, times in us ({source}); ratio = torch.matmul / ours; SM MHz and W during the eager run")
     print(f"{'shape':>17} {'which':>5} {'graph':>8} {'eager':>8} {'stream':>8} {'jit-eager':>9} "
-          f"{'cuBLAS g/e/s':>22} {'ratio g/e/s':>17} {'MHz':>5} {'W':>5}")
+          f"{'cuBLAS g/e/s':>22} {'ratio g/e/s':>17} {'MHz':>5} {'W':>5} launch path")
     for r in rows:
         t = r["torch"]
         for label in ("pick", "best"):
@@ -217,7 +217,8 @@ def print_table(rows, summary, source: str) -> None:
             e = p.get("eager", {})
             print(f"{'x'.join(map(str, r['shape'])):>17} {label:>5} {us(p, 'graph'):8.1f} {us(p, 'eager'):8.1f} "
                   f"{us(p, 'stream'):8.1f} {r[label]['jit_eager'].get('us', math.nan):9.1f} {cub:>22} {rat:>17} "
-                  f"{e.get('sm_mhz_after') or math.nan:5.0f} {e.get('power_w') or math.nan:5.0f}")
+                  f"{e.get('sm_mhz_after') or math.nan:5.0f} {e.get('power_w') or math.nan:5.0f} "
+                  f"{r[label]['path']}{' (' + r[label]['fallback'] + ')' if r[label]['fallback'] else ''}")
     print("geomean ratio vs cuBLAS: " + ", ".join(f"{k} {v:.3f}" for k, v in summary.items()))
 
 
