@@ -127,6 +127,9 @@ class LaunchPlan:
                 self._index = torch.cuda.current_device()
             compiled = kernel.warmup(*args, grid=self.grid, **options)
             compiled = compiled.result() if hasattr(compiled, "result") else compiled
+            if compiled is None:  # a jit cache hook declined to compile: Triton's own launch decides
+                self.fallback = "no compiled kernel from warmup (jit cache hook)"
+                return False
             launcher = compiled.run  # loads the binary, builds the CudaLauncher
             raw = _raw_launcher(launcher)
             if raw is None or launcher.global_scratch_size or launcher.profile_scratch_size:
