@@ -134,7 +134,8 @@ class Bench:
     def _gpu(self):
         from formloop.evaluate.gpu import GpuEvaluator, TimingPolicy
 
-        return GpuEvaluator(policy=TimingPolicy(graph_ms=1.5, budget_ms=30.0, min_reps=5, max_reps=20))
+        # graph only: the sweep's budget buys configurations (benchmarks/gemm_eager.py times eager beside graph)
+        return GpuEvaluator(policy=TimingPolicy(graph_ms=1.5, budget_ms=30.0, min_reps=5, max_reps=20), eager=False)
 
     def measure(self, template, a, shape, dtype, chip, truth=None) -> dict:
         from formloop.library.gemm_tiling import workload

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from formloop.api.admission import TOOLCHAIN, admit, default_prover, evaluator_for, library_candidates
-from formloop.api.resolve import Candidate, is_user_spec, settings_from, template_from
+from formloop.api.learning import learn_from, learnable
+from formloop.api.resolve import Candidate, gpu_contract, is_hopper, is_user_spec, settings_from, template_from
 from formloop.api.values import plain
 from formloop.errors import FormloopError, InvalidInput
 from formloop.hw.chips import get_chip
@@ -44,6 +45,7 @@ class LoopRow:
     bound_us: float | None = None      # source: solver
     check: str = ""                    # ok | the violations
     measured_us: float | None = None
+    measured_eager_us: float | None = None  # gpu tier: per-call eager latency beside the graph median
     tier: str = ""                     # the evaluator tier that produced measured_us
     device: str = ""
     sol_floor_us: float | None = None  # source: sol (speed-of-light floor)
@@ -63,12 +65,16 @@ class LoopReport:
     seconds: float
     verifier_calls: int = 0
     passed_over: list[dict[str, str]] = field(default_factory=list)
+    calibrations: dict[str, str] = field(default_factory=dict)  # template -> which calibration its model used
+    learned: list[str] = field(default_factory=list)  # what each gpu measurement did to the calibration
 
     def as_dict(self) -> dict:
         return {"chip": self.chip, "store": self.store, "proofs_new": self.proofs_new,
+                "calibrations": self.calibrations, "learned": self.learned,
                 "proofs_reused": self.proofs_reused, "verifier_calls": self.verifier_calls, "seconds": self.seconds,
                 "rows": [asdict(r) for r in self.rows], "passed_over": self.passed_over,
                 "units": {"predicted_us": "us (model)", "bound_us": "us (solver)", "measured_us": "us (tier column)",
+                          "measured_eager_us": "us (gpu, eager per call)",
                           "sol_floor_us": "us (sol)", "seconds": "s (wall)"}}
 
 
@@ -89,11 +95,13 @@ class Loop:
         self.progress = progress or (lambda msg: None)
         self.proved: dict[str, tuple[str, str, float, str]] = {}  # hash -> (status, source, seconds, note)
         self.proofs_new = self.proofs_reused = self.verifier_calls = 0
+        self.calibrations: dict[str, str] = {}
+        self.learned: list[str] = []
 
     # -- step 1: draw --------------------------------------------------------------------------
     def draw(self, w: WorkloadSpec, extra: Sequence[Candidate]) -> tuple[list[Candidate], list[dict[str, str]]]:
         pool: dict[str, Candidate] = {}
-        for c in (*extra, *library_candidates(w.dtype)):
+        for c in (*extra, *(self._calibrated(c, w.dtype) for c in library_candidates(w.dtype))):
             pool.setdefault(c.template.content_hash, c)
         hits, skipped = self.population.covering(w.params, self.chip, algorithm=w.op)
         for rec, t in hits:
@@ -109,6 +117,15 @@ class Loop:
             else:
                 drawn.append(c)
         return drawn, passed
+
+    def _calibrated(self, c: Candidate, dtype: str) -> Candidate:
+        """A calibrated library family on a Hopper chip with the store's latest calibration (else its priors)."""
+        t = c.template
+        if not is_hopper(self.chip_name) or not learnable(t) or t.options.get("calibration", "priors") != "priors":
+            return c
+        routed = gpu_contract(dtype, name=t.name, chip=self.chip_name, settings=self.settings)
+        self.calibrations[f"{t.name} {dtype}"] = routed.extra["calibration_source"]
+        return routed.candidate
 
     # -- step 2: prove or reuse ----------------------------------------------------------------
     def prove(self, c: Candidate) -> tuple[str, str, float, str]:
@@ -160,16 +177,20 @@ class Loop:
         row.check = "ok" if check.ok else "; ".join(str(v) for v in check.violations)
         if not check.ok:
             return row
-        fact = self._evaluate(w, t, sol.assignment, row)
+        fact, m = self._evaluate(w, t, sol.assignment, row)
         # The design and its measurement commit together: a run killed here leaves both or neither.
         row.design_id, _ = self.population.add_design_with_measurements(
             t.content_hash, workload=w.key, chip=self.chip_name, assignment=sol.assignment,
             predicted=sol.objective, unit=sol.unit, solver=sol.solver, bound=sol.bound, gap=sol.gap,
             measurements=[fact])
+        if learnable(t) and m.tier == "gpu" and m.ok:
+            learned = learn_from(self.population, t, m, dtype=w.dtype, chip=self.chip_name, chip_obj=self.chip,
+                                 workload=w.params, source="formloop run (loop)")
+            self.learned.append(f"{w.label} {t.name}: {learned['note']}")
         self._speed_of_light(w, row)
         return row
 
-    def _evaluate(self, w: WorkloadSpec, t: Template, assignment, row: LoopRow) -> MeasurementFact:
+    def _evaluate(self, w: WorkloadSpec, t: Template, assignment, row: LoopRow):
         clock = time.perf_counter()
         m = self.evaluator.evaluate(t, assignment, w.params, self.chip)
         row.seconds["evaluate"] = time.perf_counter() - clock
@@ -178,12 +199,13 @@ class Loop:
         error = m.correctness.rel_error if m.correctness is not None else None
         if m.ok:
             row.measured_us = m.latency_us
+            row.measured_eager_us = (m.details.get("eager") or {}).get("median_us")
         else:  # a failed instance keeps its failure class; its latency is not a number to report
             row.note = f"evaluate ({m.tier}): {m.failure or 'correctness check failed'}"
         return MeasurementFact(
             tier=row.tier, device=prov.device, latency_s=m.latency_us * 1e-6 if m.ok else None, error=error,
             versions=dict(prov.versions), provenance=_as_dict(prov),
-            failure="" if m.ok else (m.failure or "correctness check failed"))
+            failure="" if m.ok else (m.failure or "correctness check failed")), m
 
     def _speed_of_light(self, w: WorkloadSpec, row: LoopRow) -> None:
         try:
@@ -210,7 +232,8 @@ class Loop:
                 self.progress(f"{w.label}: {c.template.name}")
                 rows.append(self.run_one(w, c))
         return LoopReport(self.chip_name, str(self.population.path), rows, self.proofs_new, self.proofs_reused,
-                          time.perf_counter() - start, self.verifier_calls, passed)
+                          time.perf_counter() - start, self.verifier_calls, passed, dict(self.calibrations),
+                          list(self.learned))
 
 
 def run_loop(workloads: Sequence[WorkloadSpec], *, chip: str = "illustrative", templates: Sequence[Candidate] = (),

@@ -12,6 +12,7 @@ from typing import Any
 
 from formloop import evaluate as evaluators
 from formloop.api.admission import evaluator_for
+from formloop.api.learning import learn_after_measure, loss_of
 from formloop.api.resolve import chip_from, default_chip, default_dtype, is_hopper, settings_from
 from formloop.api.solve import Shape, defaults, design_from, routed_workload, solve_routed
 from formloop.api.values import plain
@@ -41,10 +42,15 @@ def evaluate(template: str, design: str | Mapping[str, Any], shape: Shape, *, op
 
 
 def measure(template: str, shape: Shape, *, chip: str | None = None, dtype: str | None = None, solver: str = "milp",
-            calibration: str | None = None, settings: Settings | None = None) -> dict:
+            calibration: str | None = None, settings: Settings | None = None, evaluator: Any = None) -> dict:
     """Pick an instance of a Triton family's contract with the solver and measure it: the gpu tier on
     a CUDA device (built, checked against a higher-precision reference, timed), else the model tier,
-    labelled. gemm-tiling is measured under gemm-tiling-gpu's contract (its defaults: bf16, h200)."""
+    labelled. gemm-tiling is measured under gemm-tiling-gpu's contract (its defaults: bf16, h200).
+
+    The cost model is the store's latest calibration unless `calibration` names a JSON or 'prior'
+    (`calibration_source` says which); a correct gpu measurement is stored as a calibration point
+    and the family refit (`learned`); `design_loss` decomposes measured / SOL floor. `evaluator`
+    replaces the tier's evaluator (tests pass a synthetic gpu one)."""
     if template not in MEASURED:
         raise InvalidInput("template", template, MEASURED)
     measured = gemm_tiling_gpu.NAME if template == gemm_tiling.NAME else template
@@ -60,9 +66,15 @@ def measure(template: str, shape: Shape, *, chip: str | None = None, dtype: str 
         return plain(attention_service.measure(template, shape, chip=chip, dtype=dtype, solver=solver,
                                                calibration=calibration, time_limit=time_limit))
     routed, w = routed_workload(template, shape, op=None, dtype=dtype, chip=chip, options=None,
-                                calibration=calibration)
+                                calibration=calibration, settings=settings)
     report = solve_routed(routed, w, chip, solver, settings)
-    gpu = evaluators.gpu_available()
-    evaluator = evaluators.best_available() if gpu else evaluators.ModelEvaluator()
-    m = evaluator.evaluate(routed.candidate.template, report["design"], w.params, chip_from(chip))
-    return plain({**report, "measurement": m.as_dict(), "fallback": "" if gpu else NO_GPU})
+    gpu = evaluators.gpu_available() if evaluator is None else True
+    if evaluator is None:
+        evaluator = evaluators.best_available() if gpu else evaluators.ModelEvaluator()
+    t, chip_obj = routed.candidate.template, chip_from(chip)
+    m = evaluator.evaluate(t, report["design"], w.params, chip_obj)
+    loss = loss_of(t, w.params, w.shape, w.op, dtype, chip_obj, report.get("objective_us"), m)
+    learned = learn_after_measure(t, m, dtype=dtype, chip=chip, chip_obj=chip_obj, workload=w.params,
+                                  settings=settings, source="formloop measure")
+    return plain({**report, "measurement": m.as_dict(), "fallback": "" if gpu else NO_GPU, "design_loss": loss,
+                  "learned": learned})

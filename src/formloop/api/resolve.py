@@ -19,6 +19,7 @@ from formloop.hw.chips import Chip, get_chip
 from formloop.library import attention_service, gemm_tiling, gemm_tiling_gpu, get_template, template_factory
 from formloop.library.user import file_origin, library_origin, load_user_template
 from formloop.population import Population
+from formloop.population import calibrations as stored
 from formloop.settings import Settings, load_settings
 from formloop.template import Template
 
@@ -128,7 +129,7 @@ def is_hopper(chip: str) -> bool:
 
 
 def route(template: str, options: Mapping[str, Any] | None, chip: str, dtype: str,
-          calibration: str | None = None) -> Routed:
+          calibration: str | None = None, settings: Settings | None = None) -> Routed:
     """The template `template` names on `chip`: gemm-tiling on a Hopper chip is gemm-tiling-gpu
     (the Triton family's decisions and cost model); anything else is itself."""
     opts = dict(options or {})
@@ -140,9 +141,9 @@ def route(template: str, options: Mapping[str, Any] | None, chip: str, dtype: st
         if opts.pop("dtype", dtype) != dtype or opts:
             raise InvalidInput(f"options of {gemm_tiling.NAME} with --chip {chip}", dict(options or {}),
                                "pre=exact only (the dtype is the workload's)")
-        return gpu_contract(dtype, calibration)
+        return gpu_contract(dtype, calibration, chip=chip, settings=settings)
     if template in CALIBRATED:
-        return gpu_contract(opts.pop("dtype", dtype), calibration, opts, name=template)
+        return gpu_contract(opts.pop("dtype", dtype), calibration, opts, name=template, chip=chip, settings=settings)
     if calibration is not None:
         raise InvalidInput("calibration", calibration, f"none for {template}",
                            fix=f"a calibration applies to {', '.join(CALIBRATED)} (gemm-tiling on h200 or h100)")
@@ -150,19 +151,48 @@ def route(template: str, options: Mapping[str, Any] | None, chip: str, dtype: st
     return Routed(c, str(c.template.options.get("pre", "")))
 
 
+PRIORS = ("prior", "priors")
+"""--calibration values that ask for the template's priors even where the store holds a calibration."""
+
+
 def gpu_contract(dtype: str, calibration: str | None = None, options: Mapping[str, Any] | None = None,
-                 name: str = gemm_tiling_gpu.NAME) -> Routed:
-    """Triton family `name` (default gemm-tiling-gpu) for `dtype`, with a stored calibration's
-    efficiency terms if given."""
+                 name: str = gemm_tiling_gpu.NAME, chip: str | None = None,
+                 settings: Settings | None = None) -> Routed:
+    """Triton family `name` (default gemm-tiling-gpu) for `dtype`: with a calibration JSON if given,
+    else with the store's latest calibration of (name, dtype, chip), else with its priors. The
+    report's `calibration_source` says which: 'calibrated <date> (...)', a JSON file, or 'prior'."""
     if options:
         raise InvalidInput(f"options of {name}", dict(options), "dtype only (and --calibration)")
-    if calibration is None:
+    if calibration is None and chip is not None:
+        found, why = stored_calibration(name, dtype, chip, settings)
+        if found is not None:
+            c = template_from(name, {"dtype": dtype, "calibration": dict(found.terms), "calibration_id": found.key})
+            return Routed(c, GPU_CONTRACT, {"calibration": found.key, "calibration_source": found.describe()})
         c = template_from(name, {"dtype": dtype})
-        return Routed(c, GPU_CONTRACT, {"calibration": "priors"})
+        return Routed(c, GPU_CONTRACT, {"calibration": "priors", "calibration_source": f"{stored.PRIOR_LABEL} ({why})"})
+    if calibration is None or calibration in PRIORS:
+        c = template_from(name, {"dtype": dtype})
+        return Routed(c, GPU_CONTRACT, {"calibration": "priors", "calibration_source": stored.PRIOR_LABEL})
     path = Path(calibration)
     if not path.is_file():
         raise InvalidInput("calibration", calibration, "a calibration JSON written by benchmarks/gemm.py or "
-                                                       "benchmarks/attention.py")
+                                                       "benchmarks/attention.py, or 'prior'")
     cal = Calibration.load(path)
     c = template_from(name, {"dtype": dtype, "calibration": cal.values, "calibration_id": cal.key})
-    return Routed(c, GPU_CONTRACT, {"calibration": cal.key})
+    return Routed(c, GPU_CONTRACT, {"calibration": cal.key, "calibration_source": f"file {path.name}"})
+
+
+def stored_calibration(name: str, dtype: str, chip: str, settings: Settings | None = None
+                       ) -> tuple[stored.StoredCalibration | None, str]:
+    """The store's latest calibration of (name, dtype, chip), or None and why there is none."""
+    s = settings_from(settings)
+    if not Path(s.store_path).exists():
+        return None, "no store yet"
+    try:
+        with Population(s.store_path, busy_timeout_ms=s.busy_timeout_ms, mode="read") as pop:
+            if not stored.has_tables(pop):
+                return None, f"store schema {pop.schema_version} holds no calibrations"
+            found = stored.latest(pop, name, dtype, chip)
+    except FormloopError as exc:
+        return None, f"store unreadable: {str(exc).splitlines()[0][:120]}"
+    return found, "" if found else f"no calibration of {name} {dtype} on {chip} in the store"

@@ -47,9 +47,9 @@ def workload_for(t: Template, shape: Shape, op: str | None, dtype: str) -> Workl
 
 
 def routed_workload(template: str, shape: Shape, *, op: str | None, dtype: str, chip: str,
-                    options: Mapping[str, Any] | None, calibration: str | None = None
-                    ) -> tuple[Routed, WorkloadSpec]:
-    routed = route(template, options, chip, dtype, calibration)
+                    options: Mapping[str, Any] | None, calibration: str | None = None,
+                    settings: Settings | None = None) -> tuple[Routed, WorkloadSpec]:
+    routed = route(template, options, chip, dtype, calibration, settings)
     return routed, workload_for(routed.candidate.template, shape, op, dtype)
 
 
@@ -69,7 +69,7 @@ def solve(template: str, shape: Shape, *, op: str | None = None, dtype: str | No
                                              calibration=calibration,
                                              time_limit=settings_from(settings).solver_time_limit_s))
     routed, w = routed_workload(template, shape, op=op, dtype=dtype, chip=chip, options=options,
-                                calibration=calibration)
+                                calibration=calibration, settings=settings)
     return plain(solve_routed(routed, w, chip, solver, settings))
 
 

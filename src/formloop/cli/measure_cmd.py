@@ -22,7 +22,7 @@ def measure(
     dtype: Optional[str] = typer.Option(None, help="bf16 | fp16 | tf32 | fp32 (default: the template's, bf16)"),
     solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate"),
     calibration: str = typer.Option(None, help="calibration JSON (benchmarks/gemm.py, benchmarks/attention.py) for "
-                                               "the cost model"),
+                                               "the cost model, or 'prior' (default: the store's latest, else prior)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Pick an instance with the MILP and measure it (gpu tier on a CUDA device, else model tier)."""
@@ -47,8 +47,21 @@ def measure(
         ("source of the latency", f"{tier} tier on {m['provenance']['device']}"),
         ("correctness (rel. error vs float64, gpu)",
          f"{c['rel_error']:.2e} (tol {c['tolerance']:g})" if c else "not checked (model tier)"),
-        ("calibration", report["calibration"]),
+        ("cost model calibration", report.get("calibration_source", report["calibration"])),
     ]
+    g = (m.get("details") or {}).get("eager")
+    if g:
+        rows.insert(3, ("eager latency (us, gpu; launch path included)", f"{g['median_us']:.2f}"))
+    loss = report.get("design_loss") or {}
+    for key in ("representation", "precondition", "selection", "model_error", "spread", "total"):
+        if key in loss:
+            v = loss[key]
+            src = loss["sources"].get(key, "")
+            label = f"design loss: {key.replace('_', ' ')} (ln ratio, {src})"
+            rows.append((label, "n/a" if v is None else f"{v:+.3f}"))
+    learned = report.get("learned") or {}
+    if learned.get("note"):
+        rows.append(("calibration update", learned["note"]))
     if "sol" in report:
         sol = report["sol"]
         rows.append((f"speed-of-light floor (us, sol; {sol['bound']}-bound)", f"{sol['floor_us']:.2f}"))

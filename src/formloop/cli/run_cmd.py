@@ -46,6 +46,8 @@ def _caption(report: dict) -> str:
     for p in report["passed_over"]:  # one line per template and reason, not per workload
         passed.setdefault((p["template"], p["why"]), []).append(p["workload"])
     lines += [f"passed over {name} for {', '.join(wls)}: {why}" for (name, why), wls in passed.items()]
+    lines += [f"cost model of {name}: {src}" for name, src in report.get("calibrations", {}).items()]
+    lines += [f"calibration update: {note}" for note in report.get("learned", [])]
     return "\n".join(lines)
 
 

@@ -67,7 +67,8 @@ def solve(
     pre: Optional[str] = typer.Option(None, help="contract of gemm-tiling: exact | strong | weak (default exact)"),
     solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate"),
     chip: Optional[str] = CHIP,
-    calibration: Optional[str] = typer.Option(None, help="calibration JSON of a Triton family's cost model"),
+    calibration: Optional[str] = typer.Option(None, help="calibration JSON of a Triton family's cost model, or "
+                                                          "'prior' (default: the store's latest, else prior)"),
     dtype: Optional[str] = DTYPE,
     op: Optional[str] = typer.Option(None, help="operator of the workload (default: the template's)"),
     option: Optional[list[str]] = OPTION,
@@ -94,6 +95,8 @@ def solve(
             ("bound class (model)", report["bound_class"]),
             ("T_comp / T_mem (us, model)", f"{report['T_comp_us']:.1f} / {report['T_mem_us']:.1f}"),
             ("shared memory (KiB)", f"{report['smem_bytes'] / 1024:g}")]
+    if "calibration_source" in report:
+        rows.append(("cost model calibration", report["calibration_source"]))
     else:
         rows.append((f"modeled cost ({report['unit']}, model)", f"{report['objective']:.4g}"))
     if "sol" in report:

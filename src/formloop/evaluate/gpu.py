@@ -50,14 +50,23 @@ def check(runnable: Runnable, device: str, generator) -> Correctness:
                        tolerance=runnable.tolerance, all_written=cmp.all_written, reference="float64")
 
 
-def time_runnable(runnable: Runnable, device: str, generator, policy: TimingPolicy, l2_bytes: int) -> dict[str, Any]:
-    """Median seconds per launch over CUDA-graph replays that cycle over rotating operand sets."""
+def time_runnable(runnable: Runnable, device: str, generator, policy: TimingPolicy, l2_bytes: int,
+                  eager: bool = False) -> dict[str, Any]:
+    """Median seconds per launch over CUDA-graph replays that cycle over rotating operand sets; with
+    `eager`, also per-call eager latency (launch path included) on the same operand sets, with its
+    own clocks and power."""
     n_sets = operand_sets_for(runnable.case_bytes, l2_bytes, policy)
     cases = [runnable.new_case(device, generator) for _ in range(n_sets)]
     run = time_launches(lambda i: runnable.launch(cases[i]), n_sets, device=device, mode="graph", policy=policy)
     t = run.timing
-    return {"median_us": t.seconds * 1e6, "p20_us": t.p20_s * 1e6, "p80_us": t.p80_s * 1e6, "reps": t.reps,
-            "launches": t.launches, "operand_sets": t.operand_sets, "timing": t.describe(), "device": dict(t.device)}
+    out = {"median_us": t.seconds * 1e6, "p20_us": t.p20_s * 1e6, "p80_us": t.p80_s * 1e6, "reps": t.reps,
+           "launches": t.launches, "operand_sets": t.operand_sets, "timing": t.describe(), "device": dict(t.device)}
+    if eager:
+        e = time_launches(lambda i: runnable.launch(cases[i]), n_sets, device=device, mode="eager",
+                          policy=policy).timing
+        out["eager"] = {"median_us": e.seconds * 1e6, "p20_us": e.p20_s * 1e6, "p80_us": e.p80_s * 1e6,
+                        "reps": e.reps, "timing": e.describe(), "device": dict(e.device)}
+    return out
 
 
 class GpuEvaluator:
@@ -65,10 +74,12 @@ class GpuEvaluator:
 
     tier = Tier.GPU
 
-    def __init__(self, device: str = "cuda", policy: TimingPolicy | None = None, seed: int = 0):
+    def __init__(self, device: str = "cuda", policy: TimingPolicy | None = None, seed: int = 0,
+                 eager: bool = True):
         import torch
 
         self.device = device
+        self.eager = eager  # also time eager calls (launch path included) beside the graph replay
         self.policy = policy or TimingPolicy()
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
@@ -83,7 +94,8 @@ class GpuEvaluator:
         correctness = check(runnable, self.device, self.generator)
         if not correctness.passed:
             return correctness, None
-        return correctness, time_runnable(runnable, self.device, self.generator, self.policy, self.facts["l2_bytes"])
+        return correctness, time_runnable(runnable, self.device, self.generator, self.policy, self.facts["l2_bytes"],
+                                          eager=self.eager)
 
     def evaluate(self, template: Template, assignment: Mapping[str, Real], workload: Mapping[str, Real],
                  chip: Any = None) -> Measurement:
@@ -112,7 +124,8 @@ def measurement_from(template: Template, assignment, workload, chip: str, correc
                        timing["median_us"], provenance_fn(timing["timing"]), correctness=correctness,
                        spread_us=(timing["p20_us"], timing["p80_us"]), reps=timing["reps"],
                        details={"launches": timing["launches"], "operand_sets": timing["operand_sets"],
-                                "device_state": timing.get("device", {})})
+                                "device_state": timing.get("device", {}),
+                                **({"eager": timing["eager"]} if "eager" in timing else {})})
 
 
 def _why(c: Correctness) -> str:

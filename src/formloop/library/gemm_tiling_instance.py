@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from formloop.library.gemm_tiling_kernel import TOLERANCE, TORCH_DTYPES, GemmPlan, TileConfig
+from formloop.library.gemm_tiling_launch import LaunchPlan
 
 
 @dataclass
@@ -42,10 +43,12 @@ class TritonGemm:
 
     tier_source = "triton"
 
-    def __init__(self, plan: GemmPlan):
+    def __init__(self, plan: GemmPlan, thin: bool = True):
         self.plan = plan
         self.name = f"triton gemm {plan.config.as_dict()}"
         self.tolerance = TOLERANCE[plan.dtype]
+        self.thin = thin  # launch through a LaunchPlan (plan once, run many) rather than the JIT entry
+        self._launch_plans: dict[str, LaunchPlan] = {}
 
     def new_case(self, device, generator: torch.Generator) -> GemmCase:
         p = self.plan
@@ -55,7 +58,18 @@ class TritonGemm:
         return GemmCase(a, b, c, p.new_workspace(device))
 
     def launch(self, case: GemmCase) -> None:
-        self.plan.launch(case.a, case.b, case.c, case.workspace)
+        if not self.thin:
+            self.plan.launch(case.a, case.b, case.c, case.workspace)
+            return
+        self.launch_plan(case.c.device).run(case.a, case.b, case.c, case.workspace)
+
+    def launch_plan(self, device) -> LaunchPlan:
+        """The plan of this instance on `device` (made on first use, then reused)."""
+        key = str(device)
+        lp = self._launch_plans.get(key)
+        if lp is None:
+            lp = self._launch_plans[key] = LaunchPlan(self.plan, device)
+        return lp
 
     def output(self, case: GemmCase) -> torch.Tensor:
         return case.c

@@ -224,6 +224,7 @@ class GemmPlan:
     N: int
     K: int
     dtype: str = "bf16"
+    maxnreg: int | None = None  # registers per thread cap (Triton's maxnreg): an emulated chip's register wall
 
     def __post_init__(self) -> None:
         if self.dtype not in TORCH_DTYPES:
@@ -231,6 +232,8 @@ class GemmPlan:
         for name in ("M", "N", "K"):
             if int(getattr(self, name)) < 1:
                 raise InvalidInput(name, getattr(self, name), "a positive integer")
+        if self.maxnreg is not None and not 24 <= self.maxnreg <= 255:
+            raise InvalidInput("maxnreg", self.maxnreg, "None or 24..255 registers per thread")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -274,7 +277,15 @@ class GemmPlan:
         return workspace[: self._counters_at], workspace[self._counters_at:].view(torch.int32)
 
     def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, workspace: torch.Tensor | None = None) -> None:
-        """C = A·B. `c` must be a contiguous M×N tensor; split-K needs the float32 workspace."""
+        """C = A·B. `c` must be a contiguous M×N tensor; split-K needs the float32 workspace. This is the
+        ordinary JIT launch (Triton's Python launcher, descriptors built per call); a `LaunchPlan`
+        (gemm_tiling_launch) builds them once and launches through the compiled kernel's handle."""
+        kernel, args, options = self.kernel_call(a, b, c, workspace)
+        kernel[self.grid](*args, **options)
+
+    def kernel_call(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, workspace: torch.Tensor | None = None):
+        """(jit kernel, every argument in declaration order, launch options) for C = A·B: the one
+        place the launch arguments are built, shared by `launch` and the plan/run path."""
         cfg = self.config
         shapes = (tuple(a.shape), tuple(b.shape), tuple(c.shape))
         if shapes != ((self.M, self.K), (self.K, self.N), (self.M, self.N)):
@@ -282,22 +293,23 @@ class GemmPlan:
                                f"A {self.M}x{self.K}, B {self.K}x{self.N}, C {self.M}x{self.N}")
         if not c.is_contiguous():
             raise InvalidInput("C layout", c.stride(), "a contiguous (row-major) output")
-        if cfg.L:
-            self._launch_tma(a, b, c, workspace)
-            return
-        align = alignment(self.K, self.N, a.stride(0), b.stride(0))
         split = cfg.KS > 1
         ws, cnt = self._split_buffers(workspace) if split else (c, c)
-        _gemm_kernel[self.grid](
-            a, b, c, ws, cnt, self.M, self.N, self.K,
-            a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-            cfg.G, cfg.KS,
-            BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align,
-            PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split, WIDEN=INTERPRETED and self.dtype in ("bf16", "fp16"),
-            num_warps=cfg.W, num_stages=cfg.S,
-        )
+        widen = INTERPRETED and self.dtype in ("bf16", "fp16")
+        options = {"num_warps": cfg.W, "num_stages": cfg.S}
+        if self.maxnreg is not None:
+            options["maxnreg"] = self.maxnreg
+        if cfg.L:
+            a_d, b_d, c_d = self._descriptors(a, b, c)
+            return _gemm_tma_kernel, (a_d, b_d, c_d, ws, cnt, self.M, self.N, self.K, cfg.G, cfg.KS, cfg.Tm, cfg.Tn,
+                                      cfg.Tk, PRECISION[self.dtype], split, widen), options
+        align = alignment(self.K, self.N, a.stride(0), b.stride(0))
+        return _gemm_kernel, (a, b, c, ws, cnt, self.M, self.N, self.K,
+                              a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                              cfg.G, cfg.KS, cfg.Tm, cfg.Tn, cfg.Tk, align, PRECISION[self.dtype], split,
+                              widen), options
 
-    def _launch_tma(self, a, b, c, workspace) -> None:
+    def _descriptors(self, a, b, c):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         cfg = self.config
@@ -306,16 +318,8 @@ class GemmPlan:
                 a.stride(1) != 1 or b.stride(1) != 1:
             raise InvalidInput("row pitch for the TMA path (L=1)", (a.stride(), b.stride()),
                                "unit inner stride and 16-byte aligned row pitches", fix="use L=0")
-        split = cfg.KS > 1
-        ws, cnt = self._split_buffers(workspace) if split else (c, c)
-        a_d = TensorDescriptor.from_tensor(a, [cfg.Tm, cfg.Tk])
-        b_d = TensorDescriptor.from_tensor(b, [cfg.Tk, cfg.Tn])
-        c_d = TensorDescriptor.from_tensor(c, [cfg.Tm, cfg.Tn])
-        _gemm_tma_kernel[self.grid](
-            a_d, b_d, c_d, ws, cnt, self.M, self.N, self.K, cfg.G, cfg.KS,
-            BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, PRECISION=PRECISION[self.dtype], TO_WORKSPACE=split,
-            WIDEN=INTERPRETED and self.dtype in ("bf16", "fp16"), num_warps=cfg.W, num_stages=cfg.S,
-        )
+        return (TensorDescriptor.from_tensor(a, [cfg.Tm, cfg.Tk]), TensorDescriptor.from_tensor(b, [cfg.Tk, cfg.Tn]),
+                TensorDescriptor.from_tensor(c, [cfg.Tm, cfg.Tn]))
 
     def warmup(self, align: int) -> None:
         """Compile without launching (fills Triton's cache; used by parallel pre-compilation)."""

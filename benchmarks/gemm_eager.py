@@ -1,0 +1,285 @@
+"""GEMM eager vs CUDA graph: the tiling family's picks through the plan/run launch path (LaunchPlan)
+and through Triton's JIT entry, beside torch.matmul (cuBLAS), the 7 bf16 shapes of issue 18.
+
+    PYTHONPATH=src python3 benchmarks/gemm_eager.py --out $OUT        # on the GPU (about 3 minutes)
+    PYTHONPATH=src python3 benchmarks/gemm_eager.py --dry-run         # anywhere: interpreter, tiny shapes
+
+Per shape: the MILP pick and the model's next --top designs are compiled (in parallel), each checked
+(fresh random operands, NaN-poisoned output, float64 reference) and timed in graph mode; the pick and
+the measured best are then timed in three ways, as is torch.matmul on the same operand sets:
+    graph   CUDA-graph replay (launch path out of the number)
+    eager   one call at a time, CUDA events around it, synchronized (latency a caller sees)
+    stream  back-to-back eager calls, no sync between them (throughput of an eager loop)
+Every timing carries the SM clock (MHz) before/after and NVML's mean power (W) during it.
+Ratios are cuBLAS time / ours (> 1: faster than cuBLAS). Writes gemm_eager.json; prints the table."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 12288), (1, 4096, 12288),
+          (4096, 12288, 4096), (8192, 8192, 8192)]
+DRY_SHAPES = [(17, 40, 48), (1, 48, 200)]
+
+
+def _state(t) -> dict:
+    d = dict(t.device) if t.device else {}
+    b, a = d.get("before", {}), d.get("after", {})
+    return {"sm_mhz_before": b.get("sm_mhz"), "sm_mhz_after": a.get("sm_mhz"), "power_w": d.get("mean_power_w"),
+            "temperature_c": a.get("temperature_c")}
+
+
+def time_stream(launch, n_sets: int, calls: int) -> dict:
+    """Back-to-back eager calls between two events (no sync in between): per-call seconds, with state."""
+    import torch
+
+    from formloop.measure.device import PowerSampler, read_device_state
+
+    for i in range(n_sets):
+        launch(i)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    dev = torch.cuda.current_device()
+    before = read_device_state(dev)
+    runs = []
+    with PowerSampler(dev) as power:
+        for _ in range(5):
+            start.record()
+            for k in range(calls):
+                launch(k % n_sets)
+            end.record()
+            end.synchronize()
+            runs.append(start.elapsed_time(end) / 1e3 / calls)
+    after = read_device_state(dev)
+    runs.sort()
+    return {"us": runs[len(runs) // 2] * 1e6, "sm_mhz_before": before.get("sm_mhz"),
+            "sm_mhz_after": after.get("sm_mhz"), "power_w": power.mean_w}
+
+
+def time_all(runnable, device, gen, policy, l2_bytes, modes=("graph", "eager", "stream")) -> dict:
+    from formloop.measure.timer import operand_sets_for, time_launches
+
+    n_sets = operand_sets_for(runnable.case_bytes, l2_bytes, policy)
+    cases = [runnable.new_case(device, gen) for _ in range(n_sets)]
+    out = {}
+    for mode in modes:
+        if mode == "stream":
+            if str(device).startswith("cuda"):
+                out[mode] = time_stream(lambda i: runnable.launch(cases[i]), n_sets, calls=max(4 * n_sets, 64))
+            continue
+        t = time_launches(lambda i: runnable.launch(cases[i]), n_sets, device=device, mode=mode, policy=policy).timing
+        out[mode] = {"us": t.seconds * 1e6, "p20_us": t.p20_s * 1e6, "p80_us": t.p80_s * 1e6, "source": t.source,
+                     "method": t.describe(), **_state(t)}
+    return out
+
+
+def candidates(template, shape, chip, top: int) -> list[dict]:
+    from formloop.library.gemm_tiling import workload
+    from formloop.solve import solve_milp
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gemm import key_of, top_designs
+
+    f = template.formulate(workload(shape, "bf16"), chip)
+    pick = dict(solve_milp(f).assignment)
+    out, seen = [pick], {key_of(pick)}
+    for a in top_designs(f, top):
+        if key_of(a) not in seen:
+            seen.add(key_of(a))
+            out.append(dict(a))
+    return out
+
+
+def run_shape(shape, designs, ctx, with_torch: bool = True) -> dict:
+    import torch
+
+    from formloop.evaluate.gpu import check
+    from formloop.library.gemm_tiling_instance import TorchGemm, TritonGemm
+    from formloop.library.gemm_tiling_kernel import GemmPlan, TileConfig
+
+    device, gen, policy, l2 = ctx["device"], ctx["gen"], ctx["policy"], ctx["l2"]
+    M, N, K = shape
+    row: dict = {"shape": list(shape), "designs": []}
+    if with_torch:
+        torch_inst = TorchGemm(M, N, K, "bf16")
+        torch_inst.launch = lambda case: torch.matmul(case.a, case.b, out=case.c)  # bf16: no math-mode write per call
+        row["torch"] = {"check": check(torch_inst, device, gen).__dict__,
+                        **time_all(torch_inst, device, gen, policy, l2)}
+    best = None
+    for i, a in enumerate(designs):
+        inst = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16"))
+        rec = {"design": a, "model_pick": i == 0}
+        try:
+            c = check(inst, device, gen)
+            rec["check"] = c.__dict__
+            if c.passed:
+                rec.update(time_all(inst, device, gen, policy, l2, modes=("graph",)))
+                rec["path"] = inst.launch_plan(device).path
+                rec["fallback"] = inst.launch_plan(device).fallback
+        except Exception as exc:  # noqa: BLE001 - a compile/launch failure is a result
+            rec["failure"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        row["designs"].append(rec)
+        if "graph" in rec and (best is None or rec["graph"]["us"] < row["designs"][best]["graph"]["us"]):
+            best = i
+    for label, i in (("pick", 0), ("best", best)):
+        if i is None or "graph" not in row["designs"][i]:
+            continue
+        a = row["designs"][i]["design"]
+        thin = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16"))
+        jit = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16"), thin=False)
+        row[label] = {"design": a, "index": i, "plan": time_all(thin, device, gen, policy, l2),
+                      "jit_eager": time_all(jit, device, gen, policy, l2, modes=("eager",))["eager"],
+                      "path": thin.launch_plan(device).path, "fallback": thin.launch_plan(device).fallback}
+    return row
+
+
+def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
+    """Every graph timing becomes a calibration point in a store under --out; the family is refit
+    (population.calibrations.learn) and each shape re-solved under the fit; a new pick is measured."""
+    from formloop.library import get_template, template_factory
+    from formloop.library.gemm_tiling import workload
+    from formloop.population import Population
+    from formloop.population import calibrations as cal
+    from formloop.solve import solve_milp
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gemm import key_of
+
+    versions = (result.get("device") or {}).get("versions") or {"source": "interpreter"}
+    toolchain = cal.toolchain_of(versions) or "interpreter"
+    out: dict = {"store": os.path.join(out_dir, "population.db"), "toolchain": toolchain, "shapes": []}
+    with Population(out["store"]) as pop:
+        for r in rows:
+            w = workload(tuple(r["shape"]), "bf16")
+            for d in r["designs"]:
+                if "graph" in d:
+                    cal.add_point(pop, template="gemm-tiling-gpu", dtype="bf16", chip="h200", toolchain=toolchain,
+                                  device=str(versions), workload=w, assignment=d["design"],
+                                  latency_us=d["graph"]["us"], p20_us=d["graph"].get("p20_us"),
+                                  p80_us=d["graph"].get("p80_us"), source="benchmarks/gemm_eager.py")
+        new, note = cal.learn(pop, template_factory("gemm-tiling-gpu"), chip, template="gemm-tiling-gpu",
+                              dtype="bf16", chip="h200", toolchain=toolchain, source="benchmarks/gemm_eager.py")
+    out["note"] = note
+    if new is None:
+        return out
+    out["calibration"] = new.as_dict()
+    t = get_template("gemm-tiling-gpu", dtype="bf16", calibration=dict(new.terms), calibration_id=new.key)
+    for r, s in zip(rows, shapes):
+        pick = dict(solve_milp(t.formulate(workload(s, "bf16"), chip)).assignment)
+        known = {key_of(d["design"]): d for d in r["designs"]}
+        entry = {"shape": list(s), "design": pick, "label": new.label}
+        if key_of(pick) in known and "graph" in known[key_of(pick)]:
+            entry["graph_us"] = known[key_of(pick)]["graph"]["us"]
+        elif ctx is not None:
+            rr = run_shape(s, [pick], ctx, with_torch=False)
+            entry["graph_us"] = rr["designs"][0].get("graph", {}).get("us")
+            entry["plan"] = rr.get("pick", {}).get("plan")
+        torch_g = r["torch"].get("graph", {}).get("us")
+        entry["ratio_graph"] = ratio(torch_g, entry.get("graph_us"))
+        out["shapes"].append(entry)
+    return out
+
+
+def ratio(ref: float | None, ours: float | None) -> float:
+    return ref / ours if ref and ours and math.isfinite(ours) else math.nan
+
+
+def summarize(rows) -> dict:
+    out = {}
+    for label in ("pick", "best"):
+        for mode in ("graph", "eager", "stream"):
+            rs = [ratio(r["torch"].get(mode, {}).get("us"), r[label]["plan"].get(mode, {}).get("us"))
+                  for r in rows if label in r]
+            rs = [x for x in rs if math.isfinite(x)]
+            out[f"{label}_{mode}_geomean"] = math.exp(sum(map(math.log, rs)) / len(rs)) if rs else math.nan
+    return out
+
+
+def print_table(rows, summary, source: str) -> None:
+    print(f"\nbf16 GEMM, times in us ({source}); ratio = torch.matmul / ours; SM MHz and W during the eager run")
+    print(f"{'shape':>17} {'which':>5} {'graph':>8} {'eager':>8} {'stream':>8} {'jit-eager':>9} "
+          f"{'cuBLAS g/e/s':>22} {'ratio g/e/s':>17} {'MHz':>5} {'W':>5} launch path")
+    for r in rows:
+        t = r["torch"]
+        for label in ("pick", "best"):
+            if label not in r:
+                continue
+            p = r[label]["plan"]
+
+            def us(d, m):
+                return d.get(m, {}).get("us", math.nan)
+            rat = "/".join(f"{ratio(us(t, m), us(p, m)):.2f}" for m in ("graph", "eager", "stream"))
+            cub = "/".join(f"{us(t, m):.1f}" for m in ("graph", "eager", "stream"))
+            e = p.get("eager", {})
+            print(f"{'x'.join(map(str, r['shape'])):>17} {label:>5} {us(p, 'graph'):8.1f} {us(p, 'eager'):8.1f} "
+                  f"{us(p, 'stream'):8.1f} {r[label]['jit_eager'].get('us', math.nan):9.1f} {cub:>22} {rat:>17} "
+                  f"{e.get('sm_mhz_after') or math.nan:5.0f} {e.get('power_w') or math.nan:5.0f} "
+                  f"{r[label]['path']}{' (' + r[label]['fallback'] + ')' if r[label]['fallback'] else ''}")
+    print("geomean ratio vs cuBLAS: " + ", ".join(f"{k} {v:.3f}" for k, v in summary.items()))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--top", type=int, default=5, help="model-ranked designs measured per shape besides the pick")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    p.add_argument("--dry-run", action="store_true", help="no GPU: Triton interpreter on tiny shapes")
+    args = p.parse_args(argv)
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"
+    os.makedirs(args.out, exist_ok=True)
+    import torch
+
+    from formloop.hw.chips import get_chip
+    from formloop.library import get_template
+    from formloop.measure.timer import TimingPolicy
+
+    t0 = time.time()
+    gpu = not args.dry_run and torch.cuda.is_available()
+    device = "cuda" if gpu else "cpu"
+    shapes = SHAPES if gpu else DRY_SHAPES
+    template, chip = get_template("gemm-tiling-gpu", dtype="bf16"), get_chip("h200")
+    plans = {s: candidates(template, s, chip, args.top if gpu else 1) for s in shapes}
+    result: dict = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                    "source": "gpu" if gpu else "interpreter (cpu wall time: not a GPU figure)",
+                    "calibration": "priors"}
+    if gpu:
+        from gemm import precompile
+
+        from formloop.measure.device import device_facts
+        jobs = [(a, s, "bf16") for s, ds in plans.items() for a in ds]
+        result["precompile"] = precompile(jobs, args.workers)
+        result["device"] = device_facts()
+        l2 = result["device"]["l2_bytes"]
+    else:
+        l2 = 1 << 20
+    gen = torch.Generator(device=device).manual_seed(0)
+    policy = TimingPolicy(graph_ms=1.5, budget_ms=25.0, min_reps=5, max_reps=20, max_calls=150) if gpu else \
+        TimingPolicy(budget_ms=1.0, min_reps=2, max_calls=2, max_sets=1)
+    ctx = {"device": device, "gen": gen, "policy": policy, "l2": l2}
+    rows = []
+    for s in shapes:
+        rows.append(run_shape(s, plans[s], ctx))
+        print(f"[{time.time() - t0:6.1f} s] {s} done", flush=True)
+    result["rows"], result["summary"] = rows, summarize(rows)
+    result["learned"] = learn_and_resolve(rows, shapes, result, args.out, ctx, chip)
+    result["seconds"] = time.time() - t0
+    with open(os.path.join(args.out, "gemm_eager.json"), "w") as fh:
+        json.dump(result, fh, indent=1, default=str)
+    print_table(rows, result["summary"], result["source"])
+    lr = result["learned"]
+    print(f"\ncalibration learned from this run's graph timings ({lr['toolchain']}): {lr['note']}")
+    for e in lr["shapes"]:
+        print(f"  {'x'.join(map(str, e['shape'])):>17} {e['label']} pick {tuple(e['design'].values())}: "
+              f"graph {e.get('graph_us') or math.nan:.1f} us ({result['source']}), "
+              f"cuBLAS/ours {e['ratio_graph']:.2f}")
+    print(f"total {result['seconds']:.0f} s (wall)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
