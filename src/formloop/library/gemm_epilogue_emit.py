@@ -197,7 +197,8 @@ def _gelu(x: str, approx: str) -> str:
 def epilogue_source(spec: KernelSpec) -> str:
     ptrs, strides = tensor_params(spec)
     params = ", ".join(["acc", "c_ptr", *ptrs, "row0", "col0", "bid", "M", "N", "stride_cb", "stride_cm", "stride_cn",
-                        *strides, "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"])
+                        *strides, "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr",
+                        "INTERPRET: tl.constexpr"])
     body = ["bid64 = bid.to(tl.int64)", "rm = row0 + tl.arange(0, BLOCK_M)", "rn = col0 + tl.arange(0, BLOCK_N)",
             "row_ok = rm < M", "col_ok = rn < N", "x = acc"]
     dims = 2
@@ -209,6 +210,8 @@ def epilogue_source(spec: KernelSpec) -> str:
     c_off = "c_ptr + bid64 * stride_cb + rm * stride_cm" if dims == 1 else \
         "c_ptr + bid64 * stride_cb + rm[:, None] * stride_cm + rn[None, :] * stride_cn"
     mask = "row_ok" if dims == 1 else "row_ok[:, None] & col_ok[None, :]"
+    if spec.c == "bf16":  # Triton 3.6's interpreter truncates to bf16; the GPU rounds to nearest
+        body += ["if INTERPRET:", "    x = _round_bf16(x)"]
     body.append(f"tl.store({c_off}, x.to(c_ptr.dtype.element_ty), mask={mask})")
     return "\n".join(["@triton.jit", f"def _epilogue({params}):", *("    " + b for b in body)])
 
@@ -279,7 +282,7 @@ def kernel_params(spec: KernelSpec, load_path: int = 0) -> list[str]:
             "stride_bb", "stride_b", "stride_cb", "stride_cm", "stride_cn", *strides, *conv, "GROUP_M", "SPLIT_K"]
 
 
-CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN")
+CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET")
 
 
 def kernel_source(spec: KernelSpec, load_path: int) -> str:
@@ -290,7 +293,7 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
         raise InvalidInput("load path L for conv2d", load_path, "0 (implicit GEMM gathers its rows: pointer loads)")
     ptrs, strides = tensor_params(spec)
     tail = ", ".join(["c_ptr", *ptrs, "pid_m * BLOCK_M", "pid_n * BLOCK_N", "bid", "M", "N", "stride_cb", "stride_cm",
-                      "stride_cn", *strides, "BLOCK_M", "BLOCK_N"])
+                      "stride_cn", *strides, "BLOCK_M", "BLOCK_N", "INTERPRET"])
     body = ["pid = tl.program_id(0)", "pid_k = tl.program_id(1)", "bid = tl.program_id(2)", "bid64 = bid.to(tl.int64)",
             "pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, "
             "BLOCK_M, BLOCK_N, BLOCK_K)",

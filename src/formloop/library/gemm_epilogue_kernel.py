@@ -27,7 +27,7 @@ from formloop.library.gemm_epilogue_emit import (  # noqa: F401 (Conv2d, Shape r
     Conv2d, KernelSpec, Shape, aligned_extents, module_source,
 )
 from formloop.library.gemm_epilogue_ops import TL_DTYPES, chain_facts, tensor_dtype_of
-from formloop.library.gemm_epilogue_reference import apply_chain
+from formloop.library.gemm_epilogue_reference import AMBIGUOUS, AMBIGUOUS_DEFAULT, admissible, apply_chain_pair
 from formloop.library.gemm_tiling_instance import poison
 from formloop.library.gemm_tiling_kernel import INTERPRETED, PRECISION, TOLERANCE, TORCH_DTYPES, TileConfig, alignment
 
@@ -153,7 +153,8 @@ class EpiloguePlan:
                 *self._out_strides(out), *strides, *conv, cfg.G, cfg.KS]
         launcher = self.kernel[self.grid]
         options = dict(BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align, PRECISION=PRECISION[spec.ab],
-                       TO_WORKSPACE=split, WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), num_warps=cfg.W,
+                       TO_WORKSPACE=split, WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), INTERPRET=INTERPRETED,
+                       num_warps=cfg.W,
                        num_stages=cfg.S)
         return lambda: launcher(*args, **options)
 
@@ -237,8 +238,12 @@ def new_output(plan: EpiloguePlan, device) -> torch.Tensor:
     return torch.empty((*lead, w, s.M), device=device, dtype=dt).transpose(-1, -2)
 
 
-def reference(plan: EpiloguePlan, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """float64 result of the spec on the same (already rounded) inputs."""
+def reference(plan: EpiloguePlan, inputs: Mapping[str, torch.Tensor], out: torch.Tensor | None = None,
+              stores: tuple[torch.dtype, ...] | None = None) -> torch.Tensor:
+    """float64 result of the spec on the same (already rounded) inputs, rounded as it is stored
+    (`stores`: C's dtype, then any narrowing stage); at a value within float32 reach of a rounding
+    boundary either neighbour is right, and the one nearer `out` is taken
+    (`gemm_epilogue_reference.admissible`)."""
     spec = plan.spec
     if spec.op == "conv2d":
         g = plan.shape.conv
@@ -248,7 +253,9 @@ def reference(plan: EpiloguePlan, inputs: Mapping[str, torch.Tensor]) -> torch.T
         acc = y.permute(0, 2, 3, 1).reshape(g.n * g.p * g.q, g.k)
     else:
         acc = inputs["a"].double() @ inputs["b"].double()
-    return apply_chain(spec.chain, acc, inputs)
+    stores = (TORCH_DTYPES[spec.c],) if stores is None else stores
+    near, other = apply_chain_pair(spec.chain, acc, inputs, stores, AMBIGUOUS.get(spec.ab, AMBIGUOUS_DEFAULT))
+    return admissible(near, other, out)
 
 
 @dataclass
@@ -283,7 +290,7 @@ class EpilogueGemm:
         return case.out
 
     def reference(self, case: EpilogueCase) -> torch.Tensor:
-        return reference(self.plan, case.inputs)
+        return reference(self.plan, case.inputs, case.out)
 
     def poison(self, case: EpilogueCase) -> None:
         poison(case.out)
