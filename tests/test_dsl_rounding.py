@@ -92,3 +92,13 @@ def test_a_logit_two_steps_off_still_fails():
     inst = _Router(EpiloguePlan(ROUTER, TileConfig(16, 128, 32, S=2, W=4), Shape(4096, 128, 32)))
     inst.bump = True
     assert not check(inst, "cpu", torch.Generator().manual_seed(0)).passed
+
+
+def test_a_matrix_past_32_bit_offsets_is_refused():
+    from formloop.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="2\\^31"):
+        EpiloguePlan(DEQUANT, CFG, Shape(65536, 32768, 64))
+    with pytest.raises(InvalidInput, match="2\\^31"):  # split-K partials: KS·M·N floats
+        EpiloguePlan(DEQUANT, TileConfig(16, 64, 32, KS=8), Shape(32768, 16384, 4096))
+    EpiloguePlan(DEQUANT, CFG, Shape(16384, 22016, 4096))  # the benchmark's largest: fine

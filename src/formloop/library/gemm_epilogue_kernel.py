@@ -77,6 +77,11 @@ class EpiloguePlan:
             raise InvalidInput("conv2d plan", (shape.conv, config.L), "a Conv2d shape and the pointer path (L=0)")
         if spec.op == "gemm" and shape.batch != 1:
             raise InvalidInput("batch of a gemm", shape.batch, "1 (use batched_gemm)")
+        # Offsets within one matrix are 32-bit in the kernel (batches and split-K partials 64-bit).
+        largest = max(shape.M * shape.K, shape.K * shape.N, shape.M * shape.N * config.KS)
+        if largest >= 2 ** 31:
+            raise InvalidInput("shape (elements of one operand, C or split-K partials)", largest,
+                               "below 2^31 (the kernel's offsets within a matrix are 32-bit)")
         self.spec, self.config, self.shape, self.align = spec, config, shape, align
         self.facts = chain_facts(spec.chain, default_dtype=spec.c)
         if self.facts.pairs and shape.N % 2:
