@@ -24,7 +24,7 @@ import triton
 
 from formloop.errors import InvalidInput
 from formloop.library.gemm_epilogue_emit import (  # noqa: F401 (Conv2d, Shape re-exported)
-    Conv2d, KernelSpec, Shape, aligned_extents, module_source,
+    Conv2d, KernelSpec, Shape, aligned_extents, module_source, stores_by_copy,
 )
 from formloop.library.gemm_epilogue_ops import TL_DTYPES, chain_facts, tensor_dtype_of
 from formloop.library.gemm_epilogue_reference import AMBIGUOUS, AMBIGUOUS_DEFAULT, admissible, apply_chain_pair
@@ -141,6 +141,8 @@ class EpiloguePlan:
             a_arg, b_arg = self._descriptors(a, b)
         else:
             a_arg, b_arg = a, b
+        c_arg = self._out_descriptor(out)
+        c_desc = c_arg is not out
         tensors, strides = [], []
         for name, kind in spec.tensors():
             t = inputs[name]
@@ -153,13 +155,13 @@ class EpiloguePlan:
         if spec.op == "conv2d":
             g = s.conv
             conv = [g.h, g.w, g.c, g.p, g.q, g.r, g.s, *g.stride, *g.pad, *g.dilation]
-        args = [a_arg, b_arg, out, ws, cnt, *tensors, s.M, s.N, s.K, _batch_stride(a), _lead(a, spec.la),
+        args = [a_arg, b_arg, c_arg, ws, cnt, *tensors, s.M, s.N, s.K, _batch_stride(a), _lead(a, spec.la),
                 _batch_stride(b), _lead(b, spec.lb),
                 *self._out_strides(out), *strides, *conv, cfg.G, cfg.KS]
         launcher = self.kernel[self.grid]
         options = dict(BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align, PRECISION=PRECISION[spec.ab],
                        TO_WORKSPACE=split, WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), INTERPRET=INTERPRETED,
-                       num_warps=cfg.W,
+                       C_DESC=c_desc, num_warps=cfg.W,
                        num_stages=cfg.S)
         return lambda: launcher(*args, **options)
 
@@ -167,6 +169,23 @@ class EpiloguePlan:
         if self.facts.reduces:
             return [out.stride(0) if out.dim() == 2 else 0, out.stride(-1), 0]
         return [out.stride(0) if out.dim() == 3 else 0, out.stride(-2), out.stride(-1)]
+
+    def _out_descriptor(self, out: torch.Tensor):
+        """C as a tensor descriptor (the copy engine stores the tile, clipping the edges) on the TMA
+        path where C's rows allow it: unit inner stride, 16-byte aligned base and pitches; else `out`."""
+        if not self.config.L or not stores_by_copy(self.spec):
+            return out
+        e = out.element_size()
+        pitches = [out.stride(i) * e for i in range(out.dim() - 1)]
+        if out.stride(-1) != 1 or out.data_ptr() % 16 or any(p % 16 for p in pitches):
+            return out
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        cfg = self.config
+        block = [cfg.Tm, cfg.Tn // 2 if self.facts.pairs else cfg.Tn]
+        if self.spec.batched:  # the kernel stores [batch, rows, columns] tiles
+            out, block = (out if out.dim() == 3 else out.unsqueeze(0)), [1, *block]
+        return TensorDescriptor(out, list(out.shape), list(out.stride()), block)
 
     def _descriptors(self, a: torch.Tensor, b: torch.Tensor):
         from triton.tools.tensor_descriptor import TensorDescriptor
