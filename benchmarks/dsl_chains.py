@@ -109,7 +109,7 @@ class TorchChain:
         return self.program.case_bytes
 
 
-def sweep(v, gpu: bool, top: int) -> list[tuple[str, dict]]:
+def sweep(v, gpu: bool, top: int, extra: tuple = ()) -> list[tuple[str, dict]]:
     """(label, assignment): the calibrated model's MILP pick (first: "pick") and its top `top`
     designs by predicted time over the feasible joint menu, one per tile shape (the same template
     and tie-break; the pick is normally model-top1 and then carries both labels). The dry run picks
@@ -136,16 +136,20 @@ def sweep(v, gpu: bool, top: int) -> list[tuple[str, dict]]:
             out.append((f"model-top{len(shapes)}", a))
         if len(shapes) == top:
             break
+    for values in extra:  # --extra designs, where the template admits them at this chain's shape
+        a = dict(zip(("Tm", "Tn", "Tk", "S", "W", "KS", "G", "L"), values))
+        if not t.check(a, workload_of(v.spec), get_chip("h200")):
+            out.append(("extra-" + ",".join(map(str, values)), a))
     return _unique(out)
 
 
 def _sweep_job(job):
     """sweep() in a worker process (the MILP takes seconds per chain: the chains solve in parallel)."""
-    text, name, gpu, top = job
+    text, name, gpu, top, extra = job
     from formloop.dsl.lower import read_spec
     from formloop.dsl.validate import validate
 
-    return sweep(validate(read_spec(text, name)), gpu, top)
+    return sweep(validate(read_spec(text, name)), gpu, top, extra)
 
 
 def _unique(variants):
@@ -212,6 +216,18 @@ def measure(runnable, gpu: bool, gen, device: str, *, time_failed: bool = False)
         return {"correct": False, "failure": f"{type(exc).__name__}: {first}"}
 
 
+def timed_only(runnable, gen, device: str) -> dict:
+    """CUDA-graph and eager times of a runnable that is not the chain (no correctness check)."""
+    from formloop.dsl.run import time_eager
+    from formloop.evaluate.gpu import TimingPolicy, device_facts, time_runnable
+
+    try:
+        g = time_runnable(runnable, device, gen, TimingPolicy(), device_facts()["l2_bytes"])
+        return {"graph_us": g["median_us"], "eager_us": time_eager(runnable, device, gen)["median_us"]}
+    except Exception as exc:  # noqa: BLE001
+        return {"failure": f"{type(exc).__name__}: {str(exc)[:200]}"}
+
+
 def geomean(xs):
     xs = [x for x in xs if x and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
@@ -226,6 +242,8 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its autotuning is most of the run)")
     p.add_argument("--chains", default="", help="comma-separated chain names (default: all)")
+    p.add_argument("--extra", default="", help="more designs for every chain that admits them: "
+                   "'Tm,Tn,Tk,S,W,KS,G,L;...' (labelled extra-...)")
     p.add_argument("--dry-run", action="store_true", help="CPU: Triton's interpreter at tiny shapes, no timing")
     args = p.parse_args(argv)
     if args.dry_run:
@@ -251,7 +269,13 @@ def main(argv=None) -> int:
     chains = [c for c in _chains() if not args.chains or c[0] in args.chains.split(",")]
     texts = [spec_text(name, op, lb, c, dims if gpu else tiny(dims, op, epi), epi)
              for name, op, lb, c, dims, epi, fn in chains]
-    jobs = [(text, c[0], gpu, args.top if gpu else 2) for text, c in zip(texts, chains)]
+    try:
+        extra = tuple(tuple(int(x) for x in d.split(",")) for d in args.extra.split(";") if d.strip())
+        assert all(len(d) == 8 for d in extra)
+    except (ValueError, AssertionError):
+        print(f"--extra: {args.extra!r}; allowed: designs Tm,Tn,Tk,S,W,KS,G,L separated by ';'", file=sys.stderr)
+        return 2
+    jobs = [(text, c[0], gpu, args.top if gpu else 2, extra) for text, c in zip(texts, chains)]
     if gpu:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
@@ -280,13 +304,15 @@ def main(argv=None) -> int:
         base = SpecProgram(v.spec, plan_of(v.spec, variants[0][1]))
         bases[name] = (base, fn)
         eager = measure(TorchChain(base, fn, "torch eager"), gpu, gen, device, time_failed=True)
+        # the product alone through cuBLAS (not the chain: timed, not checked): what the epilogue costs us
+        mm = timed_only(TorchChain(base, lambda t: t["a"] @ t["b"], "torch matmul"), gen, device) if gpu else {}
         sol = sol_floor(v.spec, v.spec.kernel.shape, base.case_bytes)
         timed = [r for r in rows if r.get("graph_us")]
         best = min(timed, key=lambda r: r["graph_us"]) if timed else None
         shape = v.spec.kernel.shape
         result["chains"].append({"name": name, "spec": text, "shape": {"M": shape.M, "N": shape.N, "K": shape.K,
                                                                        "batch": shape.batch},
-                                 "variants": rows, "eager": eager, "compiled": None, "sol": sol,
+                                 "variants": rows, "eager": eager, "matmul_only": mm, "compiled": None, "sol": sol,
                                  "pick": rows[0], "best": best})
         print(f"[{time.time() - start:6.1f} s] {name}: {len(rows)} designs, {sum(r['correct'] for r in rows)} correct",
               flush=True)
@@ -322,14 +348,17 @@ def print_table(result: dict, gpu: bool) -> None:
                   f"eager correct: {c['eager']['correct']} (interpreter, tiny shape, not timed)")
         return
     print(f"\ndevice {result['device']}; times in us (median, gpu CUDA events); g = CUDA-graph replay, e = eager "
-          f"launches from Python; SOL = floor from datasheet peaks (sol) / graph time; x = baseline graph time / ours")
+          f"launches from Python; SOL = floor from datasheet peaks (sol) / graph time; x = baseline graph time / ours; "
+          f"mm = the product alone in torch (cuBLAS), bs/mm = what the fused epilogue costs over it")
     print(f"{'chain':20s} {'ok':>5s} {'floor':>7s} | {'pick g':>7s} {'e':>7s} {'SOL':>5s} | {'best g':>7s} {'e':>7s} "
           f"{'SOL':>5s} | {'eager g':>7s} {'e':>7s} {'SOL':>5s} | {'cmp g':>7s} {'e':>7s} {'SOL':>5s} | "
-          f"{'pk/eag':>6s} {'bs/eag':>6s} {'pk/cmp':>6s} {'bs/cmp':>6s} | {'SM MHz':>9s} {'W':>4s}")
+          f"{'pk/eag':>6s} {'bs/eag':>6s} {'pk/cmp':>6s} {'bs/cmp':>6s} | {'mm g':>7s} {'bs/mm':>5s} | "
+          f"{'SM MHz':>9s} {'W':>4s}")
     sp = {k: [] for k in ("pe", "be", "pc", "bc")}
     for c in result["chains"]:
         n_ok = f"{sum(r['correct'] for r in c['variants'])}/{len(c['variants'])}"
         pick, best, e, cm = c["pick"], c["best"] or {}, c["eager"], c["compiled"] or {}
+        mm = c.get("matmul_only") or {}
         floor = c["sol"]["floor_us"]
         g = lambda r: r.get("graph_us")  # noqa: E731
         ratios = {"pe": _ratio(g(e), g(pick)), "be": _ratio(g(e), g(best)), "pc": _ratio(g(cm), g(pick)),
@@ -342,6 +371,7 @@ def print_table(result: dict, gpu: bool) -> None:
         mhz = best.get("sm_mhz") or [None, None]
         print(f"{c['name']:20s} {n_ok:>5s} {floor:7.1f} | " + " | ".join(cols) + " | "
               + " ".join(_f(ratios[k], 6, 2) for k in ("pe", "be", "pc", "bc"))
+              + f" | {_f(g(mm), 7)} {_f(_ratio(g(best), g(mm)), 5, 2)}"
               + f" | {_f(mhz[0], 4, 0)}/{_f(mhz[1], 4, 0)} {_f(best.get('power_w'), 4, 0)}")
     print("geomean speedup (graph): pick vs eager {:.2f}x, best vs eager {:.2f}x, pick vs compile {:.2f}x, "
           "best vs compile {:.2f}x".format(*(geomean(sp[k]) for k in ("pe", "be", "pc", "bc"))))
