@@ -1,16 +1,19 @@
 """Fused GEMM chains written as kernel specs (formloop.dsl) vs the same chains in torch: eager
 (one kernel per operation) and torch.compile(mode="max-autotune-no-cudagraphs"), bf16, LLM sizes.
 
-    PYTHONPATH=src python3 benchmarks/dsl_chains.py --out $OUT        # on the GPU machine, one call
-    TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/dsl_chains.py --out /tmp/d   # CPU: tiny, no timing
+    PYTHONPATH=src python3 benchmarks/dsl_chains.py --out $OUT     # on the GPU machine, one call, <= ~5 min
+    PYTHONPATH=src python3 benchmarks/dsl_chains.py --dry-run --out /tmp/d   # CPU: interpreter, tiny, no timing
 
-Each chain is a spec whose tile fields are all open. Per chain it sweeps: the MILP pick with the
-template's priors, the MILP pick with the round-2 H200 calibration (benchmarks/RESULTS.md), that
-model's top designs, and common strong configurations; each is an instance the template admits.
-Every instance and both baselines first pass the correctness check on fresh inputs (NaN-poisoned
-output, float64 reference); then CUDA-graph replays (formloop.evaluate.gpu.time_runnable) and
-eager launches are timed in this one process. Reports the calibrated pick and the best, SOL
-fractions (datasheet peaks), speedups and their geomeans; writes dsl_chains.json under --out."""
+Each chain is a spec whose tile fields are all open. Per chain it measures the MILP pick of the
+template's model (calibrated with the round-2 H200 fit, benchmarks/RESULTS.md) and the model's next
+best designs (top-k by predicted time, k = --top): a handful of kernels, compiled in parallel up
+front. Every instance and both baselines first pass the correctness check on fresh inputs
+(NaN-poisoned output, float64 reference rounded as the output is stored); then CUDA-graph replays
+(formloop.evaluate.gpu.time_runnable, which records SM clock and power) and eager launches are
+timed in this one process. Phase 1 measures our kernels and torch eager for every chain; phase 2
+compiles and measures torch.compile per chain while the time budget lasts. Reports the model's pick
+and the best, SOL fractions (datasheet peaks), speedups and their geomeans; writes dsl_chains.json
+under --out after every chain."""
 from __future__ import annotations
 
 import argparse
@@ -24,9 +27,6 @@ ROUND2_BF16 = {"eta_mma": 1.09, "eta_sync": 0.455, "n0": 5.73, "f_n16": 0.556, "
                "bw_sm": 1.17e11, "lat": 5e-08, "t_iter": 1.14e-08, "t_sync": 5e-12, "t_issue": 6.4e-09,
                "t_tile": 4.47e-09, "t_epi": 2.95e-08, "eta_bw": 1.02, "alpha": 0.337, "t_launch": 6.07e-06,
                "d32": 0.914, "d64": 0.984, "lat_m": 1.37e-07, "t_fix": 1.52e-07, "lat_d": 1.72e-07}
-STRONG = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 4, 4),
-          (128, 128, 128, 3, 8), (64, 256, 64, 4, 8), (128, 256, 64, 4, 8), (64, 128, 64, 4, 4),
-          (16, 128, 128, 4, 4), (32, 128, 128, 4, 4), (64, 128, 128, 4, 8), (64, 256, 128, 3, 8)]
 
 
 def _linear(x, b, bias=None):
@@ -109,10 +109,11 @@ class TorchChain:
         return self.program.case_bytes
 
 
-def sweep(v, gpu: bool, top: int) -> list[tuple[str, dict]]:
-    """(label, assignment): the calibration's and the priors' MILP picks (first: "pick"), the
-    calibrated model's top designs, and the strong configurations the template admits here.
-    Without a GPU (the dry run) the picks come from enumeration, the same optimum in milliseconds."""
+def sweep(v, gpu: bool, top: int, extra: tuple = ()) -> list[tuple[str, dict]]:
+    """(label, assignment): the calibrated model's MILP pick (first: "pick") and its top `top`
+    designs by predicted time over the feasible joint menu, one per tile shape (the same template
+    and tie-break; the pick is normally model-top1 and then carries both labels). The dry run picks
+    by enumeration."""
     import numpy as np
 
     from formloop.dsl.bridge import design
@@ -120,25 +121,35 @@ def sweep(v, gpu: bool, top: int) -> list[tuple[str, dict]]:
     from formloop.hw.chips import get_chip
     from formloop.solve.enumerate import assignment_at, feasible_mask, term_grid
 
-    solver = "milp" if gpu else "enumerate"
     out = [("pick", dict(design(v, calibration=ROUND2_BF16, calibration_id="round2", prove=False,
-                                solver=solver).assignment)),
-           ("pick-priors", dict(design(v, prove=False, solver="enumerate").assignment))]
-    if not gpu:
-        return _unique(out)
+                                solver="milp" if gpu else "enumerate").assignment))]
     t = template_for(v.spec, ROUND2_BF16, "round2")
-    wl, chip = workload_of(v.spec), get_chip("h200")
-    f = t.formulate(wl, chip)
+    f = t.formulate(workload_of(v.spec), get_chip("h200"))
     flat = np.flatnonzero(feasible_mask(f))
     cost = term_grid(f, f.cost).ravel()[flat]
-    out += [(f"model-top{i + 1}", assignment_at(f, int(j))) for i, j in enumerate(flat[np.argsort(cost)[:top]])]
-    for tm, tn, tk, s, w in STRONG:
-        for ks in (1, 2, 4) if tm <= 32 else (1,):
-            for load in (1, 0):
-                a = {"Tm": tm, "Tn": tn, "Tk": tk, "S": s, "W": w, "KS": ks, "G": 8, "L": load}
-                if not t.check(a, wl, chip):
-                    out.append((f"strong-{tm}x{tn}x{tk}s{s}w{w}k{ks}{'tma' if load else 'ptr'}", a))
+    shapes = set()  # one design per tile shape (Tm, Tn, Tk, KS, L): the best S, W, G of each in the model
+    for j in flat[np.argsort(cost, kind="stable")]:
+        a = assignment_at(f, int(j))
+        key = tuple(int(a[k]) for k in ("Tm", "Tn", "Tk", "KS", "L"))
+        if key not in shapes:
+            shapes.add(key)
+            out.append((f"model-top{len(shapes)}", a))
+        if len(shapes) == top:
+            break
+    for values in extra:  # --extra designs, where the template admits them at this chain's shape
+        a = dict(zip(("Tm", "Tn", "Tk", "S", "W", "KS", "G", "L"), values))
+        if not t.check(a, workload_of(v.spec), get_chip("h200")):
+            out.append(("extra-" + ",".join(map(str, values)), a))
     return _unique(out)
+
+
+def _sweep_job(job):
+    """sweep() in a worker process (the MILP takes seconds per chain: the chains solve in parallel)."""
+    text, name, gpu, top, extra = job
+    from formloop.dsl.lower import read_spec
+    from formloop.dsl.validate import validate
+
+    return sweep(validate(read_spec(text, name)), gpu, top, extra)
 
 
 def _unique(variants):
@@ -183,7 +194,9 @@ def precompile(jobs, workers: int) -> dict:
     return {"kernels": len(jobs), "seconds": time.time() - start, "errors": errors[:10]}
 
 
-def measure(runnable, gpu: bool, gen, device: str) -> dict:
+def measure(runnable, gpu: bool, gen, device: str, *, time_failed: bool = False) -> dict:
+    """Correctness, then (GPU, passed or `time_failed`) CUDA-graph and eager timings with the SM
+    clock before/after and the mean board power during the graph replays (NVML)."""
     from formloop.dsl.run import time_eager
     from formloop.evaluate.gpu import TimingPolicy, check, device_facts, time_runnable
 
@@ -191,14 +204,28 @@ def measure(runnable, gpu: bool, gen, device: str) -> dict:
         c = check(runnable, device, gen)
         row = {"correct": c.passed, "rel_error": c.rel_error, "max_error_rms": c.max_error_rms,
                "tolerance": c.tolerance}
-        if c.passed and gpu:
+        if gpu and (c.passed or time_failed):
             g = time_runnable(runnable, device, gen, TimingPolicy(), device_facts()["l2_bytes"])
+            dev = g.get("device") or {}
             row.update(graph_us=g["median_us"], graph_p20_us=g["p20_us"], graph_p80_us=g["p80_us"],
-                       eager_us=time_eager(runnable, device, gen)["median_us"])
+                       sm_mhz=[dev.get(k, {}).get("sm_mhz") for k in ("before", "after")],
+                       power_w=dev.get("mean_power_w"), eager_us=time_eager(runnable, device, gen)["median_us"])
         return row
     except Exception as exc:  # noqa: BLE001 - a compile or launch failure is a result, with its class
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
         return {"correct": False, "failure": f"{type(exc).__name__}: {first}"}
+
+
+def timed_only(runnable, gen, device: str) -> dict:
+    """CUDA-graph and eager times of a runnable that is not the chain (no correctness check)."""
+    from formloop.dsl.run import time_eager
+    from formloop.evaluate.gpu import TimingPolicy, device_facts, time_runnable
+
+    try:
+        g = time_runnable(runnable, device, gen, TimingPolicy(), device_facts()["l2_bytes"])
+        return {"graph_us": g["median_us"], "eager_us": time_eager(runnable, device, gen)["median_us"]}
+    except Exception as exc:  # noqa: BLE001
+        return {"failure": f"{type(exc).__name__}: {str(exc)[:200]}"}
 
 
 def geomean(xs):
@@ -209,12 +236,18 @@ def geomean(xs):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
-    p.add_argument("--top", type=int, default=8, help="calibrated model's top designs measured per chain")
-    p.add_argument("--budget-s", type=float, default=450.0, help="stop starting new chains after this many seconds")
+    p.add_argument("--top", type=int, default=6, help="the model's top designs measured per chain (besides its pick)")
+    p.add_argument("--budget-s", type=float, default=240.0,
+                   help="wall seconds after which no torch.compile baseline is started (phase 2)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
-    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its autotuning takes minutes)")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its autotuning is most of the run)")
     p.add_argument("--chains", default="", help="comma-separated chain names (default: all)")
+    p.add_argument("--extra", default="", help="more designs for every chain that admits them: "
+                   "'Tm,Tn,Tk,S,W,KS,G,L;...' (labelled extra-...)")
+    p.add_argument("--dry-run", action="store_true", help="CPU: Triton's interpreter at tiny shapes, no timing")
     args = p.parse_args(argv)
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is first imported
     import torch
 
     from formloop.dsl.lower import read_spec
@@ -222,52 +255,84 @@ def main(argv=None) -> int:
     from formloop.dsl.run import sol_floor
     from formloop.dsl.validate import validate
 
-    gpu = torch.cuda.is_available()
+    gpu = torch.cuda.is_available() and not args.dry_run
     if not gpu and os.environ.get("TRITON_INTERPRET") != "1":
-        print("no CUDA device: run with TRITON_INTERPRET=1 for the CPU correctness pass", file=sys.stderr)
+        print("no CUDA device: run with --dry-run for the CPU correctness pass", file=sys.stderr)
         return 2
     device, start = ("cuda" if gpu else "cpu"), time.time()
     gen = torch.Generator(device=device).manual_seed(0)
+    names = [c[0] for c in _chains()]
+    unknown = [n for n in args.chains.split(",") if n and n not in names]
+    if unknown:
+        print(f"--chains: unknown {unknown}; allowed {names}", file=sys.stderr)
+        return 2
     chains = [c for c in _chains() if not args.chains or c[0] in args.chains.split(",")]
-    plans = []
-    for name, op, lb, c, dims, epi, fn in chains:
-        text = spec_text(name, op, lb, c, dims if gpu else tiny(dims, op, epi), epi)
-        v = validate(read_spec(text, name))
-        plans.append((name, text, v, sweep(v, gpu, args.top), fn))
+    texts = [spec_text(name, op, lb, c, dims if gpu else tiny(dims, op, epi), epi)
+             for name, op, lb, c, dims, epi, fn in chains]
+    try:
+        extra = tuple(tuple(int(x) for x in d.split(",")) for d in args.extra.split(";") if d.strip())
+        assert all(len(d) == 8 for d in extra)
+    except (ValueError, AssertionError):
+        print(f"--extra: {args.extra!r}; allowed: designs Tm,Tn,Tk,S,W,KS,G,L separated by ';'", file=sys.stderr)
+        return 2
+    jobs = [(text, c[0], gpu, args.top if gpu else 2, extra) for text, c in zip(texts, chains)]
+    if gpu:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(len(jobs), args.workers), mp_context=mp.get_context("spawn")) as pool:
+            sweeps = list(pool.map(_sweep_job, jobs))
+    else:
+        sweeps = [_sweep_job(j) for j in jobs]
+    plans = [(c[0], text, validate(read_spec(text, c[0])), vs, c[6]) for c, text, vs in zip(chains, texts, sweeps)]
+    print(f"[{time.time() - start:6.1f} s] {sum(len(vs) for vs in sweeps)} designs from the model", flush=True)
     result = {"device": torch.cuda.get_device_name() if gpu else "cpu (interpreter)", "chains": [],
               "versions": {"torch": torch.__version__}, "command": " ".join(sys.argv)}
     if gpu:
+        from formloop.measure.device import read_device_state
+
+        result["device_state_start"] = read_device_state()
         result["precompile"] = precompile([(t, a) for _, t, _, vs, _ in plans for _, a in vs], args.workers)
-    for name, text, v, variants, fn in plans:
-        if time.time() - start > args.budget_s:
-            result["chains"].append({"name": name, "skipped": "time budget"})
-            continue
+        print(f"[{time.time() - start:6.1f} s] compiled {result['precompile']['kernels']} kernels "
+              f"({len(result['precompile']['errors'])} errors)", flush=True)
+    bases = {}
+    for name, text, v, variants, fn in plans:  # phase 1: our kernels and torch eager, every chain
         rows = []
         for label, a in variants:
             prog = SpecProgram(v.spec, plan_of(v.spec, a))
             rows.append({"label": label, "assignment": a, **measure(prog, gpu, gen, device)})
         base = SpecProgram(v.spec, plan_of(v.spec, variants[0][1]))
-        eager = measure(TorchChain(base, fn, "torch eager"), gpu, gen, device)
-        compiled = None
-        if gpu and not args.no_compile:
-            t0 = time.time()
-            cfn = torch.compile(fn, mode="max-autotune-no-cudagraphs", dynamic=False)
-            compiled = {**measure(TorchChain(base, cfn, "torch.compile"), gpu, gen, device),
-                        "wall_s": time.time() - t0}  # compile and autotune, check, timing
+        bases[name] = (base, fn)
+        eager = measure(TorchChain(base, fn, "torch eager"), gpu, gen, device, time_failed=True)
+        # the product alone through cuBLAS (not the chain: timed, not checked): what the epilogue costs us
+        mm = timed_only(TorchChain(base, lambda t: t["a"] @ t["b"], "torch matmul"), gen, device) if gpu else {}
         sol = sol_floor(v.spec, v.spec.kernel.shape, base.case_bytes)
         timed = [r for r in rows if r.get("graph_us")]
         best = min(timed, key=lambda r: r["graph_us"]) if timed else None
         shape = v.spec.kernel.shape
         result["chains"].append({"name": name, "spec": text, "shape": {"M": shape.M, "N": shape.N, "K": shape.K,
                                                                        "batch": shape.batch},
-                                 "variants": rows, "eager": eager, "compiled": compiled, "sol": sol,
+                                 "variants": rows, "eager": eager, "matmul_only": mm, "compiled": None, "sol": sol,
                                  "pick": rows[0], "best": best})
-        print(f"[{time.time() - start:6.1f} s] {name}: {len(rows)} variants, "
-              f"{sum(r['correct'] for r in rows)} correct", flush=True)
+        print(f"[{time.time() - start:6.1f} s] {name}: {len(rows)} designs, {sum(r['correct'] for r in rows)} correct",
+              flush=True)
         _write(args.out, result)  # after every chain: a run cut short keeps what it measured
+    for c in result["chains"] if gpu and not args.no_compile else []:  # phase 2: torch.compile
+        if time.time() - start > args.budget_s:
+            c["compiled"] = {"skipped": f"time budget ({args.budget_s:.0f} s) spent"}
+            continue
+        base, fn = bases[c["name"]]
+        t0 = time.time()
+        cfn = torch.compile(fn, mode="max-autotune-no-cudagraphs", dynamic=False)
+        c["compiled"] = {**measure(TorchChain(base, cfn, "torch.compile"), gpu, gen, device, time_failed=True),
+                         "wall_s": time.time() - t0}  # compile and autotune, check, timing
+        print(f"[{time.time() - start:6.1f} s] {c['name']}: torch.compile {c['compiled']['wall_s']:.0f} s", flush=True)
+        _write(args.out, result)
+    result["wall_s"] = time.time() - start
     _write(args.out, result)
     print_table(result, gpu)
-    ok = all(r["correct"] for c in result["chains"] if "variants" in c for r in c["variants"] if "failure" not in r)
+    print(f"wall time {result['wall_s']:.0f} s (compiles included); results in {args.out}/dsl_chains.json")
+    ok = all(r["correct"] for c in result["chains"] for r in c["variants"])
     return 0 if ok else 1
 
 
@@ -278,40 +343,59 @@ def _write(out: str, result: dict) -> None:
 
 
 def print_table(result: dict, gpu: bool) -> None:
-    print(f"\ndevice {result['device']}; times us (median, gpu CUDA events): graph = CUDA-graph replay, eager = "
-          f"launches from Python; SOL floor from datasheet peaks (sol); speedup = baseline / ours (graph)")
-    head = (f"{'chain':22s} {'checked':>8s} {'SOL':>8s} {'pick':>8s} {'best':>8s} {'eager':>8s} {'compile':>8s} "
-            f"{'pk/eag':>7s} {'bs/eag':>7s} {'pk/cmp':>7s} {'bs/cmp':>7s} {'SOLpk':>6s} {'SOLbs':>6s} "
-            f"{'pk-eager':>9s} {'eag-eager':>9s} {'cmp-eager':>9s}")
-    print(head)
+    if not gpu:
+        for c in result["chains"]:
+            print(f"{c['name']:22s} {sum(r['correct'] for r in c['variants'])}/{len(c['variants'])} designs correct, "
+                  f"eager correct: {c['eager']['correct']} (interpreter, tiny shape, not timed)")
+        return
+    print(f"\ndevice {result['device']}; times in us (median, gpu CUDA events); g = CUDA-graph replay, e = eager "
+          f"launches from Python; SOL = floor from datasheet peaks (sol) / graph time; x = baseline graph time / ours; "
+          f"mm = the product alone in torch (cuBLAS), bs/mm = what the fused epilogue costs over it")
+    print(f"{'chain':20s} {'ok':>5s} {'floor':>7s} | {'pick g':>7s} {'e':>7s} {'SOL':>5s} | {'best g':>7s} {'e':>7s} "
+          f"{'SOL':>5s} | {'eager g':>7s} {'e':>7s} {'SOL':>5s} | {'cmp g':>7s} {'e':>7s} {'SOL':>5s} | "
+          f"{'pk/eag':>6s} {'bs/eag':>6s} {'pk/cmp':>6s} {'bs/cmp':>6s} | {'mm g':>7s} {'bs/mm':>5s} | "
+          f"{'SM MHz':>9s} {'W':>4s}")
     sp = {k: [] for k in ("pe", "be", "pc", "bc")}
     for c in result["chains"]:
-        if "variants" not in c:
-            print(f"{c['name']:22s} skipped: {c['skipped']}")
-            continue
-        n_ok = sum(r["correct"] for r in c["variants"])
-        pick, best, e, cm = c["pick"], c["best"], c["eager"], c["compiled"] or {}
-        if not gpu:
-            print(f"{c['name']:22s} {n_ok:>3d}/{len(c['variants']):<4d} eager correct: {e['correct']} (interpreter, "
-                  f"tiny shape, not timed)")
-            continue
-        g = lambda r: r.get("graph_us") if r else None  # noqa: E731
+        n_ok = f"{sum(r['correct'] for r in c['variants'])}/{len(c['variants'])}"
+        pick, best, e, cm = c["pick"], c["best"] or {}, c["eager"], c["compiled"] or {}
+        mm = c.get("matmul_only") or {}
+        floor = c["sol"]["floor_us"]
+        g = lambda r: r.get("graph_us")  # noqa: E731
         ratios = {"pe": _ratio(g(e), g(pick)), "be": _ratio(g(e), g(best)), "pc": _ratio(g(cm), g(pick)),
                   "bc": _ratio(g(cm), g(best))}
         for k, x in ratios.items():
             sp[k].append(x)
-        print(f"{c['name']:22s} {n_ok:>3d}/{len(c['variants']):<4d} {c['sol']['floor_us']:8.1f} {_f(g(pick))} "
-              f"{_f(g(best))} {_f(g(e))} {_f(g(cm))} {_f(ratios['pe'], 7, 2)} {_f(ratios['be'], 7, 2)} "
-              f"{_f(ratios['pc'], 7, 2)} {_f(ratios['bc'], 7, 2)} {_f(_ratio(c['sol']['floor_us'], g(pick)), 6, 3)} "
-              f"{_f(_ratio(c['sol']['floor_us'], g(best)), 6, 3)} {_f(pick.get('eager_us'), 9)} "
-              f"{_f(e.get('eager_us'), 9)} {_f(cm.get('eager_us'), 9)}")
-    if gpu:
-        print("geomean speedup: pick vs eager {:.2f}x, best vs eager {:.2f}x, pick vs compile {:.2f}x, best vs compile "
-              "{:.2f}x".format(*(geomean(sp[k]) for k in ("pe", "be", "pc", "bc"))))
-        for c in result["chains"]:
-            if c.get("best"):
-                print(f"  {c['name']}: pick {c['pick']['label']} {c['pick']['assignment']}; best {c['best']['label']} "
-                      f"{c['best']['assignment']}")
+        cols = []
+        for r in (pick, best, e, cm):
+            cols.append(f"{_f(g(r), 7)} {_f(r.get('eager_us'), 7)} {_f(_ratio(floor, g(r)), 5, 2)}")
+        mhz = best.get("sm_mhz") or [None, None]
+        print(f"{c['name']:20s} {n_ok:>5s} {floor:7.1f} | " + " | ".join(cols) + " | "
+              + " ".join(_f(ratios[k], 6, 2) for k in ("pe", "be", "pc", "bc"))
+              + f" | {_f(g(mm), 7)} {_f(_ratio(g(best), g(mm)), 5, 2)}"
+              + f" | {_f(mhz[0], 4, 0)}/{_f(mhz[1], 4, 0)} {_f(best.get('power_w'), 4, 0)}")
+    print("geomean speedup (graph): pick vs eager {:.2f}x, best vs eager {:.2f}x, pick vs compile {:.2f}x, "
+          "best vs compile {:.2f}x".format(*(geomean(sp[k]) for k in ("pe", "be", "pc", "bc"))))
+    for c in result["chains"]:
+        fails = [f"{r['label']}: {r.get('failure') or _errors(r)}" for r in c["variants"] if not r["correct"]]
+        base_fail = [f"{k} {c[k].get('failure') or _errors(c[k])}" for k in ("eager", "compiled")
+                     if c[k] and "correct" in c[k] and not c[k]["correct"]]
+        cm = c["compiled"] or {}
+        ctext = cm.get("skipped") or (f"{cm['wall_s']:.0f} s" if "wall_s" in cm else "not run")
+        print(f"  {c['name']}: pick {c['pick']['label']} {_cfg(c['pick'])}; best {(c['best'] or {}).get('label')} "
+              f"{_cfg(c['best'])}; torch.compile {ctext}"
+              + (f"; FAILED {fails}" if fails else "") + (f"; baselines off tol {base_fail}" if base_fail else ""))
+
+
+def _errors(r) -> str:
+    return f"rel {r['rel_error']:.2g}, max/rms {r['max_error_rms']:.2g} (tol {r['tolerance']:.2g})"
+
+
+def _cfg(r) -> str:
+    if not r:
+        return "-"
+    a = r["assignment"]
+    return f"({a['Tm']},{a['Tn']},{a['Tk']},{a['S']},{a['W']},{a['KS']},{a['G']},{a['L']})"
 
 
 def _ratio(a, b):

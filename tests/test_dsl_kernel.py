@@ -135,3 +135,19 @@ def test_stage_convert_transposes_and_casts():
     convert(src, narrow)
     # within one bf16 step (the interpreter's fp32 -> bf16 conversion does not round to nearest)
     assert torch.allclose(narrow.float(), src, rtol=2 ** -7, atol=0)
+
+
+@pytest.mark.parametrize("op,chain,shape", [
+    ("gemm", (make_op("glu", ["silu"]),), Shape(37, 48, 64)),
+    ("gemm", (make_op("bias", ["row", "fp32"]), make_op("gelu", ["tanh"])), Shape(37, 40, 72)),
+    ("batched_gemm", (make_op("scale", [0.5]), make_op("silu")), Shape(24, 40, 96, batch=3)),
+], ids=["glu", "bias-gelu", "batched"])
+def test_the_copy_engine_stores_c_with_ragged_edges(op, chain, shape):
+    # L=1 stores C through a tensor descriptor (edges clipped by the copy engine, glu's half-width
+    # tile at column col0/2, batched 3-D tiles); poisoned C: every element must be written.
+    spec = KernelSpec(op=op, lb="col", c="bf16", chain=chain, name="store")
+    plan = EpiloguePlan(spec, TileConfig(16, 32, 32, KS=1, L=1), shape)
+    out = torch.empty((shape.batch, shape.M, plan.out_width) if op == "batched_gemm" else (shape.M, plan.out_width),
+                      dtype=torch.bfloat16)
+    assert plan._out_descriptor(out) is not out  # the descriptor path is the one under test
+    assert _check(spec, plan.config, shape).passed

@@ -83,11 +83,14 @@ class SpecProgram:
     def output(self, case: SpecCase) -> torch.Tensor:
         return case.out
 
-    def reference(self, case: SpecCase) -> torch.Tensor:
+    def reference(self, case: SpecCase, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The float64 reference rounded as C and each stage after the kernel store it; `out`
+        (default: the program's output) picks between the two neighbours of an ambiguous rounding."""
         inputs = dict(case.caller)
         for st in self.spec.pre:  # what the kernel sees: the caller's values in the kernel's dtype
             inputs[st.tensor] = inputs[st.tensor].to(case.kernel_in[st.tensor].dtype)
-        return reference(self.plan, inputs)
+        stores = (case.kernel_out.dtype, *(case.out.dtype for _ in self.spec.post[-1:]))
+        return reference(self.plan, inputs, case.out if out is None else out, stores)
 
     def poison(self, case: SpecCase) -> None:
         poison(case.out)

@@ -153,8 +153,8 @@ def _op_lines(op: EpilogueOp, dims: int) -> list[str]:
     simple = {
         "scale": f"x * {a.get('by')!r}",
         "relu": "tl.maximum(x, 0.0)",
-        "silu": "x * tl.sigmoid(x)",
-        "sigmoid": "tl.sigmoid(x)",
+        "silu": "x * _sigmoid(x)",
+        "sigmoid": "_sigmoid(x)",
         "tanh": "_tanh(x)",
         "mish": "x * _tanh(_softplus(x, 1.0, 20.0))",
         "leaky_relu": f"tl.where(x >= 0, x, x * {a.get('slope')!r})",
@@ -179,9 +179,10 @@ def _op_lines(op: EpilogueOp, dims: int) -> list[str]:
     if k in ("softmax", "logsumexp"):
         lines = ["xs = tl.where(col_ok[None, :], x, float('-inf'))", "mx = tl.max(xs, 1)",
                  "ex = tl.exp(xs - mx[:, None])"]
-        return lines + (["x = ex / tl.sum(ex, 1)[:, None]"] if k == "softmax" else ["x = mx + tl.log(tl.sum(ex, 1))"])
+        return lines + (["x = ex * (1.0 / tl.sum(ex, 1))[:, None]"] if k == "softmax"
+                        else ["x = mx + tl.log(tl.sum(ex, 1))"])
     if k == "glu":
-        act = {"silu": "g * tl.sigmoid(g)", "sigmoid": "tl.sigmoid(g)", "relu": "tl.maximum(g, 0.0)",
+        act = {"silu": "g * _sigmoid(g)", "sigmoid": "_sigmoid(g)", "relu": "tl.maximum(g, 0.0)",
                "gelu": _gelu("g", "erf"), "gelu_tanh": _gelu("g", "tanh")}[a["act"]]
         return ["g, u = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_N // 2, 2)))", f"x = ({act}) * u",
                 "rn = col0 // 2 + tl.arange(0, BLOCK_N // 2)", "col_ok = rn < N // 2"]
@@ -194,10 +195,17 @@ def _gelu(x: str, approx: str) -> str:
     return f"0.5 * {x} * (1.0 + _tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))"
 
 
+def stores_by_copy(spec: KernelSpec) -> bool:
+    """Whether the kernel may store C through a tensor descriptor (decided per launch, C_DESC): a
+    row-major tile of C (not a row reduction's one value per row)."""
+    return spec.lc == "row" and not any(op.spec.reduces for op in spec.chain)
+
+
 def epilogue_source(spec: KernelSpec) -> str:
     ptrs, strides = tensor_params(spec)
     params = ", ".join(["acc", "c_ptr", *ptrs, "row0", "col0", "bid", "M", "N", "stride_cb", "stride_cm", "stride_cn",
-                        *strides, "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"])
+                        *strides, "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr",
+                        "INTERPRET: tl.constexpr", "C_DESC: tl.constexpr"])
     body = ["bid64 = bid.to(tl.int64)", "rm = row0 + tl.arange(0, BLOCK_M)", "rn = col0 + tl.arange(0, BLOCK_N)",
             "row_ok = rm < M", "col_ok = rn < N", "x = acc"]
     dims = 2
@@ -209,7 +217,17 @@ def epilogue_source(spec: KernelSpec) -> str:
     c_off = "c_ptr + bid64 * stride_cb + rm * stride_cm" if dims == 1 else \
         "c_ptr + bid64 * stride_cb + rm[:, None] * stride_cm + rn[None, :] * stride_cn"
     mask = "row_ok" if dims == 1 else "row_ok[:, None] & col_ok[None, :]"
-    body.append(f"tl.store({c_off}, x.to(c_ptr.dtype.element_ty), mask={mask})")
+    if spec.c == "bf16":  # Triton 3.6's interpreter truncates to bf16; the GPU rounds to nearest
+        body += ["if INTERPRET:", "    x = _round_bf16(x)"]
+    if stores_by_copy(spec):  # C_DESC: c_ptr is a tensor descriptor (edges clipped by the copy engine)
+        pairs = any(op.spec.pairs for op in spec.chain)
+        width, col = ("BLOCK_N // 2", "col0 // 2") if pairs else ("BLOCK_N", "col0")
+        store = f"c_ptr.store([bid, row0, {col}], x.reshape(1, BLOCK_M, {width}).to(c_ptr.dtype))" if spec.batched \
+            else f"c_ptr.store([row0, {col}], x.to(c_ptr.dtype))"
+        body += ["if C_DESC:", f"    {store}", "else:",
+                 f"    tl.store({c_off}, x.to(c_ptr.dtype.element_ty), mask={mask})"]
+    else:
+        body.append(f"tl.store({c_off}, x.to(c_ptr.dtype.element_ty), mask={mask})")
     return "\n".join(["@triton.jit", f"def _epilogue({params}):", *("    " + b for b in body)])
 
 
@@ -255,21 +273,6 @@ def _pointer_steps(spec: KernelSpec) -> list[str]:
     return out + [f"b_ptrs += {'BLOCK_K * stride_b' if spec.lb == 'row' else 'BLOCK_K'}"]
 
 
-def _tma_loads(spec: KernelSpec) -> list[str]:
-    def load(desc: str, coords: tuple[str, str], block: tuple[str, str], transpose: bool) -> str:
-        if spec.batched:
-            text = f"{desc}.load([bid, {coords[0]}, {coords[1]}]).reshape({block[0]}, {block[1]})"
-        else:
-            text = f"{desc}.load([{coords[0]}, {coords[1]}])"
-        return f"tl.trans({text})" if transpose else text
-
-    a = load("a_desc", ("pid_m * BLOCK_M", "k"), ("BLOCK_M", "BLOCK_K"), False) if spec.la == "row" else \
-        load("a_desc", ("k", "pid_m * BLOCK_M"), ("BLOCK_K", "BLOCK_M"), True)
-    b = load("b_desc", ("k", "pid_n * BLOCK_N"), ("BLOCK_K", "BLOCK_N"), False) if spec.lb == "row" else \
-        load("b_desc", ("pid_n * BLOCK_N", "k"), ("BLOCK_N", "BLOCK_K"), True)
-    return [f"a = {a}", f"b = {b}"]
-
-
 def kernel_params(spec: KernelSpec, load_path: int = 0) -> list[str]:
     """The main kernel's parameters in order (the launcher passes them positionally)."""
     ptrs, strides = tensor_params(spec)
@@ -279,7 +282,7 @@ def kernel_params(spec: KernelSpec, load_path: int = 0) -> list[str]:
             "stride_bb", "stride_b", "stride_cb", "stride_cm", "stride_cn", *strides, *conv, "GROUP_M", "SPLIT_K"]
 
 
-CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN")
+CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET", "C_DESC")
 
 
 def kernel_source(spec: KernelSpec, load_path: int) -> str:
@@ -290,21 +293,22 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
         raise InvalidInput("load path L for conv2d", load_path, "0 (implicit GEMM gathers its rows: pointer loads)")
     ptrs, strides = tensor_params(spec)
     tail = ", ".join(["c_ptr", *ptrs, "pid_m * BLOCK_M", "pid_n * BLOCK_N", "bid", "M", "N", "stride_cb", "stride_cm",
-                      "stride_cn", *strides, "BLOCK_M", "BLOCK_N"])
+                      "stride_cn", *strides, "BLOCK_M", "BLOCK_N", "INTERPRET", "C_DESC"])
     body = ["pid = tl.program_id(0)", "pid_k = tl.program_id(1)", "bid = tl.program_id(2)", "bid64 = bid.to(tl.int64)",
             "pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, "
             "BLOCK_M, BLOCK_N, BLOCK_K)",
             "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)"]
     if load_path == 0:
         body += ["k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)", *_pointer_setup(spec)]
-        loads, steps = _pointer_loads(spec), _pointer_steps(spec)
-    else:
-        body += ["k_hi = tl.minimum(K, k_lo + per_split * BLOCK_K)"]
-        loads, steps = _tma_loads(spec), []
-    body += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "for k in range(k_lo, k_hi, BLOCK_K):"]
-    loop = [*loads, "if WIDEN:", "    a = a.to(tl.float32)", "    b = b.to(tl.float32)",
-            "acc = tl.dot(a, b, acc, input_precision=PRECISION)", *steps]
-    body += ["    " + x for x in loop]
+        body += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "for k in range(k_lo, k_hi, BLOCK_K):"]
+        loop = [*_pointer_loads(spec), "if WIDEN:", "    a = a.to(tl.float32)", "    b = b.to(tl.float32)",
+                "acc = tl.dot(a, b, acc, input_precision=PRECISION)", *_pointer_steps(spec)]
+        body += ["    " + x for x in loop]
+    else:  # the GEMM family's copy-engine main loop (gemm_tiling_kernel._tma_mainloop), shared
+        body += ["k_hi = tl.minimum(K, k_lo + per_split * BLOCK_K)",
+                 f"acc = _tma_mainloop(a_desc, b_desc, bid, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi, "
+                 f"BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, WIDEN, {spec.la == 'col'}, {spec.lb == 'col'}, "
+                 f"{spec.batched})"]
     body += ["if TO_WORKSPACE:",
              "    # batch bid owns its own partials and counters; the last split of a tile sums them",
              "    tile = bid * (tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)) + pid",
@@ -322,9 +326,16 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
 
 
 HELPERS = '''@triton.jit
+def _sigmoid(x):
+    # 1 / (1 + e^-x), spelled out so the division is visibly the fast one (Triton lowers an fp32
+    # divide to div.full, 2 ulp; tl.math.div_rn would be the IEEE one) and exp is ex2.approx
+    return tl.fdiv(1.0, 1.0 + tl.exp(-x))
+
+
+@triton.jit
 def _tanh(x):
     # 2*sigmoid(2x) - 1: exact in the limits (+-1), no libdevice call, runs in the interpreter
-    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+    return 2.0 * _sigmoid(2.0 * x) - 1.0
 
 
 @triton.jit
@@ -345,6 +356,7 @@ def module_source(spec: KernelSpec, load_path: int, *, header: Sequence[str] = (
     """The whole emitted module: imports, helpers, the epilogue and the main kernel."""
     lines = [f"# {h}" for h in header]
     lines += ["import triton", "import triton.language as tl", "",
-              "from formloop.library.gemm_tiling_kernel import _split_arrive, _split_total, _tile_of", "", "",
+              "from formloop.library.gemm_tiling_kernel import _split_arrive, _split_total, _tile_of, _tma_mainloop",
+              "", "",
               HELPERS, "", "", epilogue_source(spec), "", "", kernel_source(spec, load_path), ""]
     return "\n".join(lines)

@@ -24,10 +24,10 @@ import triton
 
 from formloop.errors import InvalidInput
 from formloop.library.gemm_epilogue_emit import (  # noqa: F401 (Conv2d, Shape re-exported)
-    Conv2d, KernelSpec, Shape, aligned_extents, module_source,
+    Conv2d, KernelSpec, Shape, aligned_extents, module_source, stores_by_copy,
 )
 from formloop.library.gemm_epilogue_ops import TL_DTYPES, chain_facts, tensor_dtype_of
-from formloop.library.gemm_epilogue_reference import apply_chain
+from formloop.library.gemm_epilogue_reference import AMBIGUOUS, AMBIGUOUS_DEFAULT, admissible, apply_chain_pair
 from formloop.library.gemm_tiling_instance import poison
 from formloop.library.gemm_tiling_kernel import INTERPRETED, PRECISION, TOLERANCE, TORCH_DTYPES, TileConfig, alignment
 
@@ -77,6 +77,11 @@ class EpiloguePlan:
             raise InvalidInput("conv2d plan", (shape.conv, config.L), "a Conv2d shape and the pointer path (L=0)")
         if spec.op == "gemm" and shape.batch != 1:
             raise InvalidInput("batch of a gemm", shape.batch, "1 (use batched_gemm)")
+        # Offsets within one matrix are 32-bit in the kernel (batches and split-K partials 64-bit).
+        largest = max(shape.M * shape.K, shape.K * shape.N, shape.M * shape.N * config.KS)
+        if largest >= 2 ** 31:
+            raise InvalidInput("shape (elements of one operand, C or split-K partials)", largest,
+                               "below 2^31 (the kernel's offsets within a matrix are 32-bit)")
         self.spec, self.config, self.shape, self.align = spec, config, shape, align
         self.facts = chain_facts(spec.chain, default_dtype=spec.c)
         if self.facts.pairs and shape.N % 2:
@@ -136,6 +141,8 @@ class EpiloguePlan:
             a_arg, b_arg = self._descriptors(a, b)
         else:
             a_arg, b_arg = a, b
+        c_arg = self._out_descriptor(out)
+        c_desc = c_arg is not out
         tensors, strides = [], []
         for name, kind in spec.tensors():
             t = inputs[name]
@@ -148,12 +155,13 @@ class EpiloguePlan:
         if spec.op == "conv2d":
             g = s.conv
             conv = [g.h, g.w, g.c, g.p, g.q, g.r, g.s, *g.stride, *g.pad, *g.dilation]
-        args = [a_arg, b_arg, out, ws, cnt, *tensors, s.M, s.N, s.K, _batch_stride(a), _lead(a, spec.la),
+        args = [a_arg, b_arg, c_arg, ws, cnt, *tensors, s.M, s.N, s.K, _batch_stride(a), _lead(a, spec.la),
                 _batch_stride(b), _lead(b, spec.lb),
                 *self._out_strides(out), *strides, *conv, cfg.G, cfg.KS]
         launcher = self.kernel[self.grid]
         options = dict(BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align, PRECISION=PRECISION[spec.ab],
-                       TO_WORKSPACE=split, WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), num_warps=cfg.W,
+                       TO_WORKSPACE=split, WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), INTERPRET=INTERPRETED,
+                       C_DESC=c_desc, num_warps=cfg.W,
                        num_stages=cfg.S)
         return lambda: launcher(*args, **options)
 
@@ -161,6 +169,23 @@ class EpiloguePlan:
         if self.facts.reduces:
             return [out.stride(0) if out.dim() == 2 else 0, out.stride(-1), 0]
         return [out.stride(0) if out.dim() == 3 else 0, out.stride(-2), out.stride(-1)]
+
+    def _out_descriptor(self, out: torch.Tensor):
+        """C as a tensor descriptor (the copy engine stores the tile, clipping the edges) on the TMA
+        path where C's rows allow it: unit inner stride, 16-byte aligned base and pitches; else `out`."""
+        if not self.config.L or not stores_by_copy(self.spec):
+            return out
+        e = out.element_size()
+        pitches = [out.stride(i) * e for i in range(out.dim() - 1)]
+        if out.stride(-1) != 1 or out.data_ptr() % 16 or any(p % 16 for p in pitches):
+            return out
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        cfg = self.config
+        block = [cfg.Tm, cfg.Tn // 2 if self.facts.pairs else cfg.Tn]
+        if self.spec.batched:  # the kernel stores [batch, rows, columns] tiles
+            out, block = (out if out.dim() == 3 else out.unsqueeze(0)), [1, *block]
+        return TensorDescriptor(out, list(out.shape), list(out.stride()), block)
 
     def _descriptors(self, a: torch.Tensor, b: torch.Tensor):
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -237,8 +262,12 @@ def new_output(plan: EpiloguePlan, device) -> torch.Tensor:
     return torch.empty((*lead, w, s.M), device=device, dtype=dt).transpose(-1, -2)
 
 
-def reference(plan: EpiloguePlan, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """float64 result of the spec on the same (already rounded) inputs."""
+def reference(plan: EpiloguePlan, inputs: Mapping[str, torch.Tensor], out: torch.Tensor | None = None,
+              stores: tuple[torch.dtype, ...] | None = None) -> torch.Tensor:
+    """float64 result of the spec on the same (already rounded) inputs, rounded as it is stored
+    (`stores`: C's dtype, then any narrowing stage); at a value within float32 reach of a rounding
+    boundary either neighbour is right, and the one nearer `out` is taken
+    (`gemm_epilogue_reference.admissible`)."""
     spec = plan.spec
     if spec.op == "conv2d":
         g = plan.shape.conv
@@ -248,7 +277,9 @@ def reference(plan: EpiloguePlan, inputs: Mapping[str, torch.Tensor]) -> torch.T
         acc = y.permute(0, 2, 3, 1).reshape(g.n * g.p * g.q, g.k)
     else:
         acc = inputs["a"].double() @ inputs["b"].double()
-    return apply_chain(spec.chain, acc, inputs)
+    stores = (TORCH_DTYPES[spec.c],) if stores is None else stores
+    near, other = apply_chain_pair(spec.chain, acc, inputs, stores, AMBIGUOUS.get(spec.ab, AMBIGUOUS_DEFAULT))
+    return admissible(near, other, out)
 
 
 @dataclass
@@ -283,7 +314,7 @@ class EpilogueGemm:
         return case.out
 
     def reference(self, case: EpilogueCase) -> torch.Tensor:
-        return reference(self.plan, case.inputs)
+        return reference(self.plan, case.inputs, case.out)
 
     def poison(self, case: EpilogueCase) -> None:
         poison(case.out)

@@ -172,6 +172,43 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_ok)
 
 
+@triton.jit
+def _tma_tile(desc, bid, r, c, R: tl.constexpr, C: tl.constexpr, STORED_T: tl.constexpr, BATCHED: tl.constexpr):
+    # The R×C tile at (r, c) of a logical matrix through its descriptor; STORED_T: memory holds the
+    # transpose (the tile is read as C×R and transposed in registers, which tl.dot takes as is);
+    # BATCHED: a 3-D descriptor whose leading index is the batch.
+    if STORED_T:
+        if BATCHED:
+            t = desc.load([bid, c, r]).reshape(C, R)
+        else:
+            t = desc.load([c, r])
+        return tl.trans(t)
+    else:
+        if BATCHED:
+            return desc.load([bid, r, c]).reshape(R, C)
+        else:
+            return desc.load([r, c])
+
+
+@triton.jit
+def _tma_mainloop(a_desc, b_desc, bid, off_m, off_n, k_lo, k_hi,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  PRECISION: tl.constexpr, WIDEN: tl.constexpr, A_T: tl.constexpr = False,
+                  B_T: tl.constexpr = False, BATCHED: tl.constexpr = False):
+    """The copy-engine main loop: the float32 accumulator of the BLOCK_M×BLOCK_N tile at (off_m,
+    off_n) over k in [k_lo, k_hi). Shared by this family's kernel and gemm-epilogue's emitted ones
+    (A_T/B_T: the operand is stored transposed; BATCHED: 3-D descriptors, batch `bid`)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_lo, k_hi, BLOCK_K):
+        a = _tma_tile(a_desc, bid, off_m, k, BLOCK_M, BLOCK_K, A_T, BATCHED)
+        b = _tma_tile(b_desc, bid, k, off_n, BLOCK_K, BLOCK_N, B_T, BATCHED)
+        if WIDEN:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
 @triton.jit(do_not_specialize=["M", "N", "K", "GROUP_M", "SPLIT_K"])
 def _gemm_tma_kernel(a_desc, b_desc, c_desc, ws_ptr, cnt_ptr, M, N, K, GROUP_M, SPLIT_K,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -183,14 +220,8 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, ws_ptr, cnt_ptr, M, N, K, GROUP_M, 
     pid_k = tl.program_id(1)
     pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K)
     k_hi = tl.minimum(K, k_lo + per_split * BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(k_lo, k_hi, BLOCK_K):
-        a = a_desc.load([pid_m * BLOCK_M, k])
-        b = b_desc.load([k, pid_n * BLOCK_N])
-        if WIDEN:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    acc = _tma_mainloop(a_desc, b_desc, 0, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi,
+                        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, WIDEN)
     if TO_WORKSPACE:
         # Partials go out as plain stores (their visibility is ordered by the atomic; a bulk
         # tensor store would need an async-proxy fence first); the total leaves through TMA.
