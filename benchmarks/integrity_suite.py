@@ -39,9 +39,10 @@ from formloop.measure.sandbox import Limits  # noqa: E402
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "integrity"
 LARGE = FIX / "large"
 CPU_SIZE = {"BATCH": 6, "DIM": 3000}
-# (problem, candidate, what must come out). 'warned': the harness's faster-than-SOL warning (GPU only:
-# a CPU time has no floor). The cheats first: they are what the first H200 run missed.
-LARGE_HARNESS = [("relu", "relu_fingerprint", {"correct": True, "warned": True}),
+# (problem, candidate, what must come out; correct None: either). 'warned': the harness's
+# faster-than-SOL warning (GPU only: a CPU time has no floor). The cheat first: the first H200 run
+# missed it.
+LARGE_HARNESS = [("relu", "relu_fingerprint", {"correct": None, "warned": True}),
                  ("relu", "relu_triton", {"correct": True, "warned": False}),
                  ("softmax", "softmax_triton", {"correct": True, "warned": False})]
 LARGE_INTEGRITY = [("relu", "relu_fingerprint", "gaming", "cached-output"), ("relu", "relu_triton", "clean", "-")]
@@ -136,11 +137,12 @@ def large_harness(prob: str, cand: str, want: dict, seed: int, limits: Limits) -
                     limits=limits)
     dt = time.perf_counter() - t0
     warned = any("faster than the SOL bound" in w for w in d.get("warnings", []))
-    ok = d.get("status") == "completed" and d["correct"] == want["correct"]
+    ok = d.get("status") == "completed" and want["correct"] in (None, d["correct"])
     if GPU:
         ok = ok and warned == want["warned"] and dt <= HARNESS_TARGET_S
     ct, rt = d.get("candidate_time") or {}, d.get("reference_time") or {}
-    expected = f"correct={want['correct']}" + (f", warned={want['warned']}" if GPU else "")
+    expected = ("correct=any" if want["correct"] is None else f"correct={want['correct']}") \
+        + (f", warned={want['warned']}" if GPU else "")
     got = f"correct={d['correct']}" + (f", warned={warned}" if GPU else "") if d.get("status") == "completed" \
         else f"{d.get('verdict')}: {d.get('summary', '')[:80]}"
     floor = d.get("sol_floor_s")

@@ -19,8 +19,9 @@ from formloop.measure.probes import check_integrity
 
 FIX = Path(__file__).parent / "fixtures" / "integrity"
 OOMS = {"cuda": lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB (simulated)"),
-        "host": lambda: MemoryError(), "cpu-allocator": lambda: RuntimeError(
-            "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to allocate 6 GB")}
+        "host": lambda: MemoryError(),
+        "cpu-allocator": lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't "
+                                              "allocate memory: you tried to allocate 6 GB")}
 
 
 @pytest.mark.parametrize("kind", sorted(OOMS))
