@@ -86,3 +86,18 @@ def test_sandboxed_out_of_memory_inside_a_probe_is_not_a_crash(tmp_path):
     failed = [c for c in d["checks"] if c["obligation"].startswith("probe:")]
     assert len(failed) == 1 and failed[0]["witness"]["out_of_memory"] is True
     assert len(d["checks"]) > 10   # every other probe ran
+
+
+def test_integrity_with_a_chip_holds_the_timing_against_the_floor_of_the_shapes_run():
+    """The floor comes from the harness at the shapes that ran (overrides applied); a CPU timing is
+    never compared with it (the ceiling check says why)."""
+    from formloop.measure.harness import evaluate
+
+    h = evaluate(FIX / "large" / "relu.py", FIX / "large" / "relu_triton.py", sets=1, seed=2, chip="h200",
+                 overrides={"BATCH": 6, "DIM": 3000})
+    assert h.sol_generous_s == pytest.approx(2 * 6 * 3000 * 4 / 4.8e12, rel=1e-6) and h.sol_fraction is None
+    d = run_integrity(FIX / "large" / "relu.py", FIX / "large" / "relu_triton.py", seed=2, chip="h200",
+                      overrides={"BATCH": 6, "DIM": 3000}, probes=("unseen",), sandbox=False)
+    ceiling = [c for c in d["checks"] if c["obligation"] == "sol-ceiling"]
+    assert len(ceiling) == 1 and "not applicable: timing source is 'cpu'" in ceiling[0]["reason"]
+    assert d["verdict"] == "clean" and d["accepted"]

@@ -49,6 +49,7 @@ class HarnessResult:
     sol_floor_s: float | None = None
     sol_note: str = ""
     sol_chip: str | None = None            # the chip of the floor: given, or the CUDA device's own
+    sol_generous_s: float | None = None    # the most generous precision's floor: what the warning uses
     protocol: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -79,6 +80,7 @@ class HarnessResult:
                 "timed_output": opt(self.timed_output), "after_timing": opt(self.after_timing),
                 "reference_time": opt(self.ref_time), "candidate_time": opt(self.cand_time),
                 "speedup": self.speedup, "sol_chip": self.sol_chip, "sol_floor_s": self.sol_floor_s,
+                "sol_generous_s": self.sol_generous_s,
                 "sol_note": self.sol_note,
                 "sol_fraction": self.sol_fraction, "protocol": self.protocol, "notes": self.notes,
                 "warnings": self.warnings, "replay": f"formloop harness PROBLEM CANDIDATE --seed {self.seed}"}
@@ -135,7 +137,7 @@ def _sol(s: Session, result: HarnessResult, chip: str | None, dtype: str | None,
             raise
         result.sol_chip, result.sol_note = chip, f"no SOL floor ({how}): {exc}"
         return
-    result.sol_chip, result.sol_floor_s = chip, floor
+    result.sol_chip, result.sol_floor_s, result.sol_generous_s = chip, floor, generous
     result.sol_note = note if given else f"{note}; {how}"
     warning = sol_warning(result.cand_time, generous, result.sol_note)
     if warning:
