@@ -116,19 +116,29 @@ def write_summary(out: Path, head: dict, parts: list[dict]) -> str:
     return body
 
 
-def device_head() -> dict:
-    import torch
+HEAD = """
+import json, torch
+head = {"device": "cpu (no CUDA)", "torch": torch.__version__}
+try:
+    import triton
+    head["triton"] = triton.__version__
+except ImportError:
+    pass
+if torch.cuda.is_available():
+    from formloop.measure.device import device_facts, read_device_state
+    head.update(device=torch.cuda.get_device_name(0), facts=device_facts(0), state=read_device_state(0))
+print(json.dumps(head, default=str))
+"""
 
-    head = {"device": "cpu (no CUDA)", "torch": torch.__version__}
+
+def device_head() -> dict:
+    """Device name, facts and clocks, read in a child: this process never holds a CUDA context."""
+    proc = subprocess.run([sys.executable, "-c", HEAD], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "src")})
     try:
-        import triton
-        head["triton"] = triton.__version__
-    except ImportError:
-        pass
-    if torch.cuda.is_available():
-        from formloop.measure.device import device_facts, read_device_state
-        head.update(device=torch.cuda.get_device_name(0), facts=device_facts(0), state=read_device_state(0))
-    return head
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"device": "unknown", "torch": "?", "error": proc.stderr[-500:]}
 
 
 def main(argv: list[str] | None = None) -> int:
