@@ -201,3 +201,13 @@ def test_a_gpu_run_without_chip_is_held_against_the_device_floor(monkeypatch):
     shrunk = harness.HarnessResult(small.name, "relu_triton", "cuda", 1, small.weights, [], [])
     harness._sol(small, shrunk, "h200", None, None, timed=False)   # the floor of the shapes that ran
     assert shrunk.sol_floor_s == pytest.approx(2 * 6 * 3000 * 4 / 4.8e12, rel=1e-6)
+
+
+def test_the_floor_is_counted_at_the_precision_that_ran():
+    from formloop.measure import harness
+
+    s = Session(FIX / "large" / "relu.py", FIX / "large" / "relu_triton.py", seed=1, precision="bf16",
+                overrides={"BATCH": 6, "DIM": 3000})
+    res = harness.HarnessResult(s.name, "relu_triton", "cuda", 1, s.weights, [], [])
+    harness._sol(s, res, "h200", None, None, timed=False)
+    assert res.sol_floor_s == pytest.approx(2 * 6 * 3000 * 2 / 4.8e12, rel=1e-6)   # 2-byte elements

@@ -20,13 +20,13 @@ from typing import Any
 
 import torch
 
-from formloop.errors import FormloopError, InvalidInput
+from formloop.errors import InvalidInput
 from formloop.hw.chips import chip_for_device, chip_names
 from formloop.measure.compare import Comparison, flatten
 from formloop.measure.integrity import check_sol_ceiling, generous_floor_s
 from formloop.measure.memory import changed_inputs, clone_all
 from formloop.measure.sandbox import phase
-from formloop.measure.session import Session
+from formloop.measure.session import PRECISIONS, Session
 from formloop.measure.timer import MODES, Timing, TimingPolicy, operand_sets_for, time_calls
 from formloop.verify.outcome import Verdict
 
@@ -129,10 +129,12 @@ def _sol(s: Session, result: HarnessResult, chip: str | None, dtype: str | None,
             result.sol_note = how
             return
     phase("harness", "SOL floor")
+    if dtype is None and s.precision is not None:  # the floor of the precision that ran (--precision bf16)
+        dtype = next(name for name, dt in PRECISIONS.items() if dt == s.precision)
     try:
         with s.overrides(s.base_overrides):
             floor, note, generous = sol_floor(s.problem, chip, dtype, clock_mhz)
-    except FormloopError as exc:
+    except Exception as exc:  # noqa: BLE001 - a floor the run did not ask for never fails the run
         if given:
             raise
         result.sol_chip, result.sol_note = chip, f"no SOL floor ({how}): {exc}"
