@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from formloop.measure import probes
 from formloop.measure.integrity import ACCEPTED, IntegrityVerdict
