@@ -146,3 +146,68 @@ def test_faster_than_the_sol_bound_is_a_warning_that_points_to_integrity():
     assert sol_warning(timing(0.89 * floor), floor) is not None
     assert sol_warning(timing(1.0e-6, source="cpu"), floor) is None  # a CPU time is never held to a GPU floor
     assert sol_warning(None, floor) is None and sol_warning(timing(1e-6), None) is None
+
+
+def test_device_names_map_to_chip_specs():
+    from formloop.hw.chips import chip_for_device
+
+    assert chip_for_device("NVIDIA H200") == "h200" and chip_for_device("NVIDIA H100 80GB HBM3") == "h100"
+    assert chip_for_device("NVIDIA A100-SXM4-80GB") == "a100"
+    assert chip_for_device("Tesla V100-SXM2-16GB") is None and chip_for_device("NVIDIA GH200 480GB") is None
+
+
+def test_without_a_chip_a_cpu_run_says_it_has_no_floor():
+    res = evaluate(FIX / "problems" / "add.py", FIX / "honest" / "add.py", sets=1, seed=1)
+    assert res.sol_floor_s is None and res.sol_chip is None and not res.warnings
+    assert res.sol_note.startswith("no SOL floor: timed on the CPU")
+    res = evaluate(FIX / "problems" / "add.py", FIX / "honest" / "add.py", sets=1, seed=1, timing=False)
+    assert res.sol_note.startswith("no SOL floor: not timed")
+
+
+def test_device_chip_reads_the_cuda_device_name(monkeypatch):
+    from formloop.measure import harness
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    assert harness.device_chip("cuda", True) == ("h200", "chip h200 taken from the device 'NVIDIA H200'")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100")
+    chip, note = harness.device_chip("cuda:0", True)
+    assert chip is None and "no chip spec matches the device 'Tesla V100'" in note and "h200" in note
+    assert harness.device_chip("cpu", True)[0] is None
+
+
+def test_a_gpu_run_without_chip_is_held_against_the_device_floor(monkeypatch):
+    """The fingerprint cache at full size (4096 x 393216 fp32 ReLU, 12.9 GB moved: 2.68 ms on an H200)
+    timed at 0.047 ms on the device, no chip given: the harness warns and points to integrity. The
+    floor is counted on meta tensors (the session builds no input here)."""
+    from formloop.measure import harness
+    from formloop.measure.timer import Timing
+
+    monkeypatch.setattr(harness, "device_chip", lambda device, timed: ("h200", "chip h200 taken from the device"))
+    s = Session(FIX / "large" / "relu.py", FIX / "large" / "relu_fingerprint.py", seed=1)
+    res = harness.HarnessResult(s.name, s.candidate.name, "cuda", 1, s.weights, [], [])
+    res.cand_time = Timing(4.7e-5, "gpu", "graph", 10, 4.7e-5, 4.7e-5, 4.7e-5, 4.7e-5)
+    harness._sol(s, res, None, None, None, timed=True)
+    expected = 2 * 4096 * 393216 * 4 / 4.8e12   # read x, write relu(x): bytes over the H200's bandwidth
+    assert res.sol_chip == "h200" and res.sol_floor_s == pytest.approx(expected, rel=1e-6)
+    assert len(res.warnings) == 1 and "faster than the SOL bound" in res.warnings[0]
+    assert "formloop integrity" in res.warnings[0] and "taken from the device" in res.sol_note
+    assert res.sol_fraction == pytest.approx(expected / 4.7e-5)
+    honest = harness.HarnessResult(s.name, s.candidate.name, "cuda", 1, s.weights, [], [])
+    honest.cand_time = Timing(3.4e-3, "gpu", "graph", 10, 3.4e-3, 3.4e-3, 3.4e-3, 3.4e-3)
+    harness._sol(s, honest, None, None, None, timed=True)
+    assert honest.sol_floor_s == pytest.approx(expected, rel=1e-6) and not honest.warnings
+    small = Session(FIX / "large" / "relu.py", FIX / "large" / "relu_triton.py", seed=1,
+                    overrides={"BATCH": 6, "DIM": 3000})
+    shrunk = harness.HarnessResult(small.name, "relu_triton", "cuda", 1, small.weights, [], [])
+    harness._sol(small, shrunk, "h200", None, None, timed=False)   # the floor of the shapes that ran
+    assert shrunk.sol_floor_s == pytest.approx(2 * 6 * 3000 * 4 / 4.8e12, rel=1e-6)
+
+
+def test_the_floor_is_counted_at_the_precision_that_ran():
+    from formloop.measure import harness
+
+    s = Session(FIX / "large" / "relu.py", FIX / "large" / "relu_triton.py", seed=1, precision="bf16",
+                overrides={"BATCH": 6, "DIM": 3000})
+    res = harness.HarnessResult(s.name, "relu_triton", "cuda", 1, s.weights, [], [])
+    harness._sol(s, res, "h200", None, None, timed=False)
+    assert res.sol_floor_s == pytest.approx(2 * 6 * 3000 * 2 / 4.8e12, rel=1e-6)   # 2-byte elements

@@ -75,7 +75,8 @@ def harness(
     sets: int = typer.Option(3, help="fresh random input sets for the correctness check (1 ... 100)"),
     seed: Optional[int] = typer.Option(None, help="seed of the input sets, 0 ... 2^63-1 (default: secret, printed)"),
     time_it: bool = typer.Option(True, "--time/--no-time", help="time reference and candidate"),
-    chip: Optional[str] = typer.Option(None, help="chip for the SOL floor, e.g. h100"),
+    chip: Optional[str] = typer.Option(None, help="chip for the SOL floor, e.g. h100 (default on a GPU: the "
+                                                  "device's own, by its name)"),
     clock_mhz: Optional[float] = typer.Option(None, help="locked clock for the SOL floor"),
     dtype: Optional[str] = typer.Option(None, help="dtype for the SOL floor (default: the problem's)"),
     rtol: Optional[float] = typer.Option(None, help="override the dtype's relative tolerance (0 < rtol < 1)"),
@@ -129,10 +130,12 @@ def harness(
         console.print(f"speedup: {d['speedup']:.3g}x reference (source: {ct['source']})")
     elif time_it:
         console.print("not timed: the candidate is incorrect")
-    if chip:
+    if d["sol_floor_s"] is not None:
         console.print(f"SOL floor: {_ms(d['sol_floor_s'])} ({d['sol_note']}); SOL fraction: "
                       + (f"{d['sol_fraction']:.3f} (gpu)" if d["sol_fraction"] is not None
-                         else "n/a (needs a gpu timing)"))
+                         else "n/a (needs a gpu timing)"), highlight=False)
+    elif d["sol_note"]:
+        console.print(d["sol_note"], highlight=False)
     for w in d["warnings"]:
         console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
     console.print(f"[bold]{'correct' if d['correct'] else 'INCORRECT'}[/]; replay: formloop harness {problem} "

@@ -19,6 +19,7 @@ one chip type.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -109,6 +110,14 @@ def get_chip(name: str) -> Chip:
 
 def chip_names() -> list[str]:
     return sorted(_CHIPS)
+
+
+def chip_for_device(device_name: str) -> str | None:
+    """The chip spec a CUDA device name denotes ('NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB HBM3' ->
+    'h100'): a spec whose name appears in the device name as a whole word; None when none does."""
+    text = str(device_name).lower()
+    hits = [n for n in _CHIPS if re.search(rf"(?<![a-z0-9]){re.escape(n)}(?![a-z0-9])", text)]
+    return max(hits, key=len) if hits else None
 
 
 @register_chip("illustrative")

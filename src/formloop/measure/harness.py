@@ -10,7 +10,8 @@ interpreter), never compared with a GPU speed-of-light floor. Two checks guard t
 the output the timed graph writes is checked (a call that skips its work while being captured
 fails), and one more fresh input set is checked after timing (a candidate that stops working after
 the calls a checker makes fails). A candidate faster than the SOL bound is reported with a warning
-that points to `formloop integrity`."""
+that points to `formloop integrity`; without a chip given, a timed GPU run is held against the spec
+of the device it ran on (by its name: H200 -> h200), and a CPU run says that it has no floor."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -20,11 +21,12 @@ from typing import Any
 import torch
 
 from formloop.errors import InvalidInput
+from formloop.hw.chips import chip_for_device, chip_names
 from formloop.measure.compare import Comparison, flatten
-from formloop.measure.integrity import check_sol_ceiling
+from formloop.measure.integrity import check_sol_ceiling, generous_floor_s
 from formloop.measure.memory import changed_inputs, clone_all
 from formloop.measure.sandbox import phase
-from formloop.measure.session import Session
+from formloop.measure.session import PRECISIONS, Session
 from formloop.measure.timer import MODES, Timing, TimingPolicy, operand_sets_for, time_calls
 from formloop.verify.outcome import Verdict
 
@@ -46,6 +48,8 @@ class HarnessResult:
     after_timing: Comparison | None = None   # one more fresh input set after the timed calls
     sol_floor_s: float | None = None
     sol_note: str = ""
+    sol_chip: str | None = None            # the chip of the floor: given, or the CUDA device's own
+    sol_generous_s: float | None = None    # the most generous precision's floor: what the warning uses
     protocol: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -75,22 +79,71 @@ class HarnessResult:
                 "inputs_unchanged": not self.mutated, "mutated": self.mutated, "sets": [c.as_dict() for c in self.sets],
                 "timed_output": opt(self.timed_output), "after_timing": opt(self.after_timing),
                 "reference_time": opt(self.ref_time), "candidate_time": opt(self.cand_time),
-                "speedup": self.speedup, "sol_floor_s": self.sol_floor_s, "sol_note": self.sol_note,
+                "speedup": self.speedup, "sol_chip": self.sol_chip, "sol_floor_s": self.sol_floor_s,
+                "sol_generous_s": self.sol_generous_s,
+                "sol_note": self.sol_note,
                 "sol_fraction": self.sol_fraction, "protocol": self.protocol, "notes": self.notes,
                 "warnings": self.warnings, "replay": f"formloop harness PROBLEM CANDIDATE --seed {self.seed}"}
 
 
 def sol_floor(problem: Any, chip: str, dtype: str | None = None,
-              clock_mhz: float | None = None) -> tuple[float | None, str]:
-    """The problem's SOL time floor on `chip`, counted from its reference at dispatch level."""
+              clock_mhz: float | None = None) -> tuple[float | None, str, float | None]:
+    """The problem's SOL time floor on `chip`, counted from its reference at dispatch level (meta
+    tensors: nothing allocated): (floor at the report's precision, its note, the most generous floor
+    over the precisions the report offers: what the faster-than-SOL warning holds a time against)."""
     from formloop.sol.auto import sol_for_problem
     from formloop.sol.problem import Problem
 
     if not isinstance(problem, Problem):
-        return None, "SOL needs a problem file (formloop.sol.problem.load_problem)"
+        return None, "no SOL floor: SOL needs a problem file (formloop.sol.problem.load_problem)", None
     report = sol_for_problem(problem, chip, dtype=dtype, clock_mhz=clock_mhz)
+    generous, name = generous_floor_s(report)
+    lower = ", a LOWER bound (uncounted operators)" if report.lower_bound else ""
     return float(report.time_floor_s), (f"SOL floor on {report.chip} at {report.clock_mhz:g} MHz, "
-                                        f"{report.compute_precision or report.dtype}, {report.bound}-bound (model)")
+                                        f"{report.compute_precision or report.dtype}, {report.bound}-bound (model)"
+                                        f"{lower}; warning below 90% of {generous * 1e3:.4g} ms ({name})"), generous
+
+
+def device_chip(device: str, timed: bool) -> tuple[str | None, str]:
+    """The chip a run without --chip is held against: the CUDA device's own spec, by its name."""
+    if not timed:
+        return None, "no SOL floor: not timed (give --chip to print one)"
+    if not str(device).startswith("cuda"):
+        return None, ("no SOL floor: timed on the CPU (source 'cpu'); the SOL floor is a GPU bound "
+                      "(give --chip to print one)")
+    name = torch.cuda.get_device_name(torch.device(device))
+    chip = chip_for_device(name)
+    if chip is None:
+        return None, f"no SOL floor: no chip spec matches the device {name!r} (give --chip: {', '.join(chip_names())})"
+    return chip, f"chip {chip} taken from the device {name!r}"
+
+
+def _sol(s: Session, result: HarnessResult, chip: str | None, dtype: str | None, clock_mhz: float | None,
+         timed: bool) -> None:
+    """The SOL floor of the problem (at the session's shapes) and the faster-than-SOL warning."""
+    given = bool(chip)
+    how = "given"
+    if not given:
+        chip, how = device_chip(s.device, timed)
+        if chip is None:
+            result.sol_note = how
+            return
+    phase("harness", "SOL floor")
+    if dtype is None and s.precision is not None:  # the floor of the precision that ran (--precision bf16)
+        dtype = next(name for name, dt in PRECISIONS.items() if dt == s.precision)
+    try:
+        with s.overrides(s.base_overrides):
+            floor, note, generous = sol_floor(s.problem, chip, dtype, clock_mhz)
+    except Exception as exc:  # noqa: BLE001 - a floor the run did not ask for never fails the run
+        if given:
+            raise
+        result.sol_chip, result.sol_note = chip, f"no SOL floor ({how}): {exc}"
+        return
+    result.sol_chip, result.sol_floor_s, result.sol_generous_s = chip, floor, generous
+    result.sol_note = note if given else f"{note}; {how}"
+    warning = sol_warning(result.cand_time, generous, result.sol_note)
+    if warning:
+        result.warnings.append(warning)
 
 
 def check_set(s: Session, index: int, label: str = "") -> tuple[Comparison, list[dict[str, Any]]]:
@@ -189,12 +242,7 @@ def evaluate(problem: Any, candidate: Any, *, sets: int = 3, seed: int | None = 
         phase("harness", "after-timing check")
         result.after_timing, late = check_set(s, sets + 1, "after timing")
         result.mutated += [{**m, "set": "after timing"} for m in late]
-    if chip:
-        phase("harness", "SOL floor")
-        result.sol_floor_s, result.sol_note = sol_floor(s.problem, chip, dtype, clock_mhz)
-        warning = sol_warning(result.cand_time, result.sol_floor_s, result.sol_note)
-        if warning:
-            result.warnings.append(warning)
+    _sol(s, result, chip, dtype, clock_mhz, timed=result.cand_time is not None)
     return result
 
 

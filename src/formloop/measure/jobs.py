@@ -15,7 +15,6 @@ from typing import Any
 
 from formloop.errors import InvalidInput
 from formloop.measure.harness import evaluate
-from formloop.measure.integrity import generous_floor_s
 from formloop.measure.probes import check_integrity
 from formloop.measure.sandbox import ChildOutcome, Limits, RunStatus, phase, run_in_child
 
@@ -29,13 +28,10 @@ def integrity_job(problem: str, candidate: str, options: dict[str, Any]) -> dict
     chip, clock_mhz = opts.pop("chip", None), opts.pop("clock_mhz", None)
     timing = floor = None
     if chip:
-        from formloop.sol.auto import sol_for_problem
-        from formloop.sol.problem import load_problem
-
-        phase("integrity", "SOL floor")
-        floor, _ = generous_floor_s(sol_for_problem(load_problem(problem), chip, clock_mhz=clock_mhz))
+        phase("integrity", "timing and the SOL floor")
         keep = {k: opts[k] for k in ("seed", "rtol", "precision", "eval_mode", "tolerance", "overrides") if k in opts}
-        timing = evaluate(problem, candidate, sets=1, **keep).cand_time
+        h = evaluate(problem, candidate, sets=1, chip=chip, clock_mhz=clock_mhz, **keep)  # floor at the shapes run
+        timing, floor = h.cand_time, h.sol_generous_s
     report = check_integrity(problem, candidate, timing=timing, sol_floor_s=floor, **opts)
     return report.as_dict()
 

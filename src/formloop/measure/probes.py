@@ -3,7 +3,10 @@
 Probes live in `probes_calls` (how the candidate runs: launches, memory, streams, exceptions,
 repeated calls) and `probes_inputs` (inputs changed the way a cheat does not expect). A probe that
 raises is a failure of the probe, reported as the flag `probe:<name>` with severity 'probe-failed'
-(never 'minor': an attempt whose check did not finish cannot be accepted). SystemExit and
+(never 'minor': an attempt whose check did not finish cannot be accepted); running out of memory
+inside a probe is such a failure too (inconclusive, named in the evidence), not the end of the run.
+Between probes the memory a probe left is freed, and a candidate that keeps more than 1 GiB of device
+memory (a cache of 6 GB outputs) or ran out of memory is rebuilt, so each probe starts with room. SystemExit and
 KeyboardInterrupt raised by the candidate are not caught here: run untrusted candidates through
 `formloop.measure.jobs.run_integrity` (a child process) to turn them into a named verdict."""
 from __future__ import annotations
@@ -23,8 +26,9 @@ from formloop.measure.probes_calls import (probe_call_count, probe_launch_failur
                                            probe_static, probe_torch_only, probe_trivial)
 from formloop.measure.probes_inputs import probe_cache, probe_mutation, probe_shapes, probe_skipped, probe_unseen
 from formloop.measure.sandbox import phase
-from formloop.measure.session import Session
+from formloop.measure.session import Session, device_bytes
 from formloop.measure.timer import Timing
+from formloop.verify.outcome import ObligationResult
 
 PROBES: dict[str, Callable[[Session, Any], list]] = {
     "static": probe_static, "torch-only": probe_torch_only, "trivial": probe_trivial, "unseen": probe_unseen,
@@ -35,25 +39,63 @@ PROBES: dict[str, Callable[[Session, Any], list]] = {
 PROBE_NAMES = tuple(PROBES)
 
 
+OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)
+KEPT_BYTES = 2**30   # device memory a candidate may keep between probes before it is rebuilt
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, Python's MemoryError, or the CPU allocator's RuntimeError."""
+    return isinstance(exc, OUT_OF_MEMORY) or "can't allocate memory" in str(exc) or "out of memory" in str(exc)
+
+
+def _failed(name: str, exc: BaseException, s: Session) -> ObligationResult:
+    """The flag of a probe that did not finish: probe-failed (never 'minor'), out of memory named."""
+    evidence = {"probe": name, "error": type(exc).__name__, "message": str(exc)[:300]}
+    if out_of_memory(exc):
+        evidence.update(out_of_memory=True, device_bytes_in_use=device_bytes(s.device))
+        return flag(f"probe:{name}", IntegrityVerdict.PROBE_FAILED,
+                    f"the {name} probe ran out of memory ({type(exc).__name__}: {str(exc)[:200]}); inconclusive: the "
+                    "attempt is not vouched for (a candidate that keeps what it computed, a cache of outputs, fills "
+                    "memory this way); the battery went on with a fresh candidate", evidence=evidence)
+    return flag(f"probe:{name}", IntegrityVerdict.PROBE_FAILED,
+                f"the {name} probe failed ({type(exc).__name__}: {str(exc)[:300]}); the attempt is not vouched for",
+                evidence=evidence)
+
+
+def release_memory(s: Session, *, rebuild: bool = False) -> str:
+    """Free what the last probe left (its tensors, the allocator's cached blocks); rebuild the candidate
+    when it ran out of memory or keeps more than KEPT_BYTES of device memory, so the next probe fits.
+    Returns a note when the candidate was rebuilt."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    kept = device_bytes(s.device) - s.baseline_bytes
+    if not rebuild and kept <= KEPT_BYTES:
+        return ""
+    s.rebuild_candidate()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    why = "it ran out of memory" if rebuild else f"it kept {kept / 2**30:.2f} GiB of device memory"
+    return f"candidate rebuilt after this probe ({why})"
+
+
 def run_probe(name: str, s: Session, base: Any) -> list:
-    """One probe's results, each stamped with its time and replay line; a raising probe is a flag."""
+    """One probe's results, each stamped with its time and replay line. A probe that raises, out of
+    memory included, is a flag of that probe; the memory it held is released before the next."""
     t0 = time.perf_counter()
     phase("integrity", f"probe {name}")
+    oom = False
     try:
         found = PROBES[name](s, base)
-    except (MemoryError, torch.OutOfMemoryError):
-        raise  # out of memory ends the run (the sandbox names it), it does not fail one probe
     except Exception as exc:  # noqa: BLE001 - the probe did not finish: say so, never 'minor'
-        found = [flag(f"probe:{name}", IntegrityVerdict.PROBE_FAILED,
-                      f"the {name} probe failed ({type(exc).__name__}: {str(exc)[:300]}); the attempt is not "
-                      "vouched for",
-                      evidence={"probe": name, "error": type(exc).__name__, "message": str(exc)[:300]})]
+        oom = out_of_memory(exc)
+        found = [_failed(name, exc, s)]
     dt = time.perf_counter() - t0
-    if torch.cuda.is_available():  # what one probe cached must not crowd the next (inputs may be 6 GB)
-        gc.collect()
-        torch.cuda.empty_cache()
+    note = release_memory(s, rebuild=oom)  # the exception and its frames are gone: their tensors are free
+    extra = {"probe": name, **({"released": note} if note else {})}
     return [replace(c, seconds=dt, replay=s.replay("check_integrity") + f" with probes=({name!r},)",
-                    details={**c.details, "probe": name}) for c in found]
+                    details={**c.details, **extra}) for c in found]
 
 
 def check_integrity(problem: Any, candidate: Any, *, seed: int | None = None, sets: int = 2,
@@ -71,6 +113,7 @@ def check_integrity(problem: Any, candidate: Any, *, seed: int | None = None, se
     s = Session(problem, candidate, seed=seed, rtol=rtol, precision=precision, eval_mode=eval_mode,
                 rule=tolerance, overrides=overrides)
     base = evaluate(s.problem, s.candidate, sets=sets, timing=False, session=s)
+    release_memory(s)  # what the correctness runs left behind (a cache of outputs) does not crowd probe 1
     checks = []
     for name in names:
         checks += run_probe(name, s, base)

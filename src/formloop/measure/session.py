@@ -11,6 +11,7 @@ with the target device as the default device, so a 6 GB input is generated where
 from __future__ import annotations
 
 import copy
+import gc
 import hashlib
 import importlib.util
 import inspect
@@ -143,6 +144,7 @@ class Session:
         with self.overrides(self.base_overrides):
             self.init_inputs = self._problem_call("get_init_inputs")
         self.ref_model, self.cand_fn, self.weights = self._build()
+        self.baseline_bytes = device_bytes(self.device)  # what the models hold: more later is kept by calls
         try:
             self.truth_model = copy.deepcopy(self.ref_model).to(torch.float64)
         except Exception:  # noqa: BLE001 - a reference that cannot be copied has no float64 twin
@@ -175,6 +177,18 @@ class Session:
             ref = ref.to(self.precision)
         if self.eval_mode:
             ref = ref.eval()
+        cand, note = self._build_candidate(ref)
+        return ref, cand, note
+
+    def rebuild_candidate(self) -> None:
+        """A fresh candidate with the reference's weights: whatever the old one kept (a cache of
+        outputs, buffers) is dropped with it. The integrity battery calls this between probes when
+        the candidate holds device memory, or after a probe ran out of memory."""
+        self.cand_fn = None
+        gc.collect()
+        self.cand_fn, self.weights = self._build_candidate(self.ref_model)
+
+    def _build_candidate(self, ref: Any) -> tuple[Callable, str]:
         torch.manual_seed(self.seed)
         phase("candidate", "ModelNew(*get_init_inputs())")
         try:
@@ -198,7 +212,7 @@ class Session:
                 note = "seeded initialisation (state_dict keys differ from the reference)"
         elif any(True for _ in ref.parameters()):
             raise InvalidInput("candidate", self.candidate.name, "a ModelNew class (the problem has parameters)")
-        return ref, cand, note
+        return cand, note
 
     @contextmanager
     def overrides(self, values: Mapping[str, Any]) -> Iterator[None]:
@@ -267,6 +281,11 @@ class Session:
 
     def replay(self, what: str = "evaluate") -> str:
         return f"formloop.measure.{what}(problem, candidate, seed={self.seed})"
+
+
+def device_bytes(device: str) -> int:
+    """Bytes the caching allocator has handed out on a CUDA `device` (0 on the CPU)."""
+    return int(torch.cuda.memory_allocated(torch.device(device))) if str(device).startswith("cuda") else 0
 
 
 def first_tensor(out: Any) -> torch.Tensor | None:
