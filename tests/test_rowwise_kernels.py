@@ -103,3 +103,11 @@ def test_named_errors():
         RowwiseProgram("median", RowConfig(BC=16))
     with pytest.raises(InvalidInput, match="BC"):
         RowConfig(BC=48)
+
+
+def test_solved_design_runs():
+    from formloop.library.rowwise_kernel import rowwise
+    x = torch.randn(6, 300)
+    w = torch.rand(300) + 0.5
+    got = rowwise("rmsnorm", x, weight=w)
+    assert torch.allclose(got.double(), reference("rmsnorm", x, w), atol=2e-5, rtol=2e-5)

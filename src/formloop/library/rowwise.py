@@ -26,6 +26,7 @@ elements per thread)), padded lanes included, so a tile much wider than the row 
 The efficiency terms are priors (CALIBRATED), to be fitted on the H200 like the attention family."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from formloop.dtypes import dtype_bytes
@@ -34,6 +35,7 @@ from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, 
 from formloop.hw.chips import Chip, get_chip
 from formloop.library import register_template
 from formloop.library.gemm_tiling_gpu import CONTRACT_CHIPS, proof_chip
+from formloop.solve import solve_milp
 from formloop.template import Constraint, Template
 from formloop.verify.certificate import ProofPlan
 from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
@@ -63,6 +65,7 @@ e = param("e", doc="bytes per element of x and the outputs")
 Ms = param("Ms", kind="chip", doc="shared memory a program may use, bytes")
 warps_sm = param("warps_sm", kind="chip", doc="resident warps per SM")
 regs = param("regs", kind="chip", doc="fp32 registers per thread for the live tiles")
+regs_sm = param("regs_sm", kind="chip", doc="32-bit registers per SM")
 n_sm = param("n_sm", kind="chip", doc="streaming multiprocessors")
 bw = param("bw", kind="chip", integer=False, lower=None, doc="DRAM bandwidth (measured copy), bytes/s")
 
@@ -105,7 +108,9 @@ def _terms(op: str):
     threads = 32 * W
     per_thread = ceildiv(RP * BC, threads)
     looped = tiles > 1
-    occupancy = maximum(1, minimum(floordiv(warps_sm, W), 32))
+    # resident programs: warps, and the register file (live tiles plus ~32 registers of addresses per thread)
+    occupancy = maximum(1, minimum(floordiv(warps_sm, W), floordiv(regs_sm, threads * (LIVE[op] * per_thread + 32)),
+                                   32))
     active = maximum(1, minimum(programs, n_sm * occupancy))
     waves = ceildiv(programs, n_sm * occupancy)
     bytes_ = sol_bytes(op, R, C, e)
@@ -127,7 +132,7 @@ def _terms(op: str):
 def chip_params(chip: Chip, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
     if chip.name not in CONTRACT_CHIPS:
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
-    values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs": REGS, "n_sm": chip.sm_count,
+    values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs": REGS, "regs_sm": chip.registers_per_sm or 65536, "n_sm": chip.sm_count,
               "bw": chip.bandwidth, **PRIORS}
     if calibration:
         unknown = set(calibration) - set(CALIBRATED)
@@ -156,7 +161,7 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
         name=template_name(op),
         doc=f"row-wise {op} over [R, C] (Triton, one program per RP rows)",
         decisions=(BC, RP, W, S),
-        params=(R, C, e, Ms, warps_sm, regs, n_sm, bw, eta_bw, lat_m, bw_l2, t_elem, t_iter, t_start, t_launch, alpha),
+        params=(R, C, e, Ms, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, bw_l2, t_elem, t_iter, t_start, t_launch, alpha),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),),
         constraints=(
             Constraint("C1", LIVE[op] * t["per_thread"] <= regs, "capacity", "the live fp32 tiles fit the registers"),
@@ -254,5 +259,10 @@ def proof_plan(template: Template, dtype: str, calibration: Mapping[str, float] 
                                                             "value"}, checks=(index_checks,))
 
 
-def default_chip() -> Chip:
-    return get_chip(proof_chip().name)
+@functools.lru_cache(maxsize=512)
+def solved_design(op: str, rows: int, cols: int, dtype: str = "bf16", chip: str = "h200") -> dict[str, int]:
+    """The MILP's design (BC, RP, W, S) for one workload, cached: what callers launch with
+    (rowwise_kernel.RowConfig.from_assignment)."""
+    t = make(op, dtype)
+    sol = solve_milp(t.formulate(workload(rows, cols, dtype), get_chip(chip)))
+    return {k: int(v) for k, v in sol.assignment.items()}

@@ -295,3 +295,19 @@ class RowwiseProgram:
         y = torch.empty(R, dtype=torch.int64 if arg else x.dtype, device=x.device) if out is None else out
         _reduce_kernel[grid](x, y, R, C, x.stride(0), OP=RED_CODE[self.op], BC=cfg.BC, RP=cfg.RP, **launch)
         return y
+
+
+def rowwise(op: str, x: torch.Tensor, *, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+            residual: torch.Tensor | None = None, eps: float = 1e-6, config: RowConfig | None = None,
+            chip: str = "h200", out: torch.Tensor | None = None, residual_out: torch.Tensor | None = None):
+    """The op on x [R, C] (contiguous last dim) with the solved design for its shape (or `config`)."""
+    from formloop.library.rowwise import solved_design  # noqa: PLC0415 (the solver only when no config is given)
+
+    if x.dtype not in DTYPE_OF:
+        raise InvalidInput("x dtype", str(x.dtype), DTYPES)
+    _check_2d("x", x)
+    if config is None:
+        config = RowConfig.from_assignment(solved_design(op, int(x.shape[0]), int(x.shape[1]), DTYPE_OF[x.dtype],
+                                                         chip))
+    return RowwiseProgram(op, config)(x, weight=weight, bias=bias, residual=residual, eps=eps, out=out,
+                                      residual_out=residual_out)
