@@ -44,7 +44,6 @@ W = decision("W", (4, 1, 2, 8, 16), doc="warps per program (num_warps)")
 M = param("M", doc="rows (numel / N)")
 N = param("N", doc="columns (x's last dim: a row vector broadcasts along it)")
 e = param("e", doc="bytes per element of x")
-eo = param("eo", doc="bytes per element of the output")
 warps_sm, regs, regs_sm, n_sm, bw = rw.warps_sm, rw.regs, rw.regs_sm, rw.n_sm, rw.bw
 eta_bw, lat_m, t_elem, t_start, t_launch, alpha = rw.eta_bw, rw.lat_m, rw.t_elem, rw.t_start, rw.t_launch, rw.alpha
 CALIBRATED = ("eta_bw", "lat_m", "t_elem", "t_start", "t_launch", "alpha")
@@ -66,7 +65,8 @@ def parse_chain(chain: str | tuple[EpilogueOp, ...]) -> tuple[EpilogueOp, ...]:
     return ops
 
 
-def _terms(ops: tuple[EpilogueOp, ...], dtype: str):
+def _terms(ops: tuple[EpilogueOp, ...], dtype: str, out: str):
+    eo = dtype_bytes(out)  # the output dtype is an option: a constant of the template
     facts = chain_facts(ops, default_dtype=dtype)
     threads = 32 * W
     per_thread = ceildiv(BM * BN, threads)
@@ -94,12 +94,12 @@ def elementwise(chain: str = "relu", dtype: str = "bf16", out: str = "", calibra
     if pre != "exact":
         raise InvalidInput("contract (--pre)", pre, ["exact"])
     ops = parse_chain(chain)
-    t, live = _terms(ops, dtype)
+    t, live = _terms(ops, dtype, out or dtype)
     return Template(
         name=NAME,
         doc="a fused elementwise chain over [M, N] (Triton, one program per BM x BN tile)",
         decisions=(BN, BM, W),
-        params=(M, N, e, eo, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, t_elem, t_start, t_launch, alpha),
+        params=(M, N, e, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, t_elem, t_start, t_launch, alpha),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),
                Constraint("int32_index", M * N <= MAX_ELEMS, "scope", "numel <= 2^31-1 (32-bit row offsets)")),
         constraints=(
@@ -128,8 +128,8 @@ def _effs():
     return (eta_bw, lat_m, t_elem, t_start, t_launch, alpha)
 
 
-def workload(rows: int, cols: int, dtype: str = "bf16", out: str = "") -> dict[str, int]:
-    return {"M": int(rows), "N": int(cols), "e": dtype_bytes(dtype), "eo": dtype_bytes(out or dtype)}
+def workload(rows: int, cols: int, dtype: str = "bf16") -> dict[str, int]:
+    return {"M": int(rows), "N": int(cols), "e": dtype_bytes(dtype)}
 
 
 def program(ops, assignment: Mapping[str, int], dtype: str, out: str):
@@ -142,7 +142,7 @@ def solved_design(chain: str, rows: int, cols: int, dtype: str = "bf16", out: st
                   ) -> dict[str, int]:
     """The MILP's design (BN, BM, W) for one workload."""
     t = elementwise(chain, dtype, out)
-    sol = solve_milp(t.formulate(workload(rows, cols, dtype, out), get_chip(chip)))
+    sol = solve_milp(t.formulate(workload(rows, cols, dtype), get_chip(chip)))
     return {k: int(v) for k, v in sol.assignment.items()}
 
 
@@ -150,7 +150,7 @@ def proof_plan(template: Template, dtype: str, out: str) -> ProofPlan:
     """Coverage, exact-once, no-phantom of the column tiles (every BN) and row tiles (every BM)."""
     values = rw.chip_params(proof_chip())
     fixed = {p.name: values[p.name] for p in template.params if p.payload.kind == "chip"}
-    fixed.update(e=dtype_bytes(dtype), eo=dtype_bytes(out))
+    fixed["e"] = dtype_bytes(dtype)
     j, i = param("j", lower=None), param("i", lower=None)
     axes = ((IndexAxis("N", N, BN, ceildiv(N, BN), BN, j < N, floordiv(j, BN), j), BN),
             (IndexAxis("M", M, BM, ceildiv(M, BM), BM, i < M, floordiv(i, BM), i), BM))
