@@ -13,7 +13,7 @@ Decisions:
   W   warps per program (num_warps)
   S   pipeline stages of the column loop (num_stages; 1 when the row is one tile)
 Walls: C1 registers: the live fp32 tiles (LIVE per op) spread over 32·W threads fit `regs` per thread;
-C2 no idle lane: RP·BC >= 32·W; C3 the tile is no wider than the row rounded up to a power of two
+C2 no idle warp: RP·BC >= 32·W; C3 the tile is no wider than the row rounded up to a power of two
 (BC < 2C, or the narrowest tile); C4 rows per program <= R (or 1); C5 cross-warp scratch of the
 reductions fits shared memory; C6 stages only with a loop (S = 1 when BC >= C).
 
@@ -165,7 +165,7 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),),
         constraints=(
             Constraint("C1", LIVE[op] * t["per_thread"] <= regs, "capacity", "the live fp32 tiles fit the registers"),
-            Constraint("C2", RP * BC >= 32 * W, "capacity", "every lane holds at least one element"),
+            Constraint("C2", RP * BC > 32 * (W - 1), "capacity", "every warp holds at least one element"),
             Constraint("C3", (BC < 2 * C) | BC.eq(narrowest), "layout", "the tile is no wider than the row's power of two"),
             Constraint("C4", (RP <= R) | RP.eq(1), "layout", "a program's rows exist"),
             Constraint("C5", t["smem_bytes"] <= Ms, "capacity", "the cross-warp reduction scratch fits"),
