@@ -108,7 +108,8 @@ class ElementwiseProgram:
         try:
             x2 = x.view(-1, N)
         except RuntimeError:
-            raise InvalidInput("x layout", tuple(x.stride()), "rows that flatten to one stride (x.view(-1, N))") from None
+            raise InvalidInput("x layout", tuple(x.stride()),
+                               "rows that flatten to one stride (x.view(-1, N))") from None
         M = x2.shape[0]
         y = torch.empty(x.shape, dtype=TORCH_DTYPES[self.out], device=x.device) if out is None else out
         if tuple(y.shape) != tuple(x.shape) or not y.is_contiguous():

@@ -132,7 +132,8 @@ def _terms(op: str):
 def chip_params(chip: Chip, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
     if chip.name not in CONTRACT_CHIPS:
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
-    values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs": REGS, "regs_sm": chip.registers_per_sm or 65536, "n_sm": chip.sm_count,
+    values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs": REGS,
+              "regs_sm": chip.registers_per_sm or 65536, "n_sm": chip.sm_count,
               "bw": chip.bandwidth, **PRIORS}
     if calibration:
         unknown = set(calibration) - set(CALIBRATED)
@@ -161,12 +162,14 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
         name=template_name(op),
         doc=f"row-wise {op} over [R, C] (Triton, one program per RP rows)",
         decisions=(BC, RP, W, S),
-        params=(R, C, e, Ms, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, bw_l2, t_elem, t_iter, t_start, t_launch, alpha),
+        params=(R, C, e, Ms, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, bw_l2, t_elem, t_iter, t_start, t_launch,
+                alpha),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),),
         constraints=(
             Constraint("C1", LIVE[op] * t["per_thread"] <= regs, "capacity", "the live fp32 tiles fit the registers"),
             Constraint("C2", RP * BC > 32 * (W - 1), "capacity", "every warp holds at least one element"),
-            Constraint("C3", (BC < 2 * C) | BC.eq(narrowest), "layout", "the tile is no wider than the row's power of two"),
+            Constraint("C3", (BC < 2 * C) | BC.eq(narrowest), "layout",
+                       "the tile is no wider than the row's power of two"),
             Constraint("C4", (RP <= R) | RP.eq(1), "layout", "a program's rows exist"),
             Constraint("C5", t["smem_bytes"] <= Ms, "capacity", "the cross-warp reduction scratch fits"),
             Constraint("C6", (BC < C) | S.eq(1), "schedule", "stages only when the program loops over the row"),
