@@ -3,7 +3,8 @@ softmax, row reductions and arg-reductions, one Triton program per RP rows.
 
 Ops (ROW_OPS): rmsnorm (weight, eps), rmsnorm-residual (residual = x + residual; y = rmsnorm(residual):
 returns y and the updated residual, as Qwen3 does), layernorm (weight, bias, eps), softmax,
-log-softmax, sum, mean, max, min, argmax, argmin (int64 index of the first extreme), logsumexp.
+log-softmax, sum, mean, max, min, argmax, argmin (int64 index of the first extreme), logsumexp, and
+groupnorm (a layernorm over rows of [N·G, C/G·HW] whose affine is per channel: instance norm is G = C).
 Each op is its own template (own hash, own proof); they share decisions, walls and cost.
 
 Decisions:
@@ -41,15 +42,15 @@ from formloop.verify.certificate import ProofPlan
 from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
 
 PREFIX = "rowwise-"
-ROW_OPS = ("rmsnorm", "rmsnorm-residual", "layernorm", "softmax", "log-softmax", "sum", "mean", "max", "min",
+ROW_OPS = ("rmsnorm", "rmsnorm-residual", "layernorm", "groupnorm", "softmax", "log-softmax", "sum", "mean", "max", "min",
            "argmax", "argmin", "logsumexp")
-NORMS = ("rmsnorm", "rmsnorm-residual", "layernorm")
+NORMS = ("rmsnorm", "rmsnorm-residual", "layernorm", "groupnorm")
 TWO_PASS = (*NORMS, "softmax", "log-softmax")  # ops that read the row again to write it
 REDUCTIONS = ("sum", "mean", "max", "min", "argmax", "argmin", "logsumexp")
 DTYPES = ("fp32", "bf16", "fp16")
 INDEX_BYTES = 8
 # fp32 tiles an op keeps live per element (x, and residual / weight / bias / running index).
-LIVE = {"rmsnorm": 2, "rmsnorm-residual": 3, "layernorm": 3, "softmax": 2, "log-softmax": 2, "sum": 1, "mean": 1,
+LIVE = {"rmsnorm": 2, "rmsnorm-residual": 3, "layernorm": 3, "groupnorm": 4, "softmax": 2, "log-softmax": 2, "sum": 1, "mean": 1,
         "max": 1, "min": 1, "argmax": 2, "argmin": 2, "logsumexp": 2}
 REGS = 128  # fp32 values per thread for the live tiles (255-register cap less addresses and state)
 US = 1e6
@@ -95,8 +96,8 @@ def sol_bytes(op: str, rows, cols, elem):
         return 2 * x + cols * elem
     if op == "rmsnorm-residual":
         return 4 * x + cols * elem  # x, residual in; y, residual out
-    if op == "layernorm":
-        return 2 * x + 2 * cols * elem
+    if op in ("layernorm", "groupnorm"):
+        return 2 * x + 2 * cols * elem  # groupnorm: a bound (its affine vectors hold channels, not columns)
     if op in ("softmax", "log-softmax"):
         return 2 * x
     return x + rows * (INDEX_BYTES if op in ("argmax", "argmin") else elem)
@@ -124,7 +125,7 @@ def _terms(op: str):
     steps = where(looped, passes * tiles, 1)
     T_comp = waves * (t_start + lat_m + steps * (t_iter + t_elem * per_thread)) * US
     T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
-    scratch = 2 * RP * W * 4 * (2 if op in ("argmax", "argmin", "layernorm") else 1)
+    scratch = 2 * RP * W * 4 * (2 if op in ("argmax", "argmin", "layernorm", "groupnorm") else 1)
     return {"T": T, "T_mem_us": T_mem, "T_comp_us": T_comp, "sol_bytes": bytes_, "programs": programs,
             "smem_bytes": scratch, "per_thread": per_thread}
 
