@@ -42,16 +42,16 @@ from formloop.verify.certificate import ProofPlan
 from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
 
 PREFIX = "rowwise-"
-ROW_OPS = ("rmsnorm", "rmsnorm-residual", "layernorm", "groupnorm", "softmax", "log-softmax", "sum", "mean", "max", "min",
-           "argmax", "argmin", "logsumexp")
+ROW_OPS = ("rmsnorm", "rmsnorm-residual", "layernorm", "groupnorm", "softmax", "log-softmax", "sum", "mean", "max",
+           "min", "argmax", "argmin", "logsumexp")
 NORMS = ("rmsnorm", "rmsnorm-residual", "layernorm", "groupnorm")
 TWO_PASS = (*NORMS, "softmax", "log-softmax")  # ops that read the row again to write it
 REDUCTIONS = ("sum", "mean", "max", "min", "argmax", "argmin", "logsumexp")
 DTYPES = ("fp32", "bf16", "fp16")
 INDEX_BYTES = 8
 # fp32 tiles an op keeps live per element (x, and residual / weight / bias / running index).
-LIVE = {"rmsnorm": 2, "rmsnorm-residual": 3, "layernorm": 3, "groupnorm": 4, "softmax": 2, "log-softmax": 2, "sum": 1, "mean": 1,
-        "max": 1, "min": 1, "argmax": 2, "argmin": 2, "logsumexp": 2}
+LIVE = {"rmsnorm": 2, "rmsnorm-residual": 3, "layernorm": 3, "groupnorm": 4, "softmax": 2, "log-softmax": 2, "sum": 1,
+        "mean": 1, "max": 1, "min": 1, "argmax": 2, "argmin": 2, "logsumexp": 2}
 REGS = 128  # fp32 values per thread for the live tiles (255-register cap less addresses and state)
 US = 1e6
 

@@ -299,8 +299,8 @@ class RowwiseProgram:
             else:
                 residual, ro = x, y
             _norm_kernel[grid](x, residual, w, b, y, ro, R, C, x.stride(0), residual.stride(0), y.stride(0),
-                               ro.stride(0), float(eps), groups, C // hw, hw, OP=NORM_CODE[self.op], BC=cfg.BC, RP=cfg.RP, ONE=one,
-                               **launch)
+                               ro.stride(0), float(eps), groups, C // hw, hw, OP=NORM_CODE[self.op], BC=cfg.BC,
+                               RP=cfg.RP, ONE=one, **launch)
             return (y, ro) if self.op == "rmsnorm-residual" else y
         if self.op in ("softmax", "log-softmax"):
             y = torch.empty_like(x) if out is None else out
