@@ -16,6 +16,7 @@ Cost (µs): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp)
 (t_start + t_elem·ops per thread), padded lanes included."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from formloop.dtypes import dtype_bytes
@@ -138,6 +139,7 @@ def program(ops, assignment: Mapping[str, int], dtype: str, out: str):
     return ElementwiseProgram(ops, EwConfig.from_assignment(assignment), dtype, out)
 
 
+@functools.lru_cache(maxsize=512)
 def solved_design(chain: str, rows: int, cols: int, dtype: str = "bf16", out: str = "", chip: str = "h200"
                   ) -> dict[str, int]:
     """The MILP's design (BN, BM, W) for one workload."""

@@ -152,3 +152,20 @@ class ElementwiseProgram:
             dt = TORCH_DTYPES[tensor_dtype_of(op, self.dtype)]
             out[name] = torch.randn(shape, generator=gen).to(device=x.device, dtype=dt)
         return out
+
+
+def run_chain(chain: str, x: torch.Tensor, inputs: Mapping[str, torch.Tensor] | None = None, *,
+              out_dtype: str = "", config: EwConfig | None = None, chip: str = "h200") -> torch.Tensor:
+    """chain(x) with the solved design for x's [numel/N, N] view (or `config`). A scalar add is
+    bias(axis=row) with a filled [N] vector; a per-channel vector of an NCHW tensor viewed [N·C, HW] is
+    scale/bias(col) with the vector repeated N times."""
+    from formloop.library.elementwise import solved_design  # noqa: PLC0415 (the solver only without a config)
+
+    if x.dtype not in DTYPE_OF:
+        raise InvalidInput("x dtype", str(x.dtype), sorted(TORCH_DTYPES))
+    dtype = DTYPE_OF[x.dtype]
+    if config is None:
+        n = int(x.shape[-1]) if x.dim() else 1
+        config = EwConfig.from_assignment(solved_design(chain, max(1, x.numel() // max(n, 1)), n, dtype, out_dtype,
+                                                        chip))
+    return ElementwiseProgram(chain, config, dtype, out_dtype)(x, inputs)
