@@ -71,7 +71,7 @@ def _terms(ops: tuple[EpilogueOp, ...], dtype: str, out: str):
     facts = chain_facts(ops, default_dtype=dtype)
     threads = 32 * W
     per_thread = ceildiv(BM * BN, threads)
-    live = 1 + facts.tiles
+    live = 4 * (1 + facts.tiles)  # x (and a tensor operand) plus the chain's temporaries: no spills on sm_90
     programs = ceildiv(M, BM) * ceildiv(N, BN)
     occupancy = maximum(1, minimum(floordiv(warps_sm, W), floordiv(regs_sm, threads * (live * per_thread + 32)), 32))
     active = maximum(1, minimum(programs, n_sm * occupancy))
