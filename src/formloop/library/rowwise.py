@@ -22,8 +22,9 @@ Cost (µs, memory-bound): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T
 T_mem: the op's DRAM bytes (SOL bytes: x read once, outputs written once, weights once) at
 min(bw·eta_bw, active programs' pull): an SM pulls the tiles its programs have in flight
 (RP·BC·e, times S−1 prefetched with a loop) per DRAM latency (Little's law); a looped second pass
-re-reads the row from the L2 at bw_l2. T_comp: waves × (t_start + steps × (t_iter + t_elem ·
-elements per thread)), padded lanes included, so a tile much wider than the row costs.
+re-reads the row from the L2 at bw_l2. T_comp: waves × (t_start + exposed latency + steps × (t_iter +
+t_elem · elements per thread)), padded lanes included, so a tile much wider than the row costs; the
+exposed latency is one DRAM round trip per pass over the row (per tile step without a pipeline).
 The efficiency terms are priors (CALIBRATED), to be fitted on the H200 like the attention family."""
 from __future__ import annotations
 
@@ -124,7 +125,10 @@ def _terms(op: str):
     T_mem = (T_dram + T_l2) * US
     passes = 2 if op in TWO_PASS else 1
     steps = where(looped, passes * tiles, 1)
-    T_comp = waves * (t_start + lat_m + steps * (t_iter + t_elem * per_thread)) * US
+    # exposed latency: one DRAM round trip per pass over the row when the loop prefetches (S > 1), one per
+    # tile step without a pipeline; a row in one tile waits once
+    exposed = where(looped, where(S > 1, passes, steps), 1) * lat_m
+    T_comp = waves * (t_start + exposed + steps * (t_iter + t_elem * per_thread)) * US
     T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
     scratch = 2 * RP * W * 4 * (2 if op in ("argmax", "argmin", "layernorm", "groupnorm") else 1)
     return {"T": T, "T_mem_us": T_mem, "T_comp_us": T_comp, "sol_bytes": bytes_, "programs": programs,
