@@ -92,6 +92,7 @@ class ElementwiseProgram:
             if v not in TORCH_DTYPES:
                 raise InvalidInput(field, v, sorted(TORCH_DTYPES))
         self.spec = KernelSpec(c=self.out, chain=self.chain, name="elementwise_kernel")
+        self._fn = None  # the emitted kernel, loaded at the first call
 
     def tensors(self) -> list[tuple[str, str]]:
         return self.spec.tensors()
@@ -130,7 +131,9 @@ class ElementwiseProgram:
             args.append(t)
         cfg = self.config
         grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
-        load(self.spec)[grid](x2, y.view(M, N), *args, M, N, x2.stride(0), N, *strides, BLOCK_M=cfg.BM,
+        if self._fn is None:
+            self._fn = load(self.spec)
+        self._fn[grid](x2, y.view(M, N), *args, M, N, x2.stride(0), N, *strides, BLOCK_M=cfg.BM,
                               BLOCK_N=cfg.BN, num_warps=cfg.W)
         return y
 
