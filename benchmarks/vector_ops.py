@@ -199,7 +199,8 @@ def gn_case(N, C, HW, G, device, small):
 
     def make(gen):
         return {"x": torch.randn(N, C, HW, generator=gen, device=device),
-                "w": torch.rand(C, generator=gen, device=device) + 0.5, "b": torch.randn(C, generator=gen, device=device)}
+                "w": torch.rand(C, generator=gen, device=device) + 0.5,
+                "b": torch.randn(C, generator=gen, device=device)}
 
     t = rowwise.make("groupnorm", "fp32")
     return Case(f"groupnorm-{N}x{C}x{HW}-G{G}-fp32", "rowwise", "fp32", 2 * N * C * HW * 4 + 2 * C * 4,
