@@ -15,7 +15,7 @@ import torch
 import triton
 
 from formloop.errors import InvalidInput
-from formloop.library.elementwise import parse_chain
+from formloop.library.elementwise import parse_chain, solved_design
 from formloop.library.gemm_epilogue_emit import HELPERS, KernelSpec, epilogue_source, tensor_params
 from formloop.library.gemm_epilogue_kernel import KERNEL_DIR
 from formloop.library.gemm_epilogue_ops import EpilogueOp, tensor_dtype_of
@@ -162,8 +162,6 @@ def run_chain(chain: str, x: torch.Tensor, inputs: Mapping[str, torch.Tensor] | 
     """chain(x) with the solved design for x's [numel/N, N] view (or `config`). A scalar add is
     bias(axis=row) with a filled [N] vector; a per-channel vector of an NCHW tensor viewed [N·C, HW] is
     scale/bias(col) with the vector repeated N times."""
-    from formloop.library.elementwise import solved_design  # noqa: PLC0415 (the solver only without a config)
-
     if x.dtype not in DTYPE_OF:
         raise InvalidInput("x dtype", str(x.dtype), sorted(TORCH_DTYPES))
     dtype = DTYPE_OF[x.dtype]

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
-from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS
+from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS, solved_design
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_OF = {v: k for k, v in TORCH_DTYPES.items()}
@@ -321,8 +321,6 @@ def rowwise(op: str, x: torch.Tensor, *, weight: torch.Tensor | None = None, bia
             residual: torch.Tensor | None = None, eps: float = 1e-6, config: RowConfig | None = None,
             chip: str = "h200", out: torch.Tensor | None = None, residual_out: torch.Tensor | None = None):
     """The op on x [R, C] (contiguous last dim) with the solved design for its shape (or `config`)."""
-    from formloop.library.rowwise import solved_design  # noqa: PLC0415 (the solver only when no config is given)
-
     if x.dtype not in DTYPE_OF:
         raise InvalidInput("x dtype", str(x.dtype), DTYPES)
     _check_2d("x", x)
@@ -337,8 +335,6 @@ def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor | None = None,
                eps: float = 1e-5, config: RowConfig | None = None, chip: str = "h200") -> torch.Tensor:
     """F.group_norm on x [N, C, *spatial] (contiguous) in one launch: rows of [N·G, C/G·HW]; instance norm is
     groups = C. No affine: weight ones, bias zeros."""
-    from formloop.library.rowwise import solved_design  # noqa: PLC0415
-
     if x.dim() < 2 or not x.is_contiguous() or x.shape[1] % groups:
         raise InvalidInput("group_norm x", tuple(x.shape), f"a contiguous [N, C, ...] with C divisible by {groups}")
     n, c = x.shape[:2]
