@@ -21,6 +21,7 @@ from formloop.optimize.recognize import Implementer, Region, register
 
 # Tiles tried after the MILP's own choice (attempt 1, 2, ...): pinned, the MILP solves the rest.
 ALT_TILES = ((64, 64, 32), (128, 128, 32), (64, 128, 64), (128, 64, 64), (32, 64, 64), (128, 256, 64))
+INTERPRETER_TILE = (64, 64, 64)
 ACTS_MODULE = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.SiLU: "silu", nn.Mish: "mish"}
 ACTS_FUNCTION = {torch.relu: "relu", F.relu: "relu", torch.tanh: "tanh", torch.sigmoid: "sigmoid", F.silu: "silu",
                  F.mish: "mish", F.sigmoid: "sigmoid", F.tanh: "tanh"}
@@ -180,8 +181,9 @@ def spec_text(region: Region, chain: list[str], *, ab: str, tile: tuple[int, int
     c = p["dtype"]
     lines = [f"kernel region = {p['op']} {{", f"    a = {ab} row", f"    b = {ab} {p['lb']}", f"    c = {c} row",
              "    arch = sm90", f"    shape = {p['shape_text']}"]
-    if interpreter:  # the interpreter runs split-K partials and TMA boxes serially: one split, pointer loads
+    if interpreter:  # the interpreter runs every program serially: few, large tiles, one split, pointer loads
         lines += ["    split_k = 1", "    load = ptr"]
+        tile = tile or INTERPRETER_TILE
     if tile is not None:
         lines.append(f"    tile = {tile[0]} x {tile[1]} x {tile[2]}")
     lines.append("}")
