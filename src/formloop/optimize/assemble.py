@@ -61,7 +61,8 @@ def _forward_source(gm: fx.GraphModule) -> tuple[str, dict[str, Any]]:
 def _import_line(name: str, obj: Any) -> str | None:
     mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     if name in ("torch", "operator", "inf", "nan", "NoneType", "device", "fx_pytree", "pytree") or not mod or not qual:
-        return {"_torch_Tensor_": "_torch_Tensor_ = torch.Tensor", "inf": "inf = float('inf')", "nan": "nan = float('nan')", "device": "from torch import device",
+        return {"_torch_Tensor_": "_torch_Tensor_ = torch.Tensor", "inf": "inf = float('inf')",
+                "nan": "nan = float('nan')", "device": "from torch import device",
                 "NoneType": "NoneType = type(None)"}.get(name)
     if name == "_torch_Tensor_":
         return "_torch_Tensor_ = torch.Tensor"
@@ -73,7 +74,7 @@ def _import_line(name: str, obj: Any) -> str | None:
 
 
 def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, small: bool = False,
-             fp32_operands: str = "tf32") -> Assembly:
+             fp32_operands: str = "tf32", spec: str | None = None) -> Assembly:
     """Choose every region's instance (implementer.choose), emit the calls, write the source."""
     gm = copy.deepcopy(cap.gm)
     by_old = dict(zip(cap.gm.graph.nodes, gm.graph.nodes))
@@ -88,7 +89,8 @@ def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, sm
                                    for k, v in region.params.get("tensors", {}).items()}
         local.notes = list(region.notes)
         try:
-            design = impl.choose(local, tier=tier, attempt=attempt, fp32_operands=fp32_operands)
+            extra = {"spec": spec} if spec is not None and region.kind == "gemm-epilogue" else {}
+            design = impl.choose(local, tier=tier, attempt=attempt, fp32_operands=fp32_operands, **extra)
         except Exception as exc:  # noqa: BLE001 - the region stays PyTorch, with the reason
             out.skipped.append({"region": region.nodes[0].name, "reason": f"{type(exc).__name__}: {exc}"[:400]})
             continue

@@ -87,7 +87,7 @@ def bootstrap(path: str, *, small: bool, chip: str) -> dict[str, Any]:
 
 
 def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
-          fp32_operands: str = "tf32") -> dict[str, Any]:
+          fp32_operands: str = "tf32", spec: str | None = None, prefix: str = "a") -> dict[str, Any]:
     """Assemble attempt `attempt`'s ModelNew and write it; `candidate` is None with `reason` if no
     region could be given an instance."""
     name = Path(path).stem
@@ -95,13 +95,13 @@ def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
         prob = load_problem(path, small=small)
         cap = capture(prob)
         rec = recognize(cap)
-        asm = assemble(cap, rec, tier=tier, attempt=attempt, small=small, fp32_operands=fp32_operands)
+        asm = assemble(cap, rec, tier=tier, attempt=attempt, small=small, fp32_operands=fp32_operands, spec=spec)
     except Exception as exc:  # noqa: BLE001
         return {"candidate": None, "reason": f"assembly failed: {type(exc).__name__}: {exc}"[:400]}
     if not asm.regions:
         why = "; ".join(s["reason"] for s in asm.skipped) or "no regions"
         return {"candidate": None, "reason": f"no region got an instance: {why}"[:400], "skipped": asm.skipped}
-    target = Path(out_dir) / "candidates" / f"{name}_a{attempt}.py"
+    target = Path(out_dir) / "candidates" / f"{name}_{prefix}{attempt}.py"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(asm.source)
     return {"candidate": str(target), "regions": asm.regions, "skipped": asm.skipped,
@@ -123,7 +123,8 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
         return {"correct": False, "accepted": False, "verdict": f"harness error: {type(exc).__name__}: {exc}"[:300],
                 "time_s": None, "ref_s": None, "time_source": None, "sol_fraction": None, "harness": None}
     ct, rt = h.get("candidate_time") or {}, h.get("reference_time") or {}
-    row = {"correct": bool(h.get("correct")), "accepted": False, "time_s": ct.get("seconds"), "ref_s": rt.get("seconds"),
+    row = {"correct": bool(h.get("correct")), "accepted": False, "time_s": ct.get("seconds"),
+           "ref_s": rt.get("seconds"),
            "time_source": ct.get("source"), "sol_fraction": h.get("sol_fraction"),
            "harness": {k: h.get(k) for k in ("summary", "speedup", "warnings", "notes", "seed", "verdict")}}
     if not row["correct"]:

@@ -190,12 +190,17 @@ def spec_text(region: Region, chain: list[str], *, ab: str, tile: tuple[int, int
     return "\n".join(lines + [f">> {op.replace('=', ' = ').replace(',', ', ')}" for op in chain]) + "\n"
 
 
-def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = "tf32") -> dict[str, Any]:
+def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = "tf32",
+           spec: str | None = None) -> dict[str, Any]:
     """The instance for `attempt` (0: the MILP's choice; k: tile ALT_TILES[k-1] pinned). Shortens a
-    refused chain from its end (the dropped nodes leave the region). Raises ValueError if none."""
+    refused chain from its end (the dropped nodes leave the region). Raises ValueError if none.
+    With `spec` (an agent's kernel spec), its fields fix the instance (open ones solved by the MILP
+    at the region's shape) and its operand type is used; the chain stays the problem's."""
     from formloop.dsl.service import check_spec
 
     p = region.params
+    if spec is not None:
+        return _from_spec(region, spec, check_spec)
     ab = (fp32_operands if tier == "gpu" else "fp32") if p["dtype"] == "fp32" else p["dtype"]
     tile = None if attempt == 0 else ALT_TILES[(attempt - 1) % len(ALT_TILES)]
     chain = list(p["chain"])
@@ -216,6 +221,23 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     return {"config": keep, "ab": ab, "chain": " >> ".join(chain), "spec": text,
             "predicted_us": design.get("predicted_us"), "template_hash": design.get("template_hash"),
             "solver": (design.get("solve") or {}).get("solver", "pinned"),
+            "tensors": [k for k in p["tensors"] if f"name={k}" in " ".join(chain)]}
+
+
+def _from_spec(region: Region, spec: str, check_spec) -> dict[str, Any]:
+    p = region.params
+    out = check_spec(text=spec, shape=p["shape_text"])
+    if not out.get("ok"):
+        raise ValueError("the submitted spec was refused: " + "; ".join(out.get("lines", []))[:400])
+    ab = out["a"].split()[0]
+    if out["operation"] != p["op"] or (p["dtype"] != "fp32" and ab != p["dtype"]):
+        raise ValueError(f"the spec is a {out['operation']} on {ab} operands; "
+                         f"the region is a {p['op']} on {p['dtype']}")
+    chain = list(p["chain"])
+    return {"config": {k: int(v) for k, v in out["design"]["assignment"].items()}, "ab": ab,
+            "chain": " >> ".join(chain),
+            "spec": spec, "predicted_us": out["design"].get("predicted_us"), "solver": "agent spec",
+            "template_hash": out["design"].get("template_hash"),
             "tensors": [k for k in p["tensors"] if f"name={k}" in " ".join(chain)]}
 
 

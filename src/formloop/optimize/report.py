@@ -17,8 +17,9 @@ from formloop.campaign.metrics import fast_p, geomean, median
 from formloop.optimize.store import OptimizeStore
 
 PS = (0.0, 1.0, 1.5, 2.0)
-INTERPRETER_NOTE = ("interpreter tier: Triton kernels ran in Triton's CPU interpreter at SMALL sizes; the times are "
-                    "host wall times and the speedups below are NOT kernel speedups (correctness and integrity are real)")
+INTERPRETER_NOTE = ("interpreter tier: Triton kernels ran in Triton's CPU interpreter at SMALL sizes; the times "
+                    "are host wall times and the speedups below are NOT kernel speedups (correctness and "
+                    "integrity are real)")
 
 
 def _row(store: OptimizeStore, name: str) -> dict[str, Any]:

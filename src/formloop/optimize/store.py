@@ -102,8 +102,9 @@ class OptimizeStore:
                     sol_fraction: float | None, detail: dict, attempt: int | None = None) -> int:
         if attempt is None:
             attempt = self.next_attempt(problem)
-        return self._tx("INSERT INTO attempts (problem, attempt, candidate, origin, correct, accepted, verdict, time_s, "
-                        "ref_s, time_source, sol_fraction, detail, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        return self._tx("INSERT INTO attempts (problem, attempt, candidate, origin, correct, accepted, verdict, "
+                        "time_s, ref_s, time_source, sol_fraction, detail, created_at) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (problem, attempt, candidate, origin, int(correct), int(accepted), verdict, time_s, ref_s,
                          time_source, sol_fraction, json.dumps(detail, default=str), time.time()))
 
