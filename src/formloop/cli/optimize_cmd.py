@@ -7,7 +7,6 @@ from typing import List, Optional
 import typer
 
 from formloop import api
-from formloop.api import optimize as api_optimize
 from formloop.cli import app
 from formloop.cli.common import console, friendly, print_json
 from formloop.errors import InvalidInput
@@ -39,15 +38,15 @@ def optimize_cmd(
     json_out: bool = typer.Option(False, "--json", help="the report as JSON"),
 ):
     """Capture each problem, implement its regions with formloop's templates, verify, schedule by SOL gap."""
-    report = api_optimize.optimize(paths, out=out, budget=budget, small=small, tier=tier, chip=chip,
+    report = api.optimize(paths, out=out, budget=budget, small=small, tier=tier, chip=chip,
                                    tolerance=tolerance, eps=_rule(eps, "eps"), window=_rule(window, "window", True),
                                    workers=workers, fp32_operands=fp32_operands, progress=not json_out)
     if json_out:
         print_json(report)
         return
-    console.print((Path(out) / "report.md").read_text(), highlight=False, markup=False)
-    console.print(f"models: {Path(out) / 'models'}  report: {Path(out) / 'report.json'}"
-                  + (f"  plot: {report['plot']}" if report.get("plot") else ""), highlight=False)
+    typer.echo((Path(out) / "report.md").read_text())
+    typer.echo(f"models: {Path(out) / 'models'}  report: {Path(out) / 'report.json'}"
+                  + (f"  plot: {report['plot']}" if report.get("plot") else ""))
 
 
 @app.command("optimize-status")
