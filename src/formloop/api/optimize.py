@@ -22,7 +22,8 @@ TOLERANCES = ("kernelbench", "formloop")
 
 def optimize(paths: list[str], *, out: str, budget: int = 2, small: bool = False, tier: str = "auto",
              chip: str = "h200", tolerance: str = "kernelbench", eps: float | None = 0.1, window: int | None = 2,
-             workers: int = 2, fp32_operands: str = "tf32", progress: bool = True) -> dict[str, Any]:
+             workers: int = 2, fp32_operands: str = "tf32", progress: bool = True,
+             deadline_s: float | None = None) -> dict[str, Any]:
     """Bootstrap each problem, spend up to `budget` attempts per problem by SOL gap under the SOL-gap
     and no-progress stopping rules, verify every candidate (harness + integrity, sandboxed), write
     OUT/models/*.py and the report (JSON, markdown, plot). Resumes from OUT/optimize.sqlite."""
@@ -34,8 +35,11 @@ def optimize(paths: list[str], *, out: str, budget: int = 2, small: bool = False
         raise InvalidInput("workers", workers, "an integer 1 ... 64")
     if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= 1000:
         raise InvalidInput("budget", budget, "an integer 1 ... 1000 (attempts per problem)")
+    if deadline_s is not None and not (isinstance(deadline_s, (int, float)) and deadline_s > 0):
+        raise InvalidInput("deadline-s", deadline_s, "a positive number of seconds")
     s = Settings(out=Path(out), budget=budget, small=small, tier=tier, chip=chip, tolerance=tolerance,
-                 policy=Policy(eps=eps, window=window), workers=workers, fp32_operands=fp32_operands)
+                 policy=Policy(eps=eps, window=window), workers=workers, fp32_operands=fp32_operands,
+                 deadline_s=deadline_s)
     return plain(run_campaign(paths, s, progress=progress))
 
 

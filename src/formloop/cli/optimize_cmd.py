@@ -35,12 +35,14 @@ def optimize_cmd(
     window: str = typer.Option("2", "--window", help="no-progress rule: attempts without improvement ('off')"),
     workers: int = typer.Option(2, "--workers", help="process pool size for capture, MILP and assembly"),
     fp32_operands: str = typer.Option("tf32", "--fp32-operands", help="GEMM operands of fp32 problems on a GPU"),
+    deadline_s: Optional[float] = typer.Option(None, "--deadline-s", help="start no attempt after this many "
+                                               "seconds (the next call resumes)"),
     json_out: bool = typer.Option(False, "--json", help="the report as JSON"),
 ):
     """Capture each problem, implement its regions with formloop's templates, verify, schedule by SOL gap."""
-    report = api.optimize(paths, out=out, budget=budget, small=small, tier=tier, chip=chip,
-                                   tolerance=tolerance, eps=_rule(eps, "eps"), window=_rule(window, "window", True),
-                                   workers=workers, fp32_operands=fp32_operands, progress=not json_out)
+    report = api.optimize(paths, out=out, budget=budget, small=small, tier=tier, chip=chip, tolerance=tolerance,
+                          eps=_rule(eps, "eps"), window=_rule(window, "window", True), workers=workers,
+                          fp32_operands=fp32_operands, progress=not json_out, deadline_s=deadline_s)
     if json_out:
         print_json(report)
         return

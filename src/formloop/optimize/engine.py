@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class Settings:
     integrity: bool = True
     compile_baseline: bool | None = None    # None: on the gpu tier only
     fp32_operands: str = "tf32"
+    deadline_s: float | None = None         # wall seconds after which no new attempt starts (resume later)
 
 
 def problem_files(paths: Sequence[str | Path]) -> list[Path]:
@@ -134,6 +136,7 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
 
     if not isinstance(settings.budget, int) or settings.budget < 1:
         raise InvalidInput("budget", settings.budget, "an integer >= 1 (attempts per problem)")
+    started = time.monotonic()
     files = problem_files(paths)
     tier = resolve_tier(settings.tier)
     out = Path(settings.out)
@@ -150,16 +153,9 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
                               reason=b["reason"], sol_floor_s=b["sol_floor_s"], sol_note=b["sol_note"],
                               bootstrap={"recognition": b["recognition"]})
         bar.step(f"bootstrapped {len(files)} problems ({len(todo)} new)", advance=len(files))
-        want_compile = settings.compile_baseline if settings.compile_baseline is not None else tier == "gpu"
         pfile = {f.stem: steps.problem_file(str(f), settings.small, out) for f in files}
-        if want_compile:
-            for f in files:
-                rec = store.problem(f.stem)
-                if rec["status"] != "reference" and rec["compile_s"] is None:
-                    c = steps.compile_baseline(str(f), pfile[f.stem], small=settings.small, out_dir=str(out),
-                                               tolerance=settings.tolerance)
-                    store.set_compile(f.stem, c["compile_s"])
-        _campaign(files, settings, tier, store, pool, pfile, bar, on_event)
+        deadline = None if settings.deadline_s is None else started + settings.deadline_s
+        _campaign(files, settings, tier, store, pool, pfile, bar, on_event, deadline)
         _write_models(files, store, out)
         return build_report(store, [f.stem for f in files], tier=tier, settings=settings, out=out)
     finally:
@@ -168,9 +164,22 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
         store.close()
 
 
-def _campaign(files, settings: Settings, tier: str, store: OptimizeStore, pool, pfile, bar, on_event) -> None:
+def _compile_baseline(name: str, path: Path, settings: Settings, store: OptimizeStore, pfile, bar) -> None:
+    """torch.compile's time for the problem, once (0.0 records a baseline that could not be had)."""
+    c = steps.compile_baseline(str(path), pfile[name], small=settings.small, out_dir=str(settings.out),
+                               tolerance=settings.tolerance)
+    store.set_compile(name, c["compile_s"] or 0.0)
+    bar.step(f"{name}: torch.compile baseline {c['compile_s']} s {c['note']}"[:160], advance=0)
+
+
+def _campaign(files, settings: Settings, tier: str, store: OptimizeStore, pool, pfile, bar, on_event,
+              deadline: float | None = None) -> None:
     by_name = {f.stem: f for f in files}
+    want_compile = settings.compile_baseline if settings.compile_baseline is not None else tier == "gpu"
     while True:
+        if deadline is not None and time.monotonic() > deadline:
+            bar.step("deadline reached: stopping here (call again to resume)", advance=0)
+            return
         ranked = []
         for name in by_name:
             rec = store.problem(name)
@@ -191,6 +200,9 @@ def _campaign(files, settings: Settings, tier: str, store: OptimizeStore, pool, 
         ranked.sort()
         batch = [name for _, _, name in ranked[:max(1, settings.workers)]]
         numbers = {n: store.next_attempt(n) for n in batch}
+        for n in batch:
+            if want_compile and store.problem(n)["compile_s"] is None:
+                _compile_baseline(n, by_name[n], settings, store, pfile, bar)
         built = _map(pool, steps.build, [((str(by_name[n]),), {"small": settings.small, "tier": tier,
                                                                "attempt": numbers[n], "out_dir": str(settings.out),
                                                                "fp32_operands": settings.fp32_operands})
