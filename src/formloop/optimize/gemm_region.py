@@ -30,13 +30,13 @@ MATMULS = {torch.matmul, operator.matmul, torch.mm, torch.bmm}
 DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def _fn(node: fx.Node, cap: Captured):
+def fn_of(node: fx.Node, cap: Captured):
     if node.op == "call_module":
         return type(cap.gm.get_submodule(node.target))
     return node.target
 
 
-def _arg(node: fx.Node, i: int, name: str, default=None):
+def arg_of(node: fx.Node, i: int, name: str, default=None):
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
@@ -47,8 +47,8 @@ def _anchor(node: fx.Node, cap: Captured) -> dict[str, Any] | None:
         return {"a": node.args[0], "b": f"{node.target}.weight", "lb": "col", "op": "gemm",
                 "bias": f"{node.target}.bias" if mod.bias is not None else None}
     if node.op == "call_function" and node.target is F.linear:
-        return {"a": node.args[0], "b": _arg(node, 1, "weight"), "lb": "col", "op": "gemm",
-                "bias": _arg(node, 2, "bias")}
+        return {"a": node.args[0], "b": arg_of(node, 1, "weight"), "lb": "col", "op": "gemm",
+                "bias": arg_of(node, 2, "bias")}
     if (node.op == "call_function" and node.target in MATMULS) or (
             node.op == "call_method" and node.target in ("matmul", "mm", "bmm")):
         a, b = node.args[0], node.args[1]
@@ -82,9 +82,9 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _epilogue(u: fx.Node, cur: fx.Node, cap: Captured, tensors: dict) -> str | None:
+def chain_op(u: fx.Node, cur: fx.Node, cap: Captured, tensors: dict) -> str | None:
     """The chain text of `u` applied to `cur` (its only input from the region), or None."""
-    f = _fn(u, cap)
+    f = fn_of(u, cap)
     shape = cap.shape(cur)
     if u.op == "call_module":
         mod = cap.gm.get_submodule(u.target)
@@ -106,20 +106,20 @@ def _epilogue(u: fx.Node, cur: fx.Node, cap: Captured, tensors: dict) -> str | N
     if f is F.gelu:
         return f"gelu(approx={'tanh' if u.kwargs.get('approximate', 'none') == 'tanh' else 'erf'})"
     if f is F.leaky_relu:
-        return f"leaky_relu(slope={float(_arg(u, 1, 'negative_slope', 0.01))!r})"
+        return f"leaky_relu(slope={float(arg_of(u, 1, 'negative_slope', 0.01))!r})"
     if f is F.hardtanh:
-        return f"hardtanh(lo={float(_arg(u, 1, 'min_val', -1.0))!r},hi={float(_arg(u, 2, 'max_val', 1.0))!r})"
+        return f"hardtanh(lo={float(arg_of(u, 1, 'min_val', -1.0))!r},hi={float(arg_of(u, 2, 'max_val', 1.0))!r})"
     if f is torch.clamp or (u.op == "call_method" and f == "clamp"):
-        lo, hi = _arg(u, 1, "min"), _arg(u, 2, "max")
+        lo, hi = arg_of(u, 1, "min"), arg_of(u, 2, "max")
         if not all(v is None or _number(v) for v in (lo, hi)) or (lo is None and hi is None):
             return None
         parts = [f"lo={float(lo)!r}"] if lo is not None else []
         return "clamp(" + ",".join(parts + ([f"hi={float(hi)!r}"] if hi is not None else [])) + ")"
     if f in (F.softmax, torch.softmax) or (u.op == "call_method" and f == "softmax"):
-        dim = _arg(u, 1, "dim")
+        dim = arg_of(u, 1, "dim")
         return "softmax" if isinstance(dim, int) and dim % len(shape) == len(shape) - 1 else None
     if f is torch.logsumexp or (u.op == "call_method" and f == "logsumexp"):
-        dim, keep = _arg(u, 1, "dim"), _arg(u, 2, "keepdim", False)
+        dim, keep = arg_of(u, 1, "dim"), arg_of(u, 2, "keepdim", False)
         dim = dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
         ok = isinstance(dim, int) and dim % len(shape) == len(shape) - 1 and not keep and len(shape) == 2
         return "logsumexp" if ok else None
@@ -157,7 +157,7 @@ def match(node: fx.Node, cap: Captured, taken: set) -> Region | None:
         u = next(iter(cur.users))
         if u in taken or u.op == "output":
             break
-        text = _epilogue(u, cur, cap, tensors)
+        text = chain_op(u, cur, cap, tensors)
         if text is None:
             break
         chain.append(text)

@@ -69,7 +69,7 @@ def register(impl: Implementer) -> Implementer:
 
 
 def implementers() -> list[Implementer]:
-    from formloop.optimize import gemm_region  # noqa: F401 - registers the built-in implementer
+    from formloop.optimize import gemm_region, vector_regions  # noqa: F401 - register the built-in implementers
 
     return list(_REGISTRY)
 
