@@ -11,6 +11,7 @@ The instance is the family's MILP design for the region's shape (solved_design).
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import torch
@@ -33,6 +34,22 @@ ROW_CHAIN = ("softmax", "logsumexp")   # row ops of the gemm vocabulary: rowwise
 def _last(dim: Any, nd: int) -> bool:
     dim = dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
     return isinstance(dim, int) and nd > 0 and dim % nd == nd - 1
+
+
+def _last_extent(ns: Any, x: fx.Node, shape: tuple) -> bool:
+    """normalized_shape is (C,) for x's last extent C: the number, or x.shape[-1] / x.size(-1) traced."""
+    if not isinstance(ns, (list, tuple)) or len(ns) != 1:
+        return False
+    d = ns[0]
+    if isinstance(d, int):
+        return d == shape[-1]
+    if not (isinstance(d, fx.Node) and d.op == "call_function" and d.target is operator.getitem):
+        return False
+    src, idx = d.args
+    if not isinstance(idx, int) or idx % len(shape) != len(shape) - 1 or not isinstance(src, fx.Node):
+        return False
+    shape_of = src.op == "call_function" and src.target is getattr and src.args == (x, "shape")
+    return shape_of or (src.op == "call_method" and src.target == "size" and src.args == (x,))
 
 
 def _row(node: fx.Node, cap: Captured) -> dict[str, Any] | None:
@@ -61,7 +78,7 @@ def _row(node: fx.Node, cap: Captured) -> dict[str, Any] | None:
     name = name or (REDUCE_METHOD.get(f) if node.op == "call_method" and isinstance(f, str) else None)
     name = name or (REDUCE_FN.get(f) if node.op == "call_function" else None)
     if name is None:
-        if f is F.rms_norm and tuple(arg_of(node, 1, "normalized_shape") or ()) == shape[-1:]:
+        if f is F.rms_norm and _last_extent(arg_of(node, 1, "normalized_shape"), x, shape):
             w = arg_of(node, 2, "weight")
             eps = arg_of(node, 3, "eps")
             if isinstance(w, fx.Node) and (eps is None or isinstance(eps, float)):
