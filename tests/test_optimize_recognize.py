@@ -70,6 +70,11 @@ def get_init_inputs():
     assert "cumsum" in fb["op"] and "no region implementer" in fb["reason"]
 
 
+def test_unknown_operator_alone_keeps_the_reference():
+    rec = recognize(capture(load_problem(PROBLEMS / "level1" / "cumsum.py", small=True)))
+    assert rec.regions == [] and "cumsum" in rec.fallbacks[0]["op"]
+
+
 def test_a_value_with_two_users_ends_the_chain(tmp_path):
     p = _write(tmp_path, "two_users", '''
 class Model(nn.Module):
@@ -90,8 +95,11 @@ def get_init_inputs():
     return []
 ''')
     rec = recognize(capture(load_problem(p)))
-    assert [[n.name for n in r.nodes] for r in rec.regions] == [["fc"]]   # h is read twice: not fused
-    assert {f["node"] for f in rec.fallbacks} == {"relu", "sigmoid", "add"}
+    # h is read twice: the GEMM's chain stops at fc; the rest are elementwise regions reading h
+    assert [(r.kind, [n.name for n in r.nodes]) for r in rec.regions] == [
+        ("gemm-epilogue", ["fc"]), ("elementwise", ["relu", "add"]), ("elementwise", ["sigmoid"])]
+    assert rec.regions[1].params["x"].name == "fc" and rec.regions[1].params["tensors"]["t0"].name == "sigmoid"
+    assert rec.fallbacks == []
 
 
 def test_bmm_with_transposed_operand_reads_it_by_columns(tmp_path):
@@ -151,3 +159,38 @@ def test_assembled_model_new_keeps_the_reference_parameters():
     ref = cap.problem.build()
     new = ns["ModelNew"](*cap.init_inputs)
     assert list(new.state_dict()) == list(ref.state_dict())
+
+
+def test_vector_regions_take_row_ops_and_elementwise_chains(tmp_path):
+    p = _write(tmp_path, "mixed", '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(32)
+
+    def forward(self, x, y):
+        h = torch.sigmoid(x) * y                 # elementwise chain: sigmoid >> mul(y)
+        a = torch.softmax(self.norm(h), dim=-1)  # two row-wise regions
+        b = torch.softmax(x, dim=0)              # not the last dimension: stays PyTorch
+        return a, b
+
+
+def get_inputs():
+    return [torch.randn(8, 32), torch.randn(8, 32)]
+
+
+def get_init_inputs():
+    return []
+''')
+    rec = recognize(capture(load_problem(p)))
+    kinds = [(r.kind, [n.name for n in r.nodes]) for r in rec.regions]
+    assert kinds == [("elementwise", ["sigmoid", "mul"]), ("rowwise", ["norm"]), ("rowwise", ["softmax"])]
+    assert rec.regions[0].params["chain"] == ["sigmoid", "mul(name=t0)"]
+    assert rec.regions[1].params["op"] == "layernorm" and rec.regions[1].params["weight"] == "norm.weight"
+    assert [f["node"] for f in rec.fallbacks] == ["softmax_1"]
+
+
+def test_rmsnorm_problem_is_one_rowwise_region():
+    rec = recognize(capture(load_problem(PROBLEMS / "level1" / "rmsnorm.py", small=True)))
+    assert [(r.kind, r.params["op"]) for r in rec.regions] == [("rowwise", "rmsnorm")]
+    assert rec.fallbacks == []
