@@ -4,6 +4,7 @@ measure (the harness, then the integrity battery, both in a child process) and t
 baseline (the same harness on a ModelNew that is the compiled reference)."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,13 +113,23 @@ def _options(tier: str, tolerance: str) -> dict[str, Any]:
     return {"tolerance": tolerance, "sets": 3 if tier == "gpu" else 2}
 
 
+def _limits(limit_s: float | None):
+    from formloop.measure.sandbox import Limits
+    return None if limit_s is None else Limits(wall_s=min(600.0, float(limit_s)))
+
+
 def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: str | None,
-            integrity: bool = True) -> dict[str, Any]:
-    """Harness, then (if correct) the integrity battery; both sandboxed. Returns the attempt's row."""
+            integrity: bool = True, limit_s: float | None = None) -> dict[str, Any]:
+    """Harness, then (if correct) the integrity battery; both sandboxed (each child at most
+    `limit_s` seconds). Returns the attempt's row."""
     from formloop.measure.jobs import run_harness, run_integrity
 
+    t0 = time.monotonic()
+    limits = _limits(limit_s)
+
     try:
-        h = run_harness(problem, candidate, chip=chip if tier == "gpu" else None, **_options(tier, tolerance))
+        h = run_harness(problem, candidate, chip=chip if tier == "gpu" else None, limits=limits,
+                        **_options(tier, tolerance))
     except Exception as exc:  # noqa: BLE001 - a candidate that cannot even load is a failed attempt
         return {"correct": False, "accepted": False, "verdict": f"harness error: {type(exc).__name__}: {exc}"[:300],
                 "time_s": None, "ref_s": None, "time_source": None, "sol_fraction": None, "harness": None}
@@ -135,7 +146,8 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
         return {**row, "verdict": "integrity not run", "accepted": False}
     try:
         opts = {"tolerance": tolerance, **({"chip": chip} if tier == "gpu" and chip else {})}
-        r = run_integrity(problem, candidate, **opts)
+        left = None if limit_s is None else max(30.0, limit_s - (time.monotonic() - t0))
+        r = run_integrity(problem, candidate, limits=_limits(left), **opts)
     except Exception as exc:  # noqa: BLE001
         return {**row, "verdict": f"integrity error: {type(exc).__name__}: {exc}"[:300]}
     flags = [{"check": c.get("obligation"), "severity": (c.get("details") or {}).get("severity"),
@@ -145,7 +157,8 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
             "verdict": str(r.get("verdict")), "integrity_flags": flags}
 
 
-def compile_baseline(path: str, problem: str, *, small: bool, out_dir: str, tolerance: str) -> dict[str, Any]:
+def compile_baseline(path: str, problem: str, *, small: bool, out_dir: str, tolerance: str,
+                     limit_s: float | None = None) -> dict[str, Any]:
     """The reference under torch.compile, timed by the same harness (gpu tier only)."""
     from formloop.measure.jobs import run_harness
 
@@ -153,7 +166,7 @@ def compile_baseline(path: str, problem: str, *, small: bool, out_dir: str, tole
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(COMPILED.format(name=Path(path).stem, path=str(Path(path).resolve()), small=small))
     try:
-        h = run_harness(problem, str(target), tolerance=tolerance, sets=1)
+        h = run_harness(problem, str(target), tolerance=tolerance, sets=1, limits=_limits(limit_s))
     except Exception as exc:  # noqa: BLE001
         return {"compile_s": None, "note": f"{type(exc).__name__}: {exc}"[:300]}
     t = (h.get("candidate_time") or {}).get("seconds") if h.get("correct") else None

@@ -164,10 +164,11 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
         store.close()
 
 
-def _compile_baseline(name: str, path: Path, settings: Settings, store: OptimizeStore, pfile, bar) -> None:
+def _compile_baseline(name: str, path: Path, settings: Settings, store: OptimizeStore, pfile, bar,
+                      limit_s: float | None = None) -> None:
     """torch.compile's time for the problem, once (0.0 records a baseline that could not be had)."""
     c = steps.compile_baseline(str(path), pfile[name], small=settings.small, out_dir=str(settings.out),
-                               tolerance=settings.tolerance)
+                               tolerance=settings.tolerance, limit_s=limit_s)
     store.set_compile(name, c["compile_s"] or 0.0)
     bar.step(f"{name}: torch.compile baseline {c['compile_s']} s {c['note']}"[:160], advance=0)
 
@@ -180,52 +181,72 @@ def _campaign(files, settings: Settings, tier: str, store: OptimizeStore, pool, 
         if deadline is not None and time.monotonic() > deadline:
             bar.step("deadline reached: stopping here (call again to resume)", advance=0)
             return
-        ranked = []
-        for name in by_name:
-            rec = store.problem(name)
-            if rec["status"] != "ready":
-                continue
-            st = _state(store, name, settings.policy)
-            why = _stop(st, rec["sol_floor_s"], tier, settings.policy)
-            if why:
-                store.set_status(name, f"stopped:{why}")
-                bar.step(f"{name}: stopped ({why})", advance=settings.budget - st["n"])
-                continue
-            if st["n"] >= settings.budget:
-                store.set_status(name, "stopped:exhausted")
-                continue
-            ranked.append((-_gap(st, rec["sol_floor_s"], tier), st["n"], name))
-        if not ranked:
+        if not _round(by_name, settings, tier, store, pool, pfile, bar, on_event, deadline):
+            break
+    if not want_compile:
+        return
+    for name, path in by_name.items():   # torch.compile baselines last: only problems with a verified best
+        if deadline is not None and time.monotonic() > deadline:
+            bar.step("deadline reached before every torch.compile baseline (call again to resume)", advance=0)
             return
-        ranked.sort()
-        batch = [name for _, _, name in ranked[:max(1, settings.workers)]]
-        numbers = {n: store.next_attempt(n) for n in batch}
-        for n in batch:
-            if want_compile and store.problem(n)["compile_s"] is None:
-                _compile_baseline(n, by_name[n], settings, store, pfile, bar)
-        built = _map(pool, steps.build, [((str(by_name[n]),), {"small": settings.small, "tier": tier,
-                                                               "attempt": numbers[n], "out_dir": str(settings.out),
-                                                               "fp32_operands": settings.fp32_operands})
-                                         for n in batch])
-        for name, b in zip(batch, built):
-            if b["candidate"] is None:
-                row = {"correct": False, "accepted": False, "verdict": b["reason"], "time_s": None, "ref_s": None,
-                       "time_source": None, "sol_fraction": None}
-            else:
-                row = steps.measure(pfile[name], b["candidate"], tier=tier, tolerance=settings.tolerance,
-                                    chip=settings.chip, integrity=settings.integrity)
-            detail = {k: v for k, v in {**b, **row}.items() if k not in ("correct", "accepted", "verdict", "time_s",
-                                                                       "ref_s", "time_source", "sol_fraction")}
-            store.add_attempt(name, attempt=numbers[name], candidate=b.get("candidate") or "", origin="formloop",
-                              correct=row["correct"], accepted=row["accepted"], verdict=row["verdict"],
-                              time_s=row["time_s"], ref_s=row["ref_s"], time_source=row["time_source"],
-                              sol_fraction=row["sol_fraction"], detail=detail)
-            sp = (f", {row['ref_s'] / row['time_s']:.3g}x vs eager ({row['time_source']})"
-                  if row["time_s"] and row["ref_s"] else "")
-            bar.step(f"{name} attempt {numbers[name]}: {'accepted' if row['accepted'] else 'not accepted'} "
-                     f"[{row['verdict'][:80]}]{sp}")
-            if on_event:
-                on_event({"problem": name, "attempt": numbers[name], **row})
+        if store.best(name) and store.problem(name)["compile_s"] is None:
+            _compile_baseline(name, path, settings, store, pfile, bar, _limit(deadline))
+
+
+def _limit(deadline: float | None) -> float | None:
+    """Seconds one sandboxed child may run: what is left before the deadline (at least a minute)."""
+    return None if deadline is None else max(45.0, deadline + 60.0 - time.monotonic())
+
+
+def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, pfile, bar, on_event,
+           deadline: float | None) -> bool:
+    """One scheduling round: rank, stop, build a batch, measure it. False when nothing is eligible."""
+    ranked = []
+    for name in by_name:
+        rec = store.problem(name)
+        if rec["status"] != "ready":
+            continue
+        st = _state(store, name, settings.policy)
+        why = _stop(st, rec["sol_floor_s"], tier, settings.policy)
+        if why:
+            store.set_status(name, f"stopped:{why}")
+            bar.step(f"{name}: stopped ({why})", advance=settings.budget - st["n"])
+            continue
+        if st["n"] >= settings.budget:
+            store.set_status(name, "stopped:exhausted")
+            continue
+        ranked.append((-_gap(st, rec["sol_floor_s"], tier), st["n"], name))
+    if not ranked:
+        return False
+    ranked.sort()
+    batch = [name for _, _, name in ranked[:max(1, settings.workers)]]
+    numbers = {n: store.next_attempt(n) for n in batch}
+    built = _map(pool, steps.build, [((str(by_name[n]),), {"small": settings.small, "tier": tier,
+                                                           "attempt": numbers[n], "out_dir": str(settings.out),
+                                                           "fp32_operands": settings.fp32_operands})
+                                     for n in batch])
+    for name, b in zip(batch, built):
+        if deadline is not None and time.monotonic() > deadline:
+            return True   # built but not measured: rebuilt on the next call
+        if b["candidate"] is None:
+            row = {"correct": False, "accepted": False, "verdict": b["reason"], "time_s": None, "ref_s": None,
+                   "time_source": None, "sol_fraction": None}
+        else:
+            row = steps.measure(pfile[name], b["candidate"], tier=tier, tolerance=settings.tolerance,
+                                chip=settings.chip, integrity=settings.integrity, limit_s=_limit(deadline))
+        detail = {k: v for k, v in {**b, **row}.items() if k not in ("correct", "accepted", "verdict", "time_s",
+                                                                   "ref_s", "time_source", "sol_fraction")}
+        store.add_attempt(name, attempt=numbers[name], candidate=b.get("candidate") or "", origin="formloop",
+                          correct=row["correct"], accepted=row["accepted"], verdict=row["verdict"],
+                          time_s=row["time_s"], ref_s=row["ref_s"], time_source=row["time_source"],
+                          sol_fraction=row["sol_fraction"], detail=detail)
+        sp = (f", {row['ref_s'] / row['time_s']:.3g}x vs eager ({row['time_source']})"
+              if row["time_s"] and row["ref_s"] else "")
+        bar.step(f"{name} attempt {numbers[name]}: {'accepted' if row['accepted'] else 'not accepted'} "
+                 f"[{row['verdict'][:80]}]{sp}")
+        if on_event:
+            on_event({"problem": name, "attempt": numbers[name], **row})
+    return True
 
 
 def _write_models(files, store: OptimizeStore, out: Path) -> None:

@@ -160,8 +160,17 @@ def choose_ew(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[
 
     p = region.params
     chain = " >> ".join(p["chain"])
-    cfg = solved_design(chain, p["rows"], p["cols"], p["dtype"], "", "h200")
-    return {"config": cfg, "chain": chain, "solver": "milp (HiGHS)", "template": "elementwise"}
+    cfg = solved_design(chain, p["rows"], p["cols"], p["dtype"], "", "h200")   # also checks the chain
+    solver = "milp (HiGHS)"
+    if tier != "gpu":   # the interpreter runs programs one by one: few coarse tiles (correctness only)
+        bn = min(_pow2(p["cols"]), 2048)
+        cfg, solver = {"BN": bn, "BM": max(1, min(_pow2(p["rows"]), 4096 // bn)), "W": 4}, "interpreter tile"
+        region.notes.append(f"interpreter tier: tile {cfg} instead of the MILP's (correctness only)")
+    return {"config": cfg, "chain": chain, "solver": solver, "template": "elementwise"}
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def emit_ew(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
