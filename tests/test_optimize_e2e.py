@@ -1,7 +1,7 @@
 """`formloop optimize` end to end in the Triton interpreter at SMALL sizes: problems captured,
 regions implemented, each ModelNew checked by the harness (against the reference and its float64
 truth) and the integrity battery in a child process, the record resumed, an agent's submission
-judged like formloop's own. Slow (interpreted kernels): two problems, one attempt each."""
+judged like formloop's own. Slow (interpreted kernels): three problems, one attempt each."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from formloop.optimize.store import OptimizeStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 P = ROOT / "problems"
-FILES = [str(P / "level2" / "linear_bias_relu.py"), str(P / "level1" / "cumsum.py")]
+FILES = [str(P / "level2" / "linear_bias_relu.py"), str(P / "level1" / "rmsnorm.py"), str(P / "level1" / "cumsum.py")]
 
 WRONG = '''import torch
 from formloop.sol.problem import load_problem
@@ -55,6 +55,14 @@ def test_gemm_problem_gets_a_verified_model_new(campaign):
     assert lbr["best"]["time_source"] == "cpu"
 
 
+def test_rowwise_problem_gets_a_verified_model_new(campaign):
+    out, report = campaign
+    rms = {r["problem"]: r for r in report["problems"]}["rmsnorm"]
+    assert rms["best"] is not None and rms["verdicts"][0]["accepted"], rms["verdicts"]
+    assert [g["kind"] for g in rms["regions"]] == ["rowwise"]
+    assert "row_op('rmsnorm'" in (out / "models" / "rmsnorm.py").read_text()
+
+
 def test_uncovered_problem_keeps_the_reference_with_a_reason(campaign):
     out, report = campaign
     cs = {r["problem"]: r for r in report["problems"]}["cumsum"]
@@ -67,12 +75,12 @@ def test_report_is_labelled_interpreter_and_written(campaign):
     out, report = campaign
     assert report["tier"] == "interpreter" and "NOT kernel speedups" in report["note"]
     s = report["summary"]
-    assert s["problems"] == 2 and s["with_accepted_candidate"] == 1 and s["kept_reference"] == 1
+    assert s["problems"] == 3 and s["with_accepted_candidate"] == 2 and s["kept_reference"] == 1
     assert set(s["vs_eager"]["fast_p"]) == {"0", "1", "1.5", "2"}
-    assert s["vs_eager"]["fast_p"]["0"] == 0.5         # one of two problems has an accepted candidate
+    assert s["vs_eager"]["fast_p"]["0"] == pytest.approx(2 / 3)   # two of three have an accepted candidate
     assert s["vs_compile"] is None                     # not measured on this tier
     on_disk = json.loads((out / "report.json").read_text())
-    assert on_disk["summary"]["with_accepted_candidate"] == 1
+    assert on_disk["summary"]["with_accepted_candidate"] == 2
     assert "interpreter" in (out / "report.md").read_text()
 
 
