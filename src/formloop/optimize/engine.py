@@ -198,6 +198,12 @@ def _limit(deadline: float | None) -> float | None:
     return None if deadline is None else max(45.0, deadline + 60.0 - time.monotonic())
 
 
+def _operands(store: OptimizeStore, name: str, settings: Settings) -> str:
+    """fp32 GEMM operands once an attempt with the default (tf32) was incorrect: tolerance first."""
+    wrong = any(a["verdict"].startswith("incorrect") for a in store.attempts(name) if a["origin"] == "formloop")
+    return "fp32" if wrong else settings.fp32_operands
+
+
 def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, pfile, bar, on_event,
            deadline: float | None) -> bool:
     """One scheduling round: rank, stop, build a batch, measure it. False when nothing is eligible."""
@@ -223,7 +229,7 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
     numbers = {n: store.next_attempt(n) for n in batch}
     built = _map(pool, steps.build, [((str(by_name[n]),), {"small": settings.small, "tier": tier,
                                                            "attempt": numbers[n], "out_dir": str(settings.out),
-                                                           "fp32_operands": settings.fp32_operands})
+                                                           "fp32_operands": _operands(store, n, settings)})
                                      for n in batch])
     for name, b in zip(batch, built):
         if deadline is not None and time.monotonic() > deadline:

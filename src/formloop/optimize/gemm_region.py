@@ -205,8 +205,8 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     tile = None if attempt == 0 else ALT_TILES[(attempt - 1) % len(ALT_TILES)]
     chain = list(p["chain"])
     fixed = 1 if p["bias"] is not None else 0
-    while True:
-        text = spec_text(region, chain, ab=ab, tile=tile, interpreter=tier != "gpu")
+    while True:   # the longest chain the template accepts (with the MILP's own tile)
+        text = spec_text(region, chain, ab=ab, interpreter=tier != "gpu")
         out = check_spec(text=text)
         if out.get("ok"):
             break
@@ -216,6 +216,11 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
         region.notes.append(f"dropped '{dropped}' from the chain (template refused it: "
                             f"{(out.get('lines') or ['?'])[0][:160]}); it stays PyTorch")
         region.nodes.pop()
+    if tile is not None:   # attempt k > 0: another tile pinned, the MILP chooses the rest
+        text = spec_text(region, chain, ab=ab, tile=tile, interpreter=tier != "gpu")
+        out = check_spec(text=text)
+        if not out.get("ok"):
+            raise ValueError(f"tile {tile} refused for this region: " + "; ".join(out.get("lines", []))[:300])
     design = out["design"]
     keep = {k: int(v) for k, v in design["assignment"].items()}
     return {"config": keep, "ab": ab, "chain": " >> ".join(chain), "spec": text,
