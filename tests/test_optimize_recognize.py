@@ -194,3 +194,20 @@ def test_rmsnorm_problem_is_one_rowwise_region():
     rec = recognize(capture(load_problem(PROBLEMS / "level1" / "rmsnorm.py", small=True)))
     assert [(r.kind, r.params["op"]) for r in rec.regions] == [("rowwise", "rmsnorm")]
     assert rec.fallbacks == []
+
+
+def test_an_agents_spec_fixes_the_gemm_instance(tmp_path):
+    from formloop.optimize.attempt import build
+
+    spec = "kernel mine = gemm {\n a = fp32 row\n b = fp32 col\n c = fp32 row\n arch = sm90\n tile = 32 x 64 x 32\n" \
+           " split_k = 1\n load = ptr\n}\n"
+    r = build(str(PROBLEMS / "level2" / "linear_bias_relu.py"), small=True, tier="interpreter", attempt=0,
+              out_dir=str(tmp_path), spec=spec, prefix="s")
+    d = r["regions"][0]["design"]
+    assert (d["config"]["Tm"], d["config"]["Tn"], d["config"]["Tk"]) == (32, 64, 32)
+    assert d["solver"] == "agent spec" and d["chain"] == "bias(axis=row,name=bias) >> relu"   # the problem's chain
+    assert Path(r["candidate"]).name == "linear_bias_relu_s0.py"
+    bad = spec.replace("kernel mine = gemm", "kernel mine = batched_gemm")
+    r = build(str(PROBLEMS / "level2" / "linear_bias_relu.py"), small=True, tier="interpreter", attempt=1,
+              out_dir=str(tmp_path), spec=bad, prefix="s")
+    assert r["candidate"] is None and "no region got an instance" in r["reason"]
