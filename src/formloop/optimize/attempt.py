@@ -13,6 +13,10 @@ from formloop.optimize.capture import CaptureFailed, capture
 from formloop.optimize.recognize import recognize
 from formloop.sol.problem import load_problem
 
+# A child timed out with less than this many seconds (the deadline's doing): not recorded, redone later.
+# With more, a time-out is the candidate's own and counts as a failed attempt.
+CUT_S = 300.0
+
 WRAPPER = '''"""{name} at its SMALL sizes (written by formloop optimize; the problem itself is {path})."""
 from formloop.sol.problem import load_problem as _load
 
@@ -138,6 +142,9 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
            "ref_s": rt.get("seconds"),
            "time_source": ct.get("source"), "sol_fraction": h.get("sol_fraction"),
            "harness": {k: h.get(k) for k in ("summary", "speedup", "warnings", "notes", "seed", "verdict")}}
+    cut = limit_s is not None and limit_s < CUT_S
+    if h.get("verdict") == "timed-out" and cut:
+        return {**row, "verdict": "timed-out", "cut_by_deadline": True}
     if not row["correct"]:
         reasons = [s.get("reason") for s in h.get("sets", []) if not s.get("ok")]
         row["verdict"] = "incorrect: " + str(h.get("summary") or (reasons[0] if reasons else "harness check failed"))
@@ -153,6 +160,8 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
     flags = [{"check": c.get("obligation"), "severity": (c.get("details") or {}).get("severity"),
               "reason": (c.get("reason") or "")[:200]} for c in r.get("checks", [])
              if (c.get("details") or {}).get("severity") not in (None, "clean")]
+    if r.get("verdict") == "timed-out" and left is not None and left < CUT_S:
+        return {**row, "verdict": "timed-out", "cut_by_deadline": True}
     return {**row, "accepted": bool(r.get("accepted")) and bool(r.get("correct", True)),
             "verdict": str(r.get("verdict")), "integrity_flags": flags}
 

@@ -240,6 +240,9 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
         else:
             row = steps.measure(pfile[name], b["candidate"], tier=tier, tolerance=settings.tolerance,
                                 chip=settings.chip, integrity=settings.integrity, limit_s=_limit(deadline))
+            if row.get("cut_by_deadline"):   # the deadline cut it short: not an attempt, redone next call
+                bar.step(f"{name} attempt {numbers[name]}: cut short by the deadline (not recorded)", advance=0)
+                return True
         detail = {k: v for k, v in {**b, **row}.items() if k not in ("correct", "accepted", "verdict", "time_s",
                                                                    "ref_s", "time_source", "sol_fraction")}
         store.add_attempt(name, attempt=numbers[name], candidate=b.get("candidate") or "", origin="formloop",
