@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     s = report["summary"]
     print((args.out / "report.md").read_text())
     print(json.dumps({"tier": report["tier"], "summary": s}, indent=1))
-    pending = [r["problem"] for r in report["problems"] if r["status"] == "ready"]
+    pending = [r["problem"] for r in report["problems"] if r["status"] == "ready" and r["attempts"] < args.attempts]
     print(f"{len(pending)} problems still have attempts left" + (": call again with the same --out to resume"
                                                                 if pending else " (campaign complete)"))
     return 0

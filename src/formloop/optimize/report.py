@@ -54,6 +54,8 @@ def _summary(rows: list[dict]) -> dict[str, Any]:
     sol = [r["sol_fraction"] for r in rows if r["sol_fraction"] is not None]
     out = {"problems": len(rows), "with_accepted_candidate": sum(1 for r in rows if r["best"]),
            "kept_reference": sum(1 for r in rows if not r["best"]),
+           "not_covered": sum(1 for r in rows if r["status"] == "reference"),
+           "pending": sum(1 for r in rows if r["status"] == "ready"),
            "attempts": sum(r["attempts"] for r in rows),
            "integrity_flagged_counted": 0,   # by construction: only accepted attempts become a best
            "vs_eager": {"fast_p": {f"{p:g}": fast_p(eager, p) for p in PS}, "geomean": geomean(eager),
@@ -94,8 +96,9 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [f"> {report['note']}", ""]
     ve = s["vs_eager"]
     lines += [f"Problems {s['problems']}: {s['with_accepted_candidate']} with an accepted candidate, "
-              f"{s['kept_reference']} keep the reference; {s['attempts']} attempts; integrity-flagged candidates "
-              f"counted: {s['integrity_flagged_counted']}.", "",
+              f"{s['kept_reference']} keep the reference ({s['not_covered']} not covered, {s['pending']} with "
+              f"attempts left); {s['attempts']} attempts; integrity-flagged candidates counted: "
+              f"{s['integrity_flagged_counted']}.", "",
               f"vs eager ({report['source']}): geomean {_x(ve['geomean'])}, median {_x(ve['median'])}, fast_p "
               + ", ".join(f"p={p}: {v:.0%}" for p, v in ve["fast_p"].items())]
     if s["vs_compile"]:
