@@ -5,7 +5,8 @@ per (spec, tile configuration, shape) and launched on the caller's tensors.
 chain(a · B) where B is `b` as stored: `lb="col"` takes an nn.Linear weight [N, K] (B = Wᵀ), `lb="row"`
 a [K, N] matrix; `op="batched_gemm"` takes a [batch, M, K] and b [batch, K, N] (row) or
 [batch, N, K] (col). `a` of a gemm may carry leading dimensions ([..., K]); they are flattened into M
-and restored on the output. The tile configuration is the MILP's choice written into the ModelNew
+and restored on the output. A TMA design (L=1) on operands whose pitches the copy engine cannot
+take (a ragged K or N) runs the pointer path with the same tiles. The tile configuration is the MILP's choice written into the ModelNew
 (formloop.optimize); the chain is gemm_epilogue_ops.chain_text. Set TRITON_INTERPRET=1 before the
 first triton import to run in the interpreter (no CUDA device)."""
 from __future__ import annotations
@@ -38,6 +39,12 @@ def _plan(spec: KernelSpec, config: tuple, shape: Shape):
     return _PLANS[key]
 
 
+def _tma_ok(t: torch.Tensor) -> bool:
+    """Unit inner stride, 16-byte aligned row pitch and base: what a TMA descriptor takes."""
+    e = t.element_size()
+    return t.stride(-1) == 1 and (t.stride(-2) * e) % 16 == 0 and t.data_ptr() % 16 == 0
+
+
 def _dense(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
@@ -61,6 +68,8 @@ def gemm_chain(a: torch.Tensor, b: torch.Tensor, *, op: str = "gemm", ab: str = 
         n = b.shape[-2] if lb == "col" else b.shape[-1]
         shape = Shape(m, n, k, batch=batch)
     b2 = b if lb == "row" else b.transpose(-1, -2)     # the logical [K, N] (a view of the stored W)
+    if config.get("L") and not (_tma_ok(a2) and _tma_ok(b)):
+        config = {**config, "L": 0}   # the copy engine needs 16-byte pitches: the pointer path, same tiles
     plan = _plan(spec, tuple(sorted(config.items())), shape)
     inputs = {"a": a2, "b": b2}
     for name, t in (tensors or {}).items():
