@@ -7,7 +7,8 @@ a [K, N] matrix; `op="batched_gemm"` takes a [batch, M, K] and b [batch, K, N] (
 [batch, N, K] (col). `a` of a gemm may carry leading dimensions ([..., K]); they are flattened into M
 and restored on the output. A TMA design (L=1) on operands whose pitches the copy engine cannot
 take (a ragged K or N) runs the pointer path with the same tiles. The tile configuration is the
-MILP's choice written into the ModelNew (formloop.optimize); the chain is gemm_epilogue_ops.chain_text. Set TRITON_INTERPRET=1 before the
+MILP's choice written into the ModelNew (formloop.optimize); the chain is
+gemm_epilogue_ops.chain_text. Set TRITON_INTERPRET=1 before the
 first triton import to run in the interpreter (no CUDA device)."""
 from __future__ import annotations
 
