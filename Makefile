@@ -17,6 +17,7 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/formloop run gemm --shape 4096,4096,4096 --shape 64,4096,4096 --shape 1000,1000,1000
+	$(BIN)/formloop optimize problems/level2/linear_bias_relu.py problems/level2/gemm_scale_clamp.py problems/level1/cumsum.py --small --budget 1 --workers 2 --out .formloop/demo-optimize
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q tests

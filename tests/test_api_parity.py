@@ -30,6 +30,8 @@ STUDY = ROOT / "studies" / "wall_relaxation_capacity.toml"
 GELU_SPEC = ROOT / "examples" / "dsl" / "linear_bias_gelu.fl"
 TANH_SPEC = ROOT / "examples" / "dsl" / "fp16_bias_tanh.fl"
 DECODE = "1,32,8,128,8192,page=16"
+LBR = ROOT / "problems" / "level2" / "linear_bias_relu.py"
+NO_MODEL_NEW = "ModelNew = None  # not a class: the harness refuses it\n"
 GEMM = {"M": 1000, "N": 1000, "K": 1000}
 RACY = {"Tm": 256, "Tn": 256, "Tk": 64, "S": 3, "P": 2, "beta": 0}
 GOOD = {"Tm": 128, "Tn": 128, "Tk": 32, "S": 3, "P": 1, "beta": 0}
@@ -83,6 +85,13 @@ TWINS = [
      ["dsl", "check", str(GELU_SPEC), "--solver", "enumerate", "--shape", "512x1024x256", "--json"]),
     ("dsl_run", {"path": str(TANH_SPEC), "shape": "70x40x64", "solver": "enumerate"},
      ["dsl", "run", str(TANH_SPEC), "--shape", "70x40x64", "--solver", "enumerate", "--json"]),
+    # formloop optimize: a problem's record, and a submission judged like formloop's own (refused here)
+    ("optimize_status", {"problem": str(LBR), "out": "{optdir}"},
+     ["optimize-status", str(LBR), "--out", "{optdir}", "--json"]),
+    ("optimize_submit", {"problem": str(LBR), "out": "{optdir}", "source": NO_MODEL_NEW, "small": True,
+                         "tier": "interpreter"},
+     ["optimize-submit", str(LBR), "--candidate", "{badfile}", "--out", "{optdir}", "--small", "--tier",
+      "interpreter", "--json"]),
     ("population_query", {"kind": "templates", "status": "proved"},
      ["population", "query", "--kind", "templates", "--status", "proved"]),
     ("population_query", {"kind": "template", "template": get_template("gemm-tiling").content_hash[:8]},
@@ -113,7 +122,10 @@ def env_for(store: Path) -> dict[str, str]:
 
 
 def side_paths(root: Path, side: str) -> dict[str, str]:
-    return {"{chain}": str(root / f"chain-{side}.sqlite")}
+    bad = root / "no_model_new.py"
+    bad.write_text(NO_MODEL_NEW)
+    return {"{chain}": str(root / f"chain-{side}.sqlite"), "{optdir}": str(root / f"optimize-{side}"),
+            "{badfile}": str(bad)}
 
 
 def fill(value, paths: dict[str, str]):

@@ -22,6 +22,7 @@ LAYERS = [
     ("formloop.library",),
     ("formloop.codesign", "formloop.campaign", "formloop.dsl"),
     ("formloop.population",),
+    ("formloop.optimize",),
     ("formloop.api",),
     ("formloop.cli", "formloop.agent"),
 ]

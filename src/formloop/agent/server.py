@@ -19,7 +19,8 @@ from formloop.errors import FormloopError
 from formloop.settings import Settings, load_settings
 
 TOOL_NAMES = ("list_templates", "show_template", "prove", "solve", "check", "sol_report", "evaluate", "measure",
-              "run", "prove_chain", "wall_relax", "population_query", "add_template", "dsl_check", "dsl_run")
+              "run", "prove_chain", "wall_relax", "population_query", "add_template", "dsl_check", "dsl_run",
+              "optimize_status", "optimize_submit")
 CLI_TWINS = {
     "list_templates": "templates --json", "show_template": "show TEMPLATE --json",
     "prove": "population add TEMPLATE --json", "solve": "solve TEMPLATE --shape ... --json",
@@ -29,6 +30,8 @@ CLI_TWINS = {
     "wall_relax": "wall-relax STUDY --objective ... --json", "population_query": "population query --kind ...",
     "add_template": "population add SPEC --json", "dsl_check": "dsl check FILE --json",
     "dsl_run": "dsl run FILE --json",
+    "optimize_status": "optimize-status PROBLEM --out DIR --json",
+    "optimize_submit": "optimize-submit PROBLEM --candidate FILE|--spec FILE --out DIR --json",
 }
 """The CLI command that answers as each tool does (the parity test runs both)."""
 QUERY_KINDS = api_population.QUERY_KINDS
@@ -146,6 +149,18 @@ class Tools:
         """Run a kernel spec: correctness against the torch reference, then timing on a GPU (else the
         Triton interpreter at a reduced shape, labelled)."""
         return api.dsl_run(spec, path=path, shape=shape, calibration=calibration, solver=solver, timing=timing)
+
+    def optimize_status(self, problem: str, out: str, chip: str = "h200") -> dict:
+        """A problem file's SOL report (model) and its optimize campaign record in `out`: the best
+        verified candidate and every attempt's verdict."""
+        return api.optimize_status(problem, out=out, chip=chip)
+
+    def optimize_submit(self, problem: str, out: str, source: str | None = None, spec: str | None = None,
+                        small: bool = False, tier: str = "auto") -> dict:
+        """Submit a candidate for a problem file: a Triton ModelNew (`source`) or a kernel spec (`spec`)
+        for its GEMM regions. Checked, measured and stored exactly as formloop's own (same harness,
+        same integrity battery, sandboxed); it counts only if correct and integrity-accepted."""
+        return api.optimize_submit(problem, out=out, source=source, spec=spec, small=small, tier=tier)
 
 
 def build_server(settings: Settings | None = None):

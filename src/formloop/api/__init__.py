@@ -17,6 +17,7 @@ environment's).
     population  population_query
     the loop    run
     campaigns   harness, integrity, schedule, campaign, synth_log
+    optimizing  optimize, optimize_status, optimize_submit (problem files to verified ModelNew kernels)
 """
 from formloop.api.admission import add_template, admit_template
 from formloop.api.campaign import campaign, harness, integrity, schedule, synth_log
@@ -24,6 +25,7 @@ from formloop.api.codesign import codesign_study, wall_relax
 from formloop.api.dsl import dsl_check, dsl_emit, dsl_run
 from formloop.api.loop import run
 from formloop.api.measure import evaluate, measure
+from formloop.api.optimize import optimize, optimize_status, optimize_submit
 from formloop.api.population import population_query
 from formloop.api.sol import sol_ops, sol_report
 from formloop.api.solve import check, solve
@@ -33,7 +35,8 @@ from formloop.api.verify import chain_faults, prove_chain, prove_template, reche
 __all__ = [
     "add_template", "admit_template", "campaign", "chain_faults", "check", "codesign_study", "dsl_check", "dsl_emit",
     "dsl_run", "evaluate", "harness",
-    "integrity", "list_templates", "measure", "population_query", "prove_chain", "prove_template",
+    "integrity", "list_templates", "measure",
+    "optimize", "optimize_status", "optimize_submit", "population_query", "prove_chain", "prove_template",
     "recheck_certificate", "run", "schedule", "show_template", "sol_ops", "sol_report", "solve", "synth_log", "verify",
     "wall_relax",
 ]

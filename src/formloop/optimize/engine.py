@@ -1,0 +1,271 @@
+"""`formloop optimize`: bootstrap every problem, then spend attempts where the SOL gap is largest,
+with the campaign's stopping rules applied live (formloop.campaign.schedule states them):
+
+* a problem that does not yet beat the reference stays eligible until its budget is spent;
+* once it does, it stops on the SOL-gap rule (t_best <= (1 + eps) * t_SOL; gpu tier only, a CPU time
+  is never compared with a GPU floor) or the no-progress rule (`window` attempts without a better
+  t_best).
+
+CPU work (capture, recognition, MILP, assembly) runs in a process pool; measurements run one at
+a time (each in its own sandboxed child), so timings never share the device. Everything lands in
+OUT/optimize.sqlite: a second call resumes (bootstraps and attempts already recorded are reused,
+the budget counts them). One failing problem never stops the campaign."""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from formloop.campaign.schedule import Policy
+from formloop.errors import InvalidInput
+from formloop.optimize import attempt as steps
+from formloop.optimize.store import OptimizeStore
+
+
+@dataclass(frozen=True)
+class Settings:
+    out: Path
+    budget: int = 2                 # attempts per problem
+    small: bool = False
+    tier: str = "auto"              # auto | gpu | interpreter
+    chip: str = "h200"
+    tolerance: str = "kernelbench"
+    policy: Policy = Policy(eps=0.1, window=2)
+    workers: int = 2
+    integrity: bool = True
+    compile_baseline: bool | None = None    # None: on the gpu tier only
+    fp32_operands: str = "tf32"
+    deadline_s: float | None = None         # wall seconds after which no new attempt starts (resume later)
+
+
+def problem_files(paths: Sequence[str | Path]) -> list[Path]:
+    """Problem files under each DIR (recursively, '_' files skipped) and each FILE, in order."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(f for f in p.rglob("*.py") if not f.name.startswith("_"))
+        elif p.is_file() and p.suffix == ".py":
+            out.append(p)
+        else:
+            raise InvalidInput("problem path", str(p), "a directory of problem files or a .py problem file")
+    names = [f.stem for f in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InvalidInput("problem names", dup, "unique file names (a name identifies a problem)")
+    return out
+
+
+def resolve_tier(tier: str) -> str:
+    if tier not in ("auto", "gpu", "interpreter"):
+        raise InvalidInput("tier", tier, "auto, gpu, interpreter")
+    if tier == "auto":
+        import torch
+        tier = "gpu" if torch.cuda.is_available() else "interpreter"
+    if tier == "interpreter":
+        os.environ["TRITON_INTERPRET"] = "1"
+    return tier
+
+
+def _pool(workers: int):
+    if workers <= 1:
+        return None
+    import multiprocessing as mp
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+
+
+def _map(pool, fn, items: list[tuple[tuple, dict]]) -> list:
+    if pool is None:
+        return [fn(*a, **k) for a, k in items]
+    futures = [pool.submit(fn, *a, **k) for a, k in items]
+    return [f.result() for f in futures]
+
+
+class Progress:
+    """One line per step on stderr: a bar of attempts spent out of the most the budget allows."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        self.total, self.done, self.enabled = max(total, 1), 0, enabled
+
+    def step(self, text: str, advance: int = 1) -> None:
+        self.done += advance
+        if self.enabled:
+            filled = int(20 * min(self.done, self.total) / self.total)
+            print(f"[{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.total} {text}", file=sys.stderr, flush=True)
+
+
+def _state(store: OptimizeStore, name: str, policy: Policy) -> dict[str, Any]:
+    """Attempts spent, the best accepted time, attempts since it improved, and the reference time."""
+    best, since, ref = None, 0, None
+    attempts = [a for a in store.attempts(name) if a["origin"] == "formloop"]
+    for a in attempts:
+        ref = a["ref_s"] or ref
+        if a["accepted"] and a["time_s"] is not None and (best is None or a["time_s"] < best):
+            best, since = a["time_s"], 0
+        else:
+            since += 1
+    return {"n": len(attempts), "best": best, "since": since, "ref": ref}
+
+
+def _stop(st: dict, sol_s: float | None, tier: str, policy: Policy) -> str | None:
+    if st["best"] is None or st["ref"] is None or st["best"] >= st["ref"]:
+        return None
+    if tier == "gpu" and sol_s and policy.eps is not None and st["best"] <= (1 + policy.eps) * sol_s:
+        return "sol-gap"
+    if policy.window is not None and st["since"] >= policy.window:
+        return "no-progress"
+    return None
+
+
+def _gap(st: dict, sol_s: float | None, tier: str) -> float:
+    if st["best"] is None or not sol_s or tier != "gpu":
+        return math.inf
+    return st["best"] / sol_s
+
+
+def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool = True,
+             on_event: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Run (or resume) the campaign; returns the report (formloop.optimize.report)."""
+    from formloop.optimize.report import build_report
+
+    if not isinstance(settings.budget, int) or settings.budget < 1:
+        raise InvalidInput("budget", settings.budget, "an integer >= 1 (attempts per problem)")
+    started = time.monotonic()
+    files = problem_files(paths)
+    tier = resolve_tier(settings.tier)
+    out = Path(settings.out)
+    out.mkdir(parents=True, exist_ok=True)
+    store = OptimizeStore(out / "optimize.sqlite")
+    pool = _pool(settings.workers)
+    bar = Progress(len(files) * (settings.budget + 1), progress)
+    try:
+        todo = [f for f in files if (store.problem(f.stem) or {}).get("tier") != tier]
+        boots = _map(pool, steps.bootstrap, [((str(f),), {"small": settings.small, "chip": settings.chip})
+                                             for f in todo])
+        for b in boots:
+            store.put_problem(b["name"], path=b["path"], level=b["level"], tier=tier, status=b["status"],
+                              reason=b["reason"], sol_floor_s=b["sol_floor_s"], sol_note=b["sol_note"],
+                              bootstrap={"recognition": b["recognition"]})
+        bar.step(f"bootstrapped {len(files)} problems ({len(todo)} new)", advance=len(files))
+        pfile = {f.stem: steps.problem_file(str(f), settings.small, out) for f in files}
+        deadline = None if settings.deadline_s is None else started + settings.deadline_s
+        _campaign(files, settings, tier, store, pool, pfile, bar, on_event, deadline)
+        _write_models(files, store, out)
+        return build_report(store, [f.stem for f in files], tier=tier, settings=settings, out=out)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        store.close()
+
+
+def _compile_baseline(name: str, path: Path, settings: Settings, store: OptimizeStore, pfile, bar,
+                      limit_s: float | None = None) -> None:
+    """torch.compile's time for the problem, once (0.0 records a baseline that could not be had)."""
+    c = steps.compile_baseline(str(path), pfile[name], small=settings.small, out_dir=str(settings.out),
+                               tolerance=settings.tolerance, limit_s=limit_s)
+    store.set_compile(name, c["compile_s"] or 0.0)
+    bar.step(f"{name}: torch.compile baseline {c['compile_s']} s {c['note']}"[:160], advance=0)
+
+
+def _campaign(files, settings: Settings, tier: str, store: OptimizeStore, pool, pfile, bar, on_event,
+              deadline: float | None = None) -> None:
+    by_name = {f.stem: f for f in files}
+    want_compile = settings.compile_baseline if settings.compile_baseline is not None else tier == "gpu"
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            bar.step("deadline reached: stopping here (call again to resume)", advance=0)
+            return
+        if not _round(by_name, settings, tier, store, pool, pfile, bar, on_event, deadline):
+            break
+    if not want_compile:
+        return
+    for name, path in by_name.items():   # torch.compile baselines last: only problems with a verified best
+        if deadline is not None and time.monotonic() > deadline:
+            bar.step("deadline reached before every torch.compile baseline (call again to resume)", advance=0)
+            return
+        if store.best(name) and store.problem(name)["compile_s"] is None:
+            _compile_baseline(name, path, settings, store, pfile, bar, _limit(deadline))
+
+
+def _limit(deadline: float | None) -> float | None:
+    """Seconds one sandboxed child may run: what is left before the deadline (at least a minute)."""
+    return None if deadline is None else max(45.0, deadline + 60.0 - time.monotonic())
+
+
+def _operands(store: OptimizeStore, name: str, settings: Settings) -> str:
+    """fp32 GEMM operands once an attempt with the default (tf32) was incorrect: tolerance first."""
+    wrong = any(a["verdict"].startswith("incorrect") for a in store.attempts(name) if a["origin"] == "formloop")
+    return "fp32" if wrong else settings.fp32_operands
+
+
+def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, pfile, bar, on_event,
+           deadline: float | None) -> bool:
+    """One scheduling round: rank, stop, build a batch, measure it. False when nothing is eligible."""
+    ranked = []
+    for name in by_name:
+        rec = store.problem(name)
+        if rec["status"] != "ready":
+            continue
+        st = _state(store, name, settings.policy)
+        why = _stop(st, rec["sol_floor_s"], tier, settings.policy)
+        if why:
+            store.set_status(name, f"stopped:{why}")
+            bar.step(f"{name}: stopped ({why})", advance=settings.budget - st["n"])
+            continue
+        if st["n"] >= settings.budget:
+            store.set_status(name, "stopped:exhausted")
+            continue
+        ranked.append((-_gap(st, rec["sol_floor_s"], tier), st["n"], name))
+    if not ranked:
+        return False
+    ranked.sort()
+    batch = [name for _, _, name in ranked[:max(1, settings.workers)]]
+    numbers = {n: store.next_attempt(n) for n in batch}
+    built = _map(pool, steps.build, [((str(by_name[n]),), {"small": settings.small, "tier": tier,
+                                                           "attempt": numbers[n], "out_dir": str(settings.out),
+                                                           "fp32_operands": _operands(store, n, settings)})
+                                     for n in batch])
+    for name, b in zip(batch, built):
+        if deadline is not None and time.monotonic() > deadline:
+            return True   # built but not measured: rebuilt on the next call
+        if b["candidate"] is None:
+            row = {"correct": False, "accepted": False, "verdict": b["reason"], "time_s": None, "ref_s": None,
+                   "time_source": None, "sol_fraction": None}
+        else:
+            row = steps.measure(pfile[name], b["candidate"], tier=tier, tolerance=settings.tolerance,
+                                chip=settings.chip, integrity=settings.integrity, limit_s=_limit(deadline))
+            if row.get("cut_by_deadline"):   # the deadline cut it short: not an attempt, redone next call
+                bar.step(f"{name} attempt {numbers[name]}: cut short by the deadline (not recorded)", advance=0)
+                return True
+        detail = {k: v for k, v in {**b, **row}.items() if k not in ("correct", "accepted", "verdict", "time_s",
+                                                                   "ref_s", "time_source", "sol_fraction")}
+        store.add_attempt(name, attempt=numbers[name], candidate=b.get("candidate") or "", origin="formloop",
+                          correct=row["correct"], accepted=row["accepted"], verdict=row["verdict"],
+                          time_s=row["time_s"], ref_s=row["ref_s"], time_source=row["time_source"],
+                          sol_fraction=row["sol_fraction"], detail=detail)
+        sp = (f", {row['ref_s'] / row['time_s']:.3g}x vs eager ({row['time_source']})"
+              if row["time_s"] and row["ref_s"] else "")
+        bar.step(f"{name} attempt {numbers[name]}: {'accepted' if row['accepted'] else 'not accepted'} "
+                 f"[{row['verdict'][:80]}]{sp}")
+        if on_event:
+            on_event({"problem": name, "attempt": numbers[name], **row})
+    return True
+
+
+def _write_models(files, store: OptimizeStore, out: Path) -> None:
+    """OUT/models/NAME.py: each problem's best accepted ModelNew (none where it keeps the reference)."""
+    models = out / "models"
+    models.mkdir(exist_ok=True)
+    for f in files:
+        best = store.best(f.stem)
+        target = models / f"{f.stem}.py"
+        if best and Path(best["candidate"]).is_file():
+            shutil.copyfile(best["candidate"], target)
+        elif target.exists():
+            target.unlink()

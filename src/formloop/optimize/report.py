@@ -1,0 +1,132 @@
+"""The campaign report: per problem its best accepted candidate (or why it keeps the reference),
+speedups vs eager and vs torch.compile, SOL fraction and every attempt's integrity verdict; over the
+set fast_p at p = 0, 1, 1.5, 2, geomean and median speedups (formloop.campaign.metrics: a problem
+without an accepted candidate counts 1.0 in geomean/median, never in fast_p). Written as
+OUT/report.json, OUT/report.md and OUT/fast_p.png (with matplotlib).
+
+Every time carries its source. On the interpreter tier the times are host wall times of Triton's
+interpreter at SMALL sizes: the speedups are printed, labelled, and are not kernel speedups."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from formloop.campaign.metrics import fast_p, geomean, median
+from formloop.optimize.store import OptimizeStore
+
+PS = (0.0, 1.0, 1.5, 2.0)
+INTERPRETER_NOTE = ("interpreter tier: Triton kernels ran in Triton's CPU interpreter at SMALL sizes; the times "
+                    "are host wall times and the speedups below are NOT kernel speedups (correctness and "
+                    "integrity are real)")
+
+
+def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
+    rec = store.problem(name) or {"status": "missing", "reason": "not bootstrapped"}
+    attempts = store.attempts(name)
+    best = store.best(name)
+    ref = next((a["ref_s"] for a in reversed(attempts) if a["ref_s"]), None)
+    row = {"problem": name, "level": rec.get("level"), "status": rec.get("status"), "reason": rec.get("reason", ""),
+           "sol_floor_s": rec.get("sol_floor_s"), "sol_note": rec.get("sol_note", ""), "reference_s": ref,
+           "compile_s": rec.get("compile_s"), "attempts": len(attempts),
+           "verdicts": [{"attempt": a["attempt"], "origin": a["origin"], "correct": bool(a["correct"]),
+                         "accepted": bool(a["accepted"]), "verdict": a["verdict"],
+                         "flags": a["detail"].get("integrity_flags", [])} for a in attempts],
+           "best": None, "speedup_eager": None, "speedup_compile": None, "sol_fraction": None, "regions": [],
+           "fallbacks": ((rec.get("bootstrap") or {}).get("recognition") or {}).get("fallbacks", [])}
+    if best:
+        row["best"] = {"attempt": best["attempt"], "candidate": best["candidate"], "time_s": best["time_s"],
+                       "time_source": best["time_source"], "origin": best["origin"]}
+        row["regions"] = [{"kind": r["kind"], "nodes": r["nodes"], "design": r.get("design"), "notes": r.get("notes")}
+                          for r in best["detail"].get("regions", [])]
+        if best["ref_s"]:
+            row["speedup_eager"] = best["ref_s"] / best["time_s"]
+        if rec.get("compile_s"):
+            row["speedup_compile"] = rec["compile_s"] / best["time_s"]
+        row["sol_fraction"] = best["sol_fraction"]
+    return row
+
+
+def _summary(rows: list[dict]) -> dict[str, Any]:
+    eager = {r["problem"]: r["speedup_eager"] for r in rows}
+    comp = {r["problem"]: r["speedup_compile"] for r in rows if r["compile_s"]}
+    sol = [r["sol_fraction"] for r in rows if r["sol_fraction"] is not None]
+    out = {"problems": len(rows), "with_accepted_candidate": sum(1 for r in rows if r["best"]),
+           "kept_reference": sum(1 for r in rows if not r["best"]),
+           "not_covered": sum(1 for r in rows if r["status"] == "reference"),
+           "pending": sum(1 for r in rows if r["status"] == "ready"),
+           "attempts": sum(r["attempts"] for r in rows),
+           "integrity_flagged_counted": 0,   # by construction: only accepted attempts become a best
+           "vs_eager": {"fast_p": {f"{p:g}": fast_p(eager, p) for p in PS}, "geomean": geomean(eager),
+                        "median": median(eager)},
+           "median_sol_fraction": statistics.median(sol) if sol else None}
+    if comp:
+        out["vs_compile"] = {"fast_p": {f"{p:g}": fast_p(comp, p) for p in PS}, "geomean": geomean(comp),
+                             "median": median(comp), "problems": len(comp)}
+    else:
+        out["vs_compile"] = None
+    return out
+
+
+def build_report(store: OptimizeStore, names: list[str], *, tier: str, settings: Any, out: Path) -> dict[str, Any]:
+    rows = [_row(store, n) for n in names]
+    report = {"tier": tier, "source": "gpu (CUDA-graph timing, formloop.measure.timer)" if tier == "gpu"
+              else "cpu wall time, Triton interpreter", "note": INTERPRETER_NOTE if tier != "gpu" else "",
+              "settings": {"budget": settings.budget, "small": settings.small, "chip": settings.chip,
+                           "tolerance": settings.tolerance, "eps": settings.policy.eps,
+                           "window": settings.policy.window, "workers": settings.workers,
+                           "fp32_operands": settings.fp32_operands},
+              "summary": _summary(rows), "problems": rows, "out": str(out)}
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    (out / "report.md").write_text(markdown(report))
+    report["plot"] = _plot(rows, out / "fast_p.png", tier)
+    return report
+
+
+def _x(v: float | None, unit: str = "x") -> str:
+    return "-" if v is None else f"{v:.3g}{unit}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    tier = report["tier"]
+    lines = [f"# formloop optimize ({tier})", ""]
+    if report["note"]:
+        lines += [f"> {report['note']}", ""]
+    ve = s["vs_eager"]
+    lines += [f"Problems {s['problems']}: {s['with_accepted_candidate']} with an accepted candidate, "
+              f"{s['kept_reference']} keep the reference ({s['not_covered']} not covered, {s['pending']} with "
+              f"attempts left); {s['attempts']} attempts; integrity-flagged candidates counted: "
+              f"{s['integrity_flagged_counted']}.", "",
+              f"vs eager ({report['source']}): geomean {_x(ve['geomean'])}, median {_x(ve['median'])}, fast_p "
+              + ", ".join(f"p={p}: {v:.0%}" for p, v in ve["fast_p"].items())]
+    if s["vs_compile"]:
+        vc = s["vs_compile"]
+        lines.append(f"vs torch.compile ({vc['problems']} problems): geomean {_x(vc['geomean'])}, median "
+                     f"{_x(vc['median'])}, fast_p " + ", ".join(f"p={p}: {v:.0%}" for p, v in vc["fast_p"].items()))
+    else:
+        lines.append("vs torch.compile: not measured on this tier")
+    lines.append(f"median SOL fraction of the chosen kernels: {_x(s['median_sol_fraction'], '')}")
+    lines += ["", "| problem | status | best (s, source) | vs eager | vs compile | SOL frac | regions | verdicts |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in report["problems"]:
+        best = r["best"]
+        t = f"{best['time_s']:.3g} {best['time_source']}" if best else "-"
+        regions = "; ".join(f"{g['kind']}({','.join(g['nodes'])})" for g in r["regions"]) or (r["reason"] or "-")
+        verdicts = ", ".join(f"a{v['attempt']}:{v['verdict'][:40]}" for v in r["verdicts"]) or "-"
+        lines.append(f"| {r['problem']} | {r['status']} | {t} | {_x(r['speedup_eager'])} | "
+                     f"{_x(r['speedup_compile'])} | {_x(r['sol_fraction'], '')} | {regions[:160]} | {verdicts[:200]} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(rows: list[dict], path: Path, tier: str) -> str | None:
+    try:
+        from formloop.campaign.plots import plot_fast_p
+        curves = {f"vs eager ({tier})": {r["problem"]: r["speedup_eager"] for r in rows}}
+        comp = {r["problem"]: r["speedup_compile"] for r in rows if r["compile_s"]}
+        if comp:
+            curves[f"vs torch.compile ({tier})"] = comp
+        return str(plot_fast_p(curves, path))
+    except Exception:  # noqa: BLE001 - matplotlib missing: JSON and markdown stand alone
+        return None
