@@ -20,6 +20,7 @@ from formloop.library.gemm_epilogue_emit import HELPERS, KernelSpec, epilogue_so
 from formloop.library.gemm_epilogue_kernel import KERNEL_DIR
 from formloop.library.gemm_epilogue_ops import EpilogueOp, tensor_dtype_of
 from formloop.library.gemm_epilogue_reference import apply_chain
+from formloop.library.gemm_tiling_kernel import INTERPRETED
 from formloop.library.rowwise_kernel import DTYPE_OF, TORCH_DTYPES
 
 _MODULES: dict[str, object] = {}
@@ -45,9 +46,11 @@ class EwConfig:
 def kernel_text(spec: KernelSpec) -> str:
     ptrs, strides = tensor_params(spec)
     params = ", ".join(["x_ptr", "c_ptr", *ptrs, "M", "N", "sxm", "scm", *strides,
-                        "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"])
+                        "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr",
+                        "INTERPRET: tl.constexpr"])
+    # C_DESC=False: the output is stored by pointers (the epilogue's copy-engine store is the GEMM's)
     call = ", ".join(["x", "c_ptr", *ptrs, "row0", "col0", "tl.program_id(1)", "M", "N", "0", "scm", "1", *strides,
-                      "BLOCK_M", "BLOCK_N"])
+                      "BLOCK_M", "BLOCK_N", "INTERPRET", "False"])
     body = ["pid = tl.program_id(0)", "n_tiles = tl.cdiv(N, BLOCK_N)",
             "row0 = (pid // n_tiles) * BLOCK_M", "col0 = (pid % n_tiles) * BLOCK_N",
             "rm = row0 + tl.arange(0, BLOCK_M)", "rn = col0 + tl.arange(0, BLOCK_N)",
@@ -134,7 +137,7 @@ class ElementwiseProgram:
         if self._fn is None:
             self._fn = load(self.spec)
         self._fn[grid](x2, y.view(M, N), *args, M, N, x2.stride(0), N, *strides, BLOCK_M=cfg.BM,
-                              BLOCK_N=cfg.BN, num_warps=cfg.W)
+                              BLOCK_N=cfg.BN, INTERPRET=INTERPRETED, num_warps=cfg.W)
         return y
 
     def reference(self, x: torch.Tensor, inputs: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
