@@ -9,7 +9,8 @@ from formloop.template import Template
 
 _REGISTRY: dict[str, Callable[..., Template]] = {}
 _MODULES = ("formloop.library.gemm_tiling", "formloop.library.gemm_tiling_gpu", "formloop.library.gemm_epilogue",
-            "formloop.library.attention_decode", "formloop.library.attention_prefill")
+            "formloop.library.attention_decode", "formloop.library.attention_prefill",
+            "formloop.library.qwen3_layer_template")
 
 
 def register_template(name: str):

@@ -1,0 +1,166 @@
+"""Plan one Qwen3 layer scenario: each part's design and model time from its own template, then the
+fusion choice by solving qwen3-layer (HiGHS), with every choice's cost beside it.
+
+A plan is data (plan once, run many): the fusion, the GEMM tile designs (gemm-epilogue-gpu with
+the part's chain), the attention design, and the model time of every part in us. The executor
+(qwen3_layer_kernels) builds the kernels from it."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from formloop.hw.chips import get_chip
+from formloop.library import attention_service, gemm_epilogue, get_template
+from formloop.library.qwen3_layer import Qwen3Config, Scenario, check_config
+from formloop.library.qwen3_layer_template import NAME, PARTS, Fusion, all_fusions, stream_us
+from formloop.solve import enumerate_designs, solve_milp
+
+E = 2  # bf16 bytes
+GEMM_TEMPLATE = gemm_epilogue.NAME
+
+
+@dataclass(frozen=True)
+class GemmPart:
+    """C[M, N] = chain(A[M, K] · Wᵀ), W as nn.Linear keeps it ([N, K])."""
+
+    M: int
+    N: int
+    K: int
+    chain: str = ""
+
+
+@dataclass(frozen=True)
+class AttentionPart:
+    template: str
+    shape: str  # B,Hq,Hkv,D,L
+
+
+@dataclass(frozen=True)
+class StreamPart:
+    bytes: int
+
+
+def part_specs(cfg: Qwen3Config, sc: Scenario) -> dict[str, Any]:
+    """Every part of the layer for the scenario (the template's PARTS), with what its cost reads."""
+    t, h, i = sc.tokens, cfg.hidden, cfg.intermediate
+    row = t * h * E
+    prefill = sc.kind == "prefill"
+    attn = AttentionPart("attention-prefill" if prefill else "attention-decode",
+                         f"1,{cfg.heads},{cfg.kv_heads},{cfg.head_dim},{sc.kv_len}")
+    return {
+        "norm1": StreamPart(2 * row + h * E),
+        "qkv": GemmPart(t, cfg.qkv_width, h),
+        "rope": StreamPart(2 * t * cfg.qkv_width * E + 2 * t * cfg.head_dim * 4),
+        "attn": attn,
+        "relayout": StreamPart(2 * t * cfg.q_width * E) if prefill else StreamPart(0),
+        "oproj": GemmPart(t, h, cfg.q_width),
+        "oproj_add": GemmPart(t, h, cfg.q_width, "add(name=residual)"),
+        "add1": StreamPart(3 * row),
+        "norm2": StreamPart(2 * row + h * E),
+        "addnorm2": StreamPart(4 * row + h * E),
+        "gateup": GemmPart(t, 2 * i, h),
+        "gateup_glu": GemmPart(t, 2 * i, h, "glu(act=silu)"),
+        "silu_mul": StreamPart(3 * t * i * E),
+        "down": GemmPart(t, h, i),
+        "down_add": GemmPart(t, h, i, "add(name=residual)"),
+        "add2": StreamPart(3 * row),
+    }
+
+
+@dataclass
+class PartPlan:
+    name: str
+    kind: str          # gemm, attention, stream
+    time_us: float     # the part's model
+    design: dict = field(default_factory=dict)
+    detail: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"part": self.name, "kind": self.kind, "model_us": self.time_us, "design": self.design,
+                "detail": self.detail, "what": PARTS[self.name]}
+
+
+def _solve_part(name: str, spec, chip_name: str) -> PartPlan:
+    chip = get_chip(chip_name)
+    if isinstance(spec, GemmPart):
+        t = get_template(GEMM_TEMPLATE, dtype="bf16", epilogue=spec.chain)
+        wl = gemm_epilogue.workload(spec.M, spec.N, spec.K, "bf16", pb_=spec.K)
+        s = solve_milp(t.formulate(wl, chip))
+        return PartPlan(name, "gemm", float(s.objective), {k: int(v) for k, v in s.assignment.items()},
+                        {"M": spec.M, "N": spec.N, "K": spec.K, "chain": spec.chain, "template": GEMM_TEMPLATE,
+                         "solver": s.solver})
+    if isinstance(spec, AttentionPart):
+        r = attention_service.solve(spec.template, spec.shape, chip=chip_name)
+        return PartPlan(name, "attention", float(r["objective_us"]), dict(r["design"]),
+                        {"template": spec.template, "shape": spec.shape, "solver": r["solver"]})
+    return PartPlan(name, "stream", stream_us(spec.bytes, chip) if spec.bytes else 0.0, {},
+                    {"bytes": spec.bytes, "model": "launch + bytes / (eta_bw * bw)"})
+
+
+def solve_parts(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", workers: int = 4) -> dict[str, PartPlan]:
+    """Each part's design and model time (the GEMMs and attention solved by their templates)."""
+    specs = part_specs(check_config(cfg), sc)
+    if workers <= 1:
+        return {n: _solve_part(n, s, chip) for n, s in specs.items()}
+    # processes: the solves are CPU work in Python and HiGHS; spawn keeps CUDA state out of them
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = {n: pool.submit(_solve_part, n, s, chip) for n, s in specs.items() if not _trivial(s)}
+        out = {n: f.result() for n, f in done.items()}
+    return {n: out[n] if n in out else _solve_part(n, s, chip) for n, s in specs.items()}
+
+
+def _trivial(spec) -> bool:
+    return isinstance(spec, StreamPart)
+
+
+def solve_layer(parts: Mapping[str, PartPlan], model: str = "qwen3-8b") -> dict:
+    """The fusion choice (HiGHS over qwen3-layer), with every choice's cost by enumeration."""
+    t = get_template(NAME, model=model)
+    f = t.formulate({f"t_{n}": p.time_us for n, p in parts.items()})
+    s = solve_milp(f)
+    e = enumerate_designs(f)
+    costs = []
+    for fu in all_fusions():
+        v = t.evaluate_terms(fu.as_dict(), f.params)["cost"]
+        costs.append({"fusion": fu.as_dict(), "model_us": v})
+    costs.sort(key=lambda r: r["model_us"])
+    return {"fusion": Fusion.of(s.assignment).as_dict(), "model_us": float(s.objective), "bound_us": float(s.bound),
+            "solver": s.solver, "status": s.status.value, "enumerated_us": float(e.objective),
+            "ties": len(e.ties) if e.ties is not None else None, "choices": costs,
+            "template": NAME, "template_hash": t.content_hash}
+
+
+@dataclass
+class LayerPlan:
+    """One scenario's plan: the fusion, every part's plan, the layer's model time."""
+
+    cfg: Qwen3Config
+    scenario: Scenario
+    fusion: Fusion
+    parts: dict[str, PartPlan]
+    layer: dict
+
+    @property
+    def launched(self) -> tuple[str, ...]:
+        return self.fusion.parts(self.scenario.kind == "prefill")
+
+    @property
+    def model_us(self) -> float:
+        return sum(self.parts[p].time_us for p in self.launched)
+
+    def with_fusion(self, fusion: Fusion) -> "LayerPlan":
+        return LayerPlan(self.cfg, self.scenario, fusion, self.parts, self.layer)
+
+    def as_dict(self) -> dict:
+        return {"scenario": self.scenario.text, "fusion": self.fusion.as_dict(), "model_us": self.model_us,
+                "parts": [self.parts[p].as_dict() for p in self.launched], "layer_solve": self.layer,
+                "units": {"model_us": "us (model)", "parts.model_us": "us (model)"}}
+
+
+def plan(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", model: str = "qwen3-8b", workers: int = 4) -> LayerPlan:
+    parts = solve_parts(cfg, sc, chip, workers)
+    layer = solve_layer(parts, model)
+    return LayerPlan(cfg, sc, Fusion(**layer["fusion"]), parts, layer)
