@@ -1,0 +1,313 @@
+"""Triton kernels of the rowwise family (formloop.library.rowwise): norms, softmax, row reductions.
+
+x is a 2D view [R, C] whose last dim is contiguous (rows may be strided). Every op computes in fp32
+and writes its outputs in x's dtype (argmax/argmin: int64). A tile is [RP, BC]; when BC >= C the row
+is held in registers and read once, else the program loops over it (norms and softmax read it a
+second time to write it). rmsnorm-residual rounds x + residual to x's dtype, stores it as the new
+residual and normalizes the rounded value (HF Qwen3: the residual stream is kept in the model dtype).
+Ties of argmax/argmin go to the first index; NaN inputs are outside the contract of the arg ops."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from formloop.errors import InvalidInput
+from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_OF = {v: k for k, v in TORCH_DTYPES.items()}
+NORM_CODE = {"rmsnorm": 0, "rmsnorm-residual": 1, "layernorm": 2}
+RED_CODE = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "logsumexp": 6}
+
+
+@dataclass(frozen=True)
+class RowConfig:
+    BC: int
+    RP: int = 1
+    W: int = 4
+    S: int = 1
+
+    @classmethod
+    def from_assignment(cls, a: Mapping[str, int]) -> "RowConfig":
+        return cls(int(a["BC"]), int(a["RP"]), int(a["W"]), int(a["S"]))
+
+    def __post_init__(self) -> None:
+        for name in ("BC", "RP", "W"):
+            v = getattr(self, name)
+            if v < 1 or v & (v - 1):
+                raise InvalidInput(f"rowwise {name}", v, "a power of two >= 1")
+        if self.S < 1:
+            raise InvalidInput("rowwise S", self.S, "an integer >= 1")
+
+
+def heuristic_config(C: int, op: str = "rmsnorm") -> RowConfig:
+    """A usable config without the solver: the row in one tile up to 8192 columns, else loop."""
+    bc = min(triton.next_power_of_2(max(C, 16)), 8192)
+    rp = max(1, min(16, 1024 // bc))
+    w = max(1, min(16, bc * rp // 256))
+    return RowConfig(bc, rp, w, 1 if bc >= C else 2)
+
+
+@triton.jit
+def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sro, eps,
+                 OP: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, ONE: tl.constexpr):
+    rows = tl.program_id(0) * RP + tl.arange(0, RP)
+    row_ok = rows < R
+    r64 = rows.to(tl.int64)
+    if ONE:
+        cols = tl.arange(0, BC)
+        m = row_ok[:, None] & (cols < C)[None, :]
+        x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        if OP == 1:
+            x = x + tl.load(r_ptr + r64[:, None] * sr + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            xr = x.to(ro_ptr.dtype.element_ty)
+            tl.store(ro_ptr + r64[:, None] * sro + cols[None, :], xr, mask=m)
+            x = xr.to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
+        if OP == 2:
+            mean = tl.sum(x, 1) / C
+            d = tl.where(m, x - mean[:, None], 0.0)
+            rstd = 1.0 / tl.sqrt(tl.sum(d * d, 1) / C + eps)
+            b = tl.load(b_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
+            y = d * rstd[:, None] * w[None, :] + b[None, :]
+        else:
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / C + eps)
+            y = x * rstd[:, None] * w[None, :]
+        tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
+    else:
+        # pass 1: statistics (layernorm shifts by the row's first value against cancellation)
+        shift = tl.zeros([RP], tl.float32)
+        if OP == 2:
+            shift = tl.load(x_ptr + r64 * sx, mask=row_ok, other=0.0).to(tl.float32)
+        acc = tl.zeros([RP, BC], tl.float32)
+        acc2 = tl.zeros([RP, BC], tl.float32)
+        for c0 in range(0, C, BC):
+            cols = c0 + tl.arange(0, BC)
+            m = row_ok[:, None] & (cols < C)[None, :]
+            x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            if OP == 1:
+                x = x + tl.load(r_ptr + r64[:, None] * sr + cols[None, :], mask=m, other=0.0).to(tl.float32)
+                xr = x.to(ro_ptr.dtype.element_ty)
+                tl.store(ro_ptr + r64[:, None] * sro + cols[None, :], xr, mask=m)
+                x = xr.to(tl.float32)
+            if OP == 2:
+                d = tl.where(m, x - shift[:, None], 0.0)
+                acc += d
+                acc2 += d * d
+            else:
+                acc2 += x * x
+        if OP == 2:
+            dm = tl.sum(acc, 1) / C
+            var = tl.maximum(tl.sum(acc2, 1) / C - dm * dm, 0.0)
+            mean = shift + dm
+        else:
+            var = tl.sum(acc2, 1) / C
+            mean = tl.zeros([RP], tl.float32)
+        rstd = 1.0 / tl.sqrt(var + eps)
+        # pass 2: normalize (x + residual recomputed from the inputs, rounded as stored)
+        for c0 in range(0, C, BC):
+            cols = c0 + tl.arange(0, BC)
+            m = row_ok[:, None] & (cols < C)[None, :]
+            x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            if OP == 1:
+                x = x + tl.load(r_ptr + r64[:, None] * sr + cols[None, :], mask=m, other=0.0).to(tl.float32)
+                x = x.to(ro_ptr.dtype.element_ty).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
+            if OP == 2:
+                b = tl.load(b_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
+                y = (x - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
+            else:
+                y = x * rstd[:, None] * w[None, :]
+            tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, y_ptr, R, C, sx, sy, LOG: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr,
+                    ONE: tl.constexpr):
+    rows = tl.program_id(0) * RP + tl.arange(0, RP)
+    row_ok = rows < R
+    r64 = rows.to(tl.int64)
+    if ONE:
+        cols = tl.arange(0, BC)
+        m = row_ok[:, None] & (cols < C)[None, :]
+        x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=float("-inf")).to(tl.float32)
+        mx = tl.max(x, 1)
+        ex = tl.exp(x - mx[:, None])
+        s = tl.sum(ex, 1)
+        if LOG:
+            y = x - mx[:, None] - tl.log(s)[:, None]
+        else:
+            y = ex / s[:, None]
+        tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
+    else:
+        mv = tl.full([RP, BC], float("-inf"), tl.float32)
+        sv = tl.zeros([RP, BC], tl.float32)
+        for c0 in range(0, C, BC):
+            cols = c0 + tl.arange(0, BC)
+            m = row_ok[:, None] & (cols < C)[None, :]
+            x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=float("-inf")).to(tl.float32)
+            mn = tl.maximum(mv, x)
+            safe = tl.where(mn == float("-inf"), 0.0, mn)
+            sv = sv * tl.exp(mv - safe) + tl.exp(x - safe)
+            mv = mn
+        mx = tl.max(mv, 1)
+        s = tl.sum(sv * tl.exp(mv - mx[:, None]), 1)
+        for c0 in range(0, C, BC):
+            cols = c0 + tl.arange(0, BC)
+            m = row_ok[:, None] & (cols < C)[None, :]
+            x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=float("-inf")).to(tl.float32)
+            if LOG:
+                y = x - mx[:, None] - tl.log(s)[:, None]
+            else:
+                y = tl.exp(x - mx[:, None]) / s[:, None]
+            tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _reduce_kernel(x_ptr, y_ptr, R, C, sx, OP: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr):
+    rows = tl.program_id(0) * RP + tl.arange(0, RP)
+    row_ok = rows < R
+    r64 = rows.to(tl.int64)
+    if OP == 0 or OP == 1:
+        other = 0.0
+    elif OP == 2 or OP == 4 or OP == 6:
+        other = float("-inf")
+    else:
+        other = float("inf")
+    acc = tl.full([RP, BC], other, tl.float32)
+    idx = tl.zeros([RP, BC], tl.int32)
+    sv = tl.zeros([RP, BC], tl.float32)
+    for c0 in range(0, C, BC):
+        cols = c0 + tl.arange(0, BC)
+        m = row_ok[:, None] & (cols < C)[None, :]
+        x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=other).to(tl.float32)
+        if OP == 0 or OP == 1:
+            acc += x
+        elif OP == 2:
+            acc = tl.maximum(acc, x)
+        elif OP == 3:
+            acc = tl.minimum(acc, x)
+        elif OP == 4:
+            better = (x > acc) & m
+            idx = tl.where(better, cols[None, :], idx)
+            acc = tl.where(better, x, acc)
+        elif OP == 5:
+            better = (x < acc) & m
+            idx = tl.where(better, cols[None, :], idx)
+            acc = tl.where(better, x, acc)
+        else:
+            mn = tl.maximum(acc, x)
+            safe = tl.where(mn == float("-inf"), 0.0, mn)
+            sv = sv * tl.exp(acc - safe) + tl.exp(x - safe)
+            acc = mn
+    if OP == 0:
+        out = tl.sum(acc, 1)
+    elif OP == 1:
+        out = tl.sum(acc, 1) / C
+    elif OP == 2:
+        out = tl.max(acc, 1)
+    elif OP == 3:
+        out = tl.min(acc, 1)
+    elif OP == 6:
+        mx = tl.max(acc, 1)
+        safe = tl.where(mx == float("-inf"), 0.0, mx)
+        out = safe + tl.log(tl.sum(sv * tl.exp(acc - safe[:, None]), 1))
+    else:
+        if OP == 4:
+            best = tl.max(acc, 1)
+        else:
+            best = tl.min(acc, 1)
+        # lanes that never saw a value hold index 0 and the neutral value: they lose unless the row is all neutral
+        cand = tl.where(acc == best[:, None], idx, 2147483647)
+        out = tl.min(cand, 1).to(tl.int64)
+    tl.store(y_ptr + r64, out.to(y_ptr.dtype.element_ty), mask=row_ok)
+
+
+def _check_2d(name: str, t: torch.Tensor, rows: int | None = None, cols: int | None = None) -> None:
+    if t.dim() != 2 or t.stride(1) != 1:
+        raise InvalidInput(f"{name} layout", tuple(t.shape), "a 2D tensor [R, C] with a contiguous last dim")
+    if (rows is not None and t.shape[0] != rows) or (cols is not None and t.shape[1] != cols):
+        raise InvalidInput(f"{name} shape", tuple(t.shape), f"[{rows}, {cols}]")
+
+
+def _check_vec(name: str, t: torch.Tensor | None, cols: int) -> torch.Tensor:
+    if t is None or t.dim() != 1 or t.shape[0] != cols:
+        raise InvalidInput(f"{name} shape", None if t is None else tuple(t.shape), f"a vector [{cols}]")
+    return t.contiguous()
+
+
+class RowwiseProgram:
+    """One instance: op, tile config, the workload's R and C (checked at call) and dtype."""
+
+    def __init__(self, op: str, config: RowConfig, R: int | None = None, C: int | None = None,
+                 dtype: str | None = None):
+        if op not in ROW_OPS:
+            raise InvalidInput("rowwise op", op, ROW_OPS)
+        if dtype is not None and dtype not in DTYPES:
+            raise InvalidInput("dtype", dtype, DTYPES)
+        self.op, self.config, self.R, self.C, self.dtype = op, config, R, C, dtype
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                 residual: torch.Tensor | None = None, eps: float = 1e-6, out: torch.Tensor | None = None,
+                 residual_out: torch.Tensor | None = None):
+        """The op on x [R, C]; rmsnorm-residual returns (y, new residual); residual_out may alias residual."""
+        if x.dtype not in DTYPE_OF:
+            raise InvalidInput("x dtype", str(x.dtype), DTYPES)
+        if self.dtype is not None and DTYPE_OF[x.dtype] != self.dtype:
+            raise InvalidInput("x dtype", DTYPE_OF[x.dtype], [self.dtype])
+        _check_2d("x", x, self.R, self.C)
+        R, C = x.shape
+        if R == 0 or C == 0:
+            raise InvalidInput("x shape", tuple(x.shape), "R >= 1 and C >= 1")
+        cfg = self.config
+        grid = (triton.cdiv(R, cfg.RP),)
+        one = cfg.BC >= C
+        launch = dict(num_warps=cfg.W, num_stages=cfg.S)
+        if self.op in NORMS:
+            w = _check_vec("weight", weight, C)
+            b = _check_vec("bias", bias, C) if self.op == "layernorm" else w
+            y = torch.empty_like(x) if out is None else out
+            _check_2d("out", y, R, C)
+            if self.op == "rmsnorm-residual":
+                if residual is None:
+                    raise InvalidInput("residual", None, f"a tensor [{R}, {C}] of x's dtype")
+                _check_2d("residual", residual, R, C)
+                ro = torch.empty_like(x) if residual_out is None else residual_out
+                _check_2d("residual_out", ro, R, C)
+            else:
+                residual, ro = x, y
+            _norm_kernel[grid](x, residual, w, b, y, ro, R, C, x.stride(0), residual.stride(0), y.stride(0),
+                               ro.stride(0), float(eps), OP=NORM_CODE[self.op], BC=cfg.BC, RP=cfg.RP, ONE=one,
+                               **launch)
+            return (y, ro) if self.op == "rmsnorm-residual" else y
+        if self.op in ("softmax", "log-softmax"):
+            y = torch.empty_like(x) if out is None else out
+            _check_2d("out", y, R, C)
+            _softmax_kernel[grid](x, y, R, C, x.stride(0), y.stride(0), LOG=self.op == "log-softmax", BC=cfg.BC,
+                                  RP=cfg.RP, ONE=one, **launch)
+            return y
+        assert self.op in REDUCTIONS
+        arg = self.op in ("argmax", "argmin")
+        y = torch.empty(R, dtype=torch.int64 if arg else x.dtype, device=x.device) if out is None else out
+        _reduce_kernel[grid](x, y, R, C, x.stride(0), OP=RED_CODE[self.op], BC=cfg.BC, RP=cfg.RP, **launch)
+        return y
+
+
+def rowwise(op: str, x: torch.Tensor, *, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+            residual: torch.Tensor | None = None, eps: float = 1e-6, config: RowConfig | None = None,
+            chip: str = "h200", out: torch.Tensor | None = None, residual_out: torch.Tensor | None = None):
+    """The op on x [R, C] (contiguous last dim) with the solved design for its shape (or `config`)."""
+    from formloop.library.rowwise import solved_design  # noqa: PLC0415 (the solver only when no config is given)
+
+    if x.dtype not in DTYPE_OF:
+        raise InvalidInput("x dtype", str(x.dtype), DTYPES)
+    _check_2d("x", x)
+    if config is None:
+        config = RowConfig.from_assignment(solved_design(op, int(x.shape[0]), int(x.shape[1]), DTYPE_OF[x.dtype],
+                                                         chip))
+    return RowwiseProgram(op, config)(x, weight=weight, bias=bias, residual=residual, eps=eps, out=out,
+                                      residual_out=residual_out)
