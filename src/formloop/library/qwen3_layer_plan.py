@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from formloop.hw.chips import get_chip
-from formloop.library import attention_service, gemm_epilogue, get_template
+from formloop.library import attention_service, elementwise, gemm_epilogue, get_template, rowwise
 from formloop.library.qwen3_layer import Qwen3Config, Scenario, check_config
 from formloop.library.qwen3_layer_template import NAME, PARTS, Fusion, all_fusions, stream_us
 from formloop.solve import enumerate_designs, solve_milp
@@ -39,34 +39,68 @@ class AttentionPart:
 
 
 @dataclass(frozen=True)
+class RowPart:
+    """A rowwise-<op> kernel over [R, C]."""
+
+    op: str
+    R: int
+    C: int
+
+
+@dataclass(frozen=True)
+class EwPart:
+    """An elementwise chain over [M, N]."""
+
+    chain: str
+    M: int
+    N: int
+
+
+@dataclass(frozen=True)
+class RopePart:
+    """qk-norm-rope-kv over T tokens."""
+
+    T: int
+    Hq: int
+    Hkv: int
+    D: int
+
+
+@dataclass(frozen=True)
 class StreamPart:
+    """A copy kernel of this module's own (the prefill relayout): launch + bytes at the copy rate."""
+
     bytes: int
+
+
+ADD = "add(name=residual)"
+SILU_MUL = "silu >> mul(name=up)"
+ROPE_TEMPLATE = "qk-norm-rope-kv"
 
 
 def part_specs(cfg: Qwen3Config, sc: Scenario) -> dict[str, Any]:
     """Every part of the layer for the scenario (the template's PARTS), with what its cost reads."""
     t, h, i = sc.tokens, cfg.hidden, cfg.intermediate
-    row = t * h * E
     prefill = sc.kind == "prefill"
     attn = AttentionPart("attention-prefill" if prefill else "attention-decode",
                          f"1,{cfg.heads},{cfg.kv_heads},{cfg.head_dim},{sc.kv_len}")
     return {
-        "norm1": StreamPart(2 * row + h * E),
+        "norm1": RowPart("rmsnorm", t, h),
         "qkv": GemmPart(t, cfg.qkv_width, h),
-        "rope": StreamPart(2 * t * cfg.qkv_width * E + 2 * t * cfg.head_dim * 4),
+        "rope": RopePart(t, cfg.heads, cfg.kv_heads, cfg.head_dim),
         "attn": attn,
         "relayout": StreamPart(2 * t * cfg.q_width * E) if prefill else StreamPart(0),
         "oproj": GemmPart(t, h, cfg.q_width),
-        "oproj_add": GemmPart(t, h, cfg.q_width, "add(name=residual)"),
-        "add1": StreamPart(3 * row),
-        "norm2": StreamPart(2 * row + h * E),
-        "addnorm2": StreamPart(4 * row + h * E),
+        "oproj_add": GemmPart(t, h, cfg.q_width, ADD),
+        "add1": EwPart(ADD, t, h),
+        "norm2": RowPart("rmsnorm", t, h),
+        "addnorm2": RowPart("rmsnorm-residual", t, h),
         "gateup": GemmPart(t, 2 * i, h),
         "gateup_glu": GemmPart(t, 2 * i, h, "glu(act=silu)"),
-        "silu_mul": StreamPart(3 * t * i * E),
+        "silu_mul": EwPart(SILU_MUL, t, i),
         "down": GemmPart(t, h, i),
-        "down_add": GemmPart(t, h, i, "add(name=residual)"),
-        "add2": StreamPart(3 * row),
+        "down_add": GemmPart(t, h, i, ADD),
+        "add2": EwPart(ADD, t, h),
     }
 
 
@@ -96,8 +130,21 @@ def _solve_part(name: str, spec, chip_name: str) -> PartPlan:
         r = attention_service.solve(spec.template, spec.shape, chip=chip_name)
         return PartPlan(name, "attention", float(r["objective_us"]), dict(r["design"]),
                         {"template": spec.template, "shape": spec.shape, "solver": r["solver"]})
-    return PartPlan(name, "stream", stream_us(spec.bytes, chip) if spec.bytes else 0.0, {},
-                    {"bytes": spec.bytes, "model": "launch + bytes / (eta_bw * bw)"})
+    if isinstance(spec, (RowPart, EwPart, RopePart)):
+        if isinstance(spec, RowPart):
+            tname, t, wl = f"rowwise-{spec.op}", get_template(f"rowwise-{spec.op}", dtype="bf16"), \
+                rowwise.workload(spec.R, spec.C)
+        elif isinstance(spec, EwPart):
+            tname, t, wl = "elementwise", get_template("elementwise", chain=spec.chain, dtype="bf16"), \
+                elementwise.workload(spec.M, spec.N)
+        else:
+            tname, t = ROPE_TEMPLATE, get_template(ROPE_TEMPLATE, dtype="bf16")
+            wl = {"T": spec.T, "Hq": spec.Hq, "Hkv": spec.Hkv, "D": spec.D, "e": E}
+        s = solve_milp(t.formulate(wl, chip))
+        return PartPlan(name, "vector", float(s.objective), {k: int(v) for k, v in s.assignment.items()},
+                        {"template": tname, **{k: v for k, v in vars(spec).items()}, "solver": s.solver})
+    return PartPlan(name, "stream", stream_us(spec.bytes, chip) if spec.bytes else 0.0, {"BT": 32},
+                    {"bytes": spec.bytes, "model": "launch + bytes / (eta_bw * bw)", "template": "(own copy kernel)"})
 
 
 def solve_parts(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", workers: int = 4) -> dict[str, PartPlan]:
@@ -113,7 +160,7 @@ def solve_parts(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", workers: int
 
 
 def _trivial(spec) -> bool:
-    return isinstance(spec, StreamPart)
+    return not isinstance(spec, (GemmPart, AttentionPart))
 
 
 def solve_layer(parts: Mapping[str, PartPlan], model: str = "qwen3-8b") -> dict:
