@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "formloop.cli.measure_cmd",
     "formloop.cli.problems_cmd",
     "formloop.cli.dsl_cmd",
+    "formloop.cli.layer_cmd",
 )
 
 for _module in COMMAND_MODULES:

@@ -21,7 +21,7 @@ from formloop.library.qwen3_layer_template import Fusion, all_fusions
 # about 2^-8 relative per rounding, a few of them compounding; the residual stream dominates `out`.
 OUT_TOLERANCE = 2e-2
 KV_TOLERANCE = 2e-2
-CHECK_SCENARIOS = ("prefill:8", "decode:5")
+CHECK_SCENARIOS = ("prefill:8", "decode:40")
 
 # small designs the interpreter runs quickly (pointer loads: the interpreter has no copy engine)
 TINY_DESIGNS = {

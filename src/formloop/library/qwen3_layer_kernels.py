@@ -149,38 +149,50 @@ class LayerKernels:
 
     def __call__(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """out [T, hidden] = layer(x); writes the new tokens' K and V into the caches."""
-        cfg, sc, fu = self.cfg, self.sc, self.fusion
-        g, w = self.gemms, self.w
-        self.norm1(x, weight=w["w_in"], eps=cfg.eps, out=self.h)
-        g["qkv"].launch({"a": self.h, "b": w["w_qkv"].T}, self.qkv, self.ws["qkv"])
+        for _, step in self.steps(x, k_cache, v_cache, out):
+            step()
+        return out
+
+    def steps(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor):
+        """[(part, launch)] in order: each launch reads the buffers the ones before it wrote, so a
+        part can be timed alone once the whole layer has run."""
+        cfg, fu = self.cfg, self.fusion
+        g, w, ws = self.gemms, self.w, self.ws
+        I = cfg.intermediate
         q_rows = self.q[0].transpose(0, 1) if self.prefill else self.q[0].view(1, cfg.heads, cfg.head_dim)
-        self.rope(self.qkv, w["q_norm"], w["k_norm"], q_rows, k_cache, v_cache)
+        s = [("norm1", lambda: self.norm1(x, weight=w["w_in"], eps=cfg.eps, out=self.h)),
+             ("qkv", lambda: g["qkv"].launch({"a": self.h, "b": w["w_qkv"].T}, self.qkv, ws["qkv"])),
+             ("rope", lambda: self.rope(self.qkv, w["q_norm"], w["k_norm"], q_rows, k_cache, v_cache))]
         if self.prefill:
-            self.attn.launch(self.q, k_cache, v_cache, self.o_heads)
-            relayout(self.o_heads, self.o)
+            s += [("attn", lambda: self.attn.launch(self.q, k_cache, v_cache, self.o_heads)),
+                  ("relayout", lambda: relayout(self.o_heads, self.o))]
             o = self.o
         else:
-            self.attn.launch(self.q, k_cache, v_cache, self.o_heads, self.attn_ws)
+            s += [("attn", lambda: self.attn.launch(self.q, k_cache, v_cache, self.o_heads, self.attn_ws))]
             o = self.o_heads.view(1, cfg.q_width)
         if fu.R1 == 1:
-            g["oproj"].launch({"a": o, "b": w["w_o"].T, "residual": x}, self.h1, self.ws["oproj"])
-            self.norm2(self.h1, weight=w["w_post"], eps=cfg.eps, out=self.h2)
-        elif fu.R1 == 2:
-            g["oproj"].launch({"a": o, "b": w["w_o"].T}, self.tmp, self.ws["oproj"])
-            self.norm2(self.tmp, weight=w["w_post"], residual=x, eps=cfg.eps, out=self.h2, residual_out=self.h1)
+            s += [("oproj_add", lambda: g["oproj"].launch({"a": o, "b": w["w_o"].T, "residual": x}, self.h1,
+                                                          ws["oproj"])),
+                  ("norm2", lambda: self.norm2(self.h1, weight=w["w_post"], eps=cfg.eps, out=self.h2))]
         else:
-            g["oproj"].launch({"a": o, "b": w["w_o"].T}, self.tmp, self.ws["oproj"])
-            self.add1(self.tmp, {"residual": x}, out=self.h1)
-            self.norm2(self.h1, weight=w["w_post"], eps=cfg.eps, out=self.h2)
-        g["gateup"].launch({"a": self.h2, "b": self.w_gu.T}, self.act, self.ws["gateup"])
-        mlp = self.act
-        if not fu.GL:
-            I = cfg.intermediate
-            self.silu(self.act[:, :I], {"up": self.act[:, I:]}, out=self.mlp)
+            s += [("oproj", lambda: g["oproj"].launch({"a": o, "b": w["w_o"].T}, self.tmp, ws["oproj"]))]
+            if fu.R1 == 2:
+                s += [("addnorm2", lambda: self.norm2(self.tmp, weight=w["w_post"], residual=x, eps=cfg.eps,
+                                                      out=self.h2, residual_out=self.h1))]
+            else:
+                s += [("add1", lambda: self.add1(self.tmp, {"residual": x}, out=self.h1)),
+                      ("norm2", lambda: self.norm2(self.h1, weight=w["w_post"], eps=cfg.eps, out=self.h2))]
+        if fu.GL:
+            s += [("gateup_glu", lambda: g["gateup"].launch({"a": self.h2, "b": self.w_gu.T}, self.act, ws["gateup"]))]
+            mlp = self.act
+        else:
+            s += [("gateup", lambda: g["gateup"].launch({"a": self.h2, "b": self.w_gu.T}, self.act, ws["gateup"])),
+                  ("silu_mul", lambda: self.silu(self.act[:, :I], {"up": self.act[:, I:]}, out=self.mlp))]
             mlp = self.mlp
         if fu.R2:
-            g["down"].launch({"a": mlp, "b": w["w_down"].T, "residual": self.h1}, out, self.ws["down"])
+            s += [("down_add", lambda: g["down"].launch({"a": mlp, "b": w["w_down"].T, "residual": self.h1}, out,
+                                                        ws["down"]))]
         else:
-            g["down"].launch({"a": mlp, "b": w["w_down"].T}, self.tmp, self.ws["down"])
-            self.add2(self.tmp, {"residual": self.h1}, out=out)
-        return out
+            s += [("down", lambda: g["down"].launch({"a": mlp, "b": w["w_down"].T}, self.tmp, ws["down"])),
+                  ("add2", lambda: self.add2(self.tmp, {"residual": self.h1}, out=out))]
+        return s

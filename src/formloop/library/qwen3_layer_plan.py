@@ -211,3 +211,48 @@ def plan(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", model: str = "qwen3
     parts = solve_parts(cfg, sc, chip, workers)
     layer = solve_layer(parts, model)
     return LayerPlan(cfg, sc, Fusion(**layer["fusion"]), parts, layer)
+
+
+def _gemm_bytes(p: GemmPart) -> int:
+    n_out = p.N // 2 if "glu" in p.chain else p.N
+    return E * (p.M * p.K + p.N * p.K + p.M * n_out * (2 if "add" in p.chain else 1))
+
+
+def part_sol(spec, chip) -> tuple[float, float]:
+    """(FLOPs, minimum DRAM bytes) of one part: operands read once, results written once."""
+    if isinstance(spec, GemmPart):
+        return 2.0 * spec.M * spec.N * spec.K, float(_gemm_bytes(spec))
+    if isinstance(spec, AttentionPart):
+        r = attention_service.sol(spec.template, spec.shape, chip=chip.name)
+        return float(r["flops"]), float(r["bytes"])
+    if isinstance(spec, RowPart):
+        return 0.0, float(E * ((4 if spec.op == "rmsnorm-residual" else 2) * spec.R * spec.C + spec.C))
+    if isinstance(spec, EwPart):
+        return 0.0, float(3 * E * spec.M * spec.N)
+    if isinstance(spec, RopePart):
+        return 0.0, float(spec.T * spec.D * E * (2 * spec.Hq + 4 * spec.Hkv) + spec.T * spec.D * 4)
+    return 0.0, float(spec.bytes)
+
+
+def floor_us(flops: float, bytes_: float, chip) -> float:
+    return max(flops / chip.peak("bf16"), bytes_ / chip.bandwidth) * 1e6
+
+
+def part_floor_us(plan: "LayerPlan", name: str, chip) -> float:
+    """The speed-of-light floor of one part (us, sol)."""
+    return floor_us(*part_sol(part_specs(plan.cfg, plan.scenario)[name], chip), chip)
+
+
+def layer_floor(cfg: Qwen3Config, sc: Scenario, chip_name: str = "h200") -> dict:
+    """The layer's floor (us, sol): every weight and the KV history read once, x read, out and the
+    new K/V written once (memory), against every GEMM's and attention's FLOPs (compute)."""
+    chip = get_chip(chip_name)
+    specs = part_specs(cfg, sc)
+    flops = sum(part_sol(specs[n], chip)[0] for n in ("qkv", "attn", "oproj", "gateup", "down"))
+    weights = E * (cfg.qkv_width * cfg.hidden + cfg.hidden * cfg.q_width + 3 * cfg.intermediate * cfg.hidden
+                   + 2 * cfg.hidden + 2 * cfg.head_dim)
+    kv = E * 2 * cfg.kv_heads * cfg.head_dim * sc.kv_len
+    bytes_ = weights + kv + 2 * E * sc.tokens * cfg.hidden
+    return {"floor_us": floor_us(flops, bytes_, chip), "memory_us": bytes_ / chip.bandwidth * 1e6,
+            "compute_us": flops / chip.peak("bf16") * 1e6, "bytes": bytes_, "flops": flops, "source": "sol",
+            "bandwidth_tb_s": chip.bandwidth / 1e12}
