@@ -14,7 +14,7 @@ from formloop.errors import InvalidInput
 from formloop.evaluate import gpu_available
 from formloop.hw.chips import get_chip
 from formloop.library.qwen3_layer import get_model, parse_scenario
-from formloop.library.qwen3_layer_plan import layer_floor, plan
+from formloop.library.qwen3_layer_plan import layer_floor, plan_many
 
 MEASURE = ("auto", "yes", "no")
 
@@ -37,8 +37,7 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
     if measure == "yes" and not on_gpu:
         raise InvalidInput("measure", measure, "auto or no (no CUDA device here)")
     rows = []
-    for sc in parsed:
-        p = plan(cfg, sc, chip, model, workers)
+    for sc, p in zip(parsed, plan_many(cfg, parsed, chip, model, workers)):
         row = p.as_dict()
         row["sol"] = layer_floor(cfg, sc, chip)
         if on_gpu and measure != "no":

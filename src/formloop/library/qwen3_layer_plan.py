@@ -149,18 +149,7 @@ def _solve_part(name: str, spec, chip_name: str) -> PartPlan:
 
 def solve_parts(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", workers: int = 4) -> dict[str, PartPlan]:
     """Each part's design and model time (the GEMMs and attention solved by their templates)."""
-    specs = part_specs(check_config(cfg), sc)
-    if workers <= 1:
-        return {n: _solve_part(n, s, chip) for n, s in specs.items()}
-    # processes: the solves are CPU work in Python and HiGHS; spawn keeps CUDA state out of them
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = {n: pool.submit(_solve_part, n, s, chip) for n, s in specs.items() if not _trivial(s)}
-        out = {n: f.result() for n, f in done.items()}
-    return {n: out[n] if n in out else _solve_part(n, s, chip) for n, s in specs.items()}
-
-
-def _trivial(spec) -> bool:
-    return not isinstance(spec, (GemmPart, AttentionPart))
+    return plan_many(cfg, [sc], chip, workers=workers)[0].parts
 
 
 def solve_layer(parts: Mapping[str, PartPlan], model: str = "qwen3-8b") -> dict:
@@ -208,9 +197,28 @@ class LayerPlan:
 
 
 def plan(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", model: str = "qwen3-8b", workers: int = 4) -> LayerPlan:
-    parts = solve_parts(cfg, sc, chip, workers)
-    layer = solve_layer(parts, model)
-    return LayerPlan(cfg, sc, Fusion(**layer["fusion"]), parts, layer)
+    return plan_many(cfg, [sc], chip, model, workers)[0]
+
+
+def plan_many(cfg: Qwen3Config, scenarios, chip: str = "h200", model: str = "qwen3-8b",
+              workers: int = 4) -> list[LayerPlan]:
+    """Plans for several scenarios, every part solve of every scenario in one process pool."""
+    cfg = check_config(cfg)
+    specs = [part_specs(cfg, sc) for sc in scenarios]
+    jobs = [(i, n, s) for i, sp in enumerate(specs) for n, s in sp.items()]
+    if workers <= 1:
+        solved = {(i, n): _solve_part(n, s, chip) for i, n, s in jobs}
+    else:
+        # processes: the solves are CPU work in Python and HiGHS; spawn keeps CUDA state out of them
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = {(i, n): pool.submit(_solve_part, n, s, chip) for i, n, s in jobs}
+            solved = {k: f.result() for k, f in done.items()}
+    out = []
+    for i, sc in enumerate(scenarios):
+        parts = {n: solved[(i, n)] for n in specs[i]}
+        layer = solve_layer(parts, model)
+        out.append(LayerPlan(cfg, sc, Fusion(**layer["fusion"]), parts, layer))
+    return out
 
 
 def _gemm_bytes(p: GemmPart) -> int:
