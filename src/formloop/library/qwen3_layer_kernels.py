@@ -157,6 +157,8 @@ class LayerKernels:
         """[(part, launch)] in order: each launch reads the buffers the ones before it wrote, so a
         part can be timed alone once the whole layer has run."""
         cfg, fu = self.cfg, self.fusion
+        if k_cache is not None:
+            self.check_cache(k_cache, v_cache)
         g, w, ws = self.gemms, self.w, self.ws
         I = cfg.intermediate
         q_rows = self.q[0].transpose(0, 1) if self.prefill else self.q[0].view(1, cfg.heads, cfg.head_dim)
