@@ -24,7 +24,8 @@ def correctness(plan: LayerPlan, layer, weights, device, seed: int = 11) -> dict
     want, kw, vw = reference(cfg, sc, weights, x, kc, vc)
     out = torch.full((sc.tokens, cfg.hidden), float("nan"), dtype=torch.bfloat16, device=device)
     layer(x, kc, vc, out)
-    torch.cuda.synchronize()
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
     new = slice(sc.history, sc.kv_len)
     r = {"out_rel_err": rel_err(out, want), "k_rel_err": rel_err(kc[:, :, new], kw[:, :, new]),
          "v_rel_err": rel_err(vc[:, :, new], vw[:, :, new]), "nan": bool(torch.isnan(out).any()),
