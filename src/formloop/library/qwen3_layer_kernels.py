@@ -147,7 +147,8 @@ class LayerKernels:
                 raise InvalidInput(f"{name}", (tuple(c.shape), str(c.dtype)), f"contiguous bf16 {list(want)} "
                                    "(capacity = history + new tokens)")
 
-    def __call__(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
         """out [T, hidden] = layer(x); writes the new tokens' K and V into the caches."""
         for _, step in self.steps(x, k_cache, v_cache, out):
             step()
