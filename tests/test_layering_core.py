@@ -22,7 +22,8 @@ LAYERS = [  # each package may import from its own layer and earlier ones
 Z3_HOMES = ("formloop.expr.to_z3", "formloop.verify")
 GUARDED = ("triton", "torch", "formloop.library.gemm_tiling_kernel", "formloop.library.gemm_tiling_instance",
            "formloop.library.gemm_epilogue_kernel", "formloop.library.attention_decode_kernel",
-           "formloop.library.attention_prefill_kernel")  # each imports triton and torch at module level
+           "formloop.library.attention_prefill_kernel", "formloop.library.qwen3_layer_kernels")  # each imports triton
+# and torch at module level
 
 
 def _modules() -> dict[str, ast.Module]:
