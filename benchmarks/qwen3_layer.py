@@ -232,20 +232,22 @@ def dry_run(out_dir: Path) -> int:
 
 
 def table(rows: list[dict]) -> list[str]:
-    head = (f"{'scenario':<13}{'fusion':<16}{'model':>8}{'ours':>9}{'eager':>9}{'eag+g':>9}{'comp+g':>9}"
-            f"{'ma+g':>9}{'best':>9}{'speedup':>8}{'floor':>8}{'floor%':>7}")
-    out = ["times in us: model = template costs; ours/baselines = gpu (graph unless named); floor = sol", head]
+    cols = ("scenario", "fusion", "model", "ours", "eager", "eager+g", "comp+g", "ma+g", "best", "speedup", "floor",
+            "floor%")
+    out = ["times in us: model = template costs; ours and baselines = gpu (graph unless named); floor = sol; "
+           "fusion = R1 GL R2", "  ".join(f"{c:>10}" for c in cols)]
     for r in rows:
         if "best_baseline" not in r:
-            out.append(f"{r['scenario']:<13}WRONG or not timed")
+            out.append(f"{r['scenario']:>10}  WRONG or not timed")
             continue
-        b, m = r["baselines"], r["formloop"]
+        b, m, fu = r["baselines"], r["formloop"], r["plan"]["fusion"]
         g = lambda n: b[n].get("graph_us", float("nan")) if n in b else float("nan")  # noqa: E731
-        out.append(f"{r['scenario']:<13}{r['plan']['fusion']['R1']}{r['plan']['fusion']['GL']}"
-                   f"{r['plan']['fusion']['R2']:<13}{r['plan']['model_us']:8.1f}{m['graph_us']:9.1f}"
-                   f"{b['eager']['eager_us']:9.1f}{g('eager'):9.1f}{g('compile'):9.1f}{g('max-autotune'):9.1f}"
-                   f"{r['best_baseline']['us']:9.1f}{r['best_baseline']['speedup']:8.3f}{r['sol']['floor_us']:8.1f}"
-                   f"{100 * r['floor_fraction']:6.1f}%")
+        vals = (r["scenario"], f"{fu['R1']}{fu['GL']}{fu['R2']}", f"{r['plan']['model_us']:.1f}",
+                f"{m['graph_us']:.1f}", f"{b['eager']['eager_us']:.1f}", f"{g('eager'):.1f}", f"{g('compile'):.1f}",
+                f"{g('max-autotune'):.1f}", f"{r['best_baseline']['us']:.1f} ({r['best_baseline']['name']})",
+                f"{r['best_baseline']['speedup']:.3f}", f"{r['sol']['floor_us']:.1f}",
+                f"{100 * r['floor_fraction']:.1f}%")
+        out.append("  ".join(f"{v:>10}" for v in vals))
     sp = [r["best_baseline"]["speedup"] for r in rows if "best_baseline" in r]
     if sp:
         geo = math.exp(sum(map(math.log, sp)) / len(sp))
