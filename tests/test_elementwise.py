@@ -79,3 +79,11 @@ def test_named_errors():
         prog(torch.zeros(3, 8, dtype=torch.float16), {"b": torch.zeros(8)})
     with pytest.raises(InvalidInput, match="x layout"):
         prog(torch.zeros(8, 3).t(), {"b": torch.zeros(8)})
+
+
+def test_run_chain_solved_design():
+    from formloop.library.elementwise_kernel import run_chain
+    x = torch.randn(3, 5, 20)
+    b = torch.full((20,), 0.75)  # a scalar add as a filled row vector
+    got = run_chain("bias(axis=row,name=b) >> relu", x, {"b": b})
+    assert torch.allclose(got, torch.relu(x + 0.75))

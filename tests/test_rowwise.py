@@ -47,3 +47,16 @@ def test_proof_index_obligations():
     plan = t.obligations(t)
     results = plan.checks[0](ProofRun(scope=None, timeout_s=10))
     assert results and all(r.verdict is Verdict.PROVED for r in results)
+
+
+@pytest.mark.parametrize("name,opts", [("rowwise-rmsnorm", {}), ("rowwise-argmax", {"dtype": "fp32"}),
+                                       ("rowwise-rmsnorm-residual", {}), ("elementwise", {"chain": "silu >> mul"}),
+                                       ("qk-norm-rope-kv", {})])
+def test_families_prove(name, opts):
+    """K1 (constraints imply the preconditions), K3 (a design exists for every workload) and the index
+    obligations, for every extent."""
+    from formloop.verify.certificate import prove_template
+    from formloop.verify.outcome import Verdict
+    cert = prove_template(get_template(name, **opts))
+    assert cert.verdict is Verdict.PROVED, [(r.obligation, r.verdict) for r in cert.obligations
+                                            if r.verdict is not Verdict.PROVED]

@@ -111,3 +111,20 @@ def test_solved_design_runs():
     w = torch.rand(300) + 0.5
     got = rowwise("rmsnorm", x, weight=w)
     assert torch.allclose(got.double(), reference("rmsnorm", x, w), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5, 3), 3), ((3, 4, 7), 4), ((1, 8, 20, 20), 2)])
+def test_group_and_instance_norm(shape, groups):
+    from formloop.library.rowwise_kernel import group_norm
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(shape, generator=gen) * 3 + 1
+    c = shape[1]
+    w, b = torch.rand(c, generator=gen) + 0.5, torch.randn(c, generator=gen)
+    for cfg in (RowConfig(BC=512, RP=2, W=1), RowConfig(BC=16, RP=1, W=1, S=2)):
+        if cfg.BC >= 512 and x[0].numel() // groups > 512:
+            continue
+        got = group_norm(x, groups, w, b, eps=1e-5, config=cfg)
+        want = torch.nn.functional.group_norm(x.double(), groups, w.double(), b.double(), 1e-5)
+        assert torch.allclose(got.double(), want, atol=3e-5, rtol=3e-5)
+    got = group_norm(x, c, config=RowConfig(BC=16, RP=2, W=1, S=2))  # instance norm, no affine
+    assert torch.allclose(got.double(), torch.nn.functional.instance_norm(x.double(), eps=1e-5), atol=3e-5)

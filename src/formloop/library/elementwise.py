@@ -10,12 +10,13 @@ are the rowwise family's. N is the last dim of x (the axis a row vector broadcas
 
 Decisions: BN columns per tile and BM rows per tile (powers of two), W warps.
 Walls: C1 the fp32 tiles the chain holds (x, and one more with a tensor operand) fit `regs` per thread;
-C2 no idle lane; C3 a tile no wider than N's power of two; C4 no taller than M's (or 1).
+C2 no idle warp; C3 a tile no wider than N's power of two; C4 no taller than M's (or 1).
 Cost (µs): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp); T_mem the SOL bytes
 (x, out, the chain's tensors once) at min(bw·eta_bw, programs in flight / latency); T_comp waves ×
 (t_start + t_elem·ops per thread), padded lanes included."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from formloop.dtypes import dtype_bytes
@@ -70,7 +71,7 @@ def _terms(ops: tuple[EpilogueOp, ...], dtype: str, out: str):
     facts = chain_facts(ops, default_dtype=dtype)
     threads = 32 * W
     per_thread = ceildiv(BM * BN, threads)
-    live = 1 + facts.tiles
+    live = 4 * (1 + facts.tiles)  # x (and a tensor operand) plus the chain's temporaries: no spills on sm_90
     programs = ceildiv(M, BM) * ceildiv(N, BN)
     occupancy = maximum(1, minimum(floordiv(warps_sm, W), floordiv(regs_sm, threads * (live * per_thread + 32)), 32))
     active = maximum(1, minimum(programs, n_sm * occupancy))
@@ -104,7 +105,7 @@ def elementwise(chain: str = "relu", dtype: str = "bf16", out: str = "", calibra
                Constraint("int32_index", M * N <= MAX_ELEMS, "scope", "numel <= 2^31-1 (32-bit row offsets)")),
         constraints=(
             Constraint("C1", live * t["per_thread"] <= regs, "capacity", "the chain's fp32 tiles fit the registers"),
-            Constraint("C2", BM * BN >= 32 * W, "capacity", "every lane holds at least one element"),
+            Constraint("C2", BM * BN > 32 * (W - 1), "capacity", "every warp holds at least one element"),
             Constraint("C3", (BN < 2 * N) | BN.eq(BN.decision.menu[0]), "layout", "no wider than N's power of two"),
             Constraint("C4", (BM < 2 * M) | BM.eq(1), "layout", "no taller than M's power of two"),
         ),
@@ -138,6 +139,7 @@ def program(ops, assignment: Mapping[str, int], dtype: str, out: str):
     return ElementwiseProgram(ops, EwConfig.from_assignment(assignment), dtype, out)
 
 
+@functools.lru_cache(maxsize=512)
 def solved_design(chain: str, rows: int, cols: int, dtype: str = "bf16", out: str = "", chip: str = "h200"
                   ) -> dict[str, int]:
     """The MILP's design (BN, BM, W) for one workload."""

@@ -92,6 +92,7 @@ class ElementwiseProgram:
             if v not in TORCH_DTYPES:
                 raise InvalidInput(field, v, sorted(TORCH_DTYPES))
         self.spec = KernelSpec(c=self.out, chain=self.chain, name="elementwise_kernel")
+        self._fn = None  # the emitted kernel, loaded at the first call
 
     def tensors(self) -> list[tuple[str, str]]:
         return self.spec.tensors()
@@ -108,7 +109,8 @@ class ElementwiseProgram:
         try:
             x2 = x.view(-1, N)
         except RuntimeError:
-            raise InvalidInput("x layout", tuple(x.stride()), "rows that flatten to one stride (x.view(-1, N))") from None
+            raise InvalidInput("x layout", tuple(x.stride()),
+                               "rows that flatten to one stride (x.view(-1, N))") from None
         M = x2.shape[0]
         y = torch.empty(x.shape, dtype=TORCH_DTYPES[self.out], device=x.device) if out is None else out
         if tuple(y.shape) != tuple(x.shape) or not y.is_contiguous():
@@ -129,7 +131,9 @@ class ElementwiseProgram:
             args.append(t)
         cfg = self.config
         grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
-        load(self.spec)[grid](x2, y.view(M, N), *args, M, N, x2.stride(0), N, *strides, BLOCK_M=cfg.BM,
+        if self._fn is None:
+            self._fn = load(self.spec)
+        self._fn[grid](x2, y.view(M, N), *args, M, N, x2.stride(0), N, *strides, BLOCK_M=cfg.BM,
                               BLOCK_N=cfg.BN, num_warps=cfg.W)
         return y
 
@@ -151,3 +155,20 @@ class ElementwiseProgram:
             dt = TORCH_DTYPES[tensor_dtype_of(op, self.dtype)]
             out[name] = torch.randn(shape, generator=gen).to(device=x.device, dtype=dt)
         return out
+
+
+def run_chain(chain: str, x: torch.Tensor, inputs: Mapping[str, torch.Tensor] | None = None, *,
+              out_dtype: str = "", config: EwConfig | None = None, chip: str = "h200") -> torch.Tensor:
+    """chain(x) with the solved design for x's [numel/N, N] view (or `config`). A scalar add is
+    bias(axis=row) with a filled [N] vector; a per-channel vector of an NCHW tensor viewed [N·C, HW] is
+    scale/bias(col) with the vector repeated N times."""
+    from formloop.library.elementwise import solved_design  # noqa: PLC0415 (the solver only without a config)
+
+    if x.dtype not in DTYPE_OF:
+        raise InvalidInput("x dtype", str(x.dtype), sorted(TORCH_DTYPES))
+    dtype = DTYPE_OF[x.dtype]
+    if config is None:
+        n = int(x.shape[-1]) if x.dim() else 1
+        config = EwConfig.from_assignment(solved_design(chain, max(1, x.numel() // max(n, 1)), n, dtype, out_dtype,
+                                                        chip))
+    return ElementwiseProgram(chain, config, dtype, out_dtype)(x, inputs)

@@ -84,7 +84,7 @@ def qk_norm_rope_kv(dtype: str = "bf16", calibration: Mapping[str, float] | None
                           f"the head dimension is one of {HEAD_DIMS}")),
         constraints=(
             Constraint("C1", LIVE * per_thread <= regs, "capacity", "the head tiles fit the registers"),
-            Constraint("C2", HP * D >= threads, "capacity", "every lane holds at least one element"),
+            Constraint("C2", HP * D > 32 * (W - 1), "capacity", "every warp holds at least one element"),
             Constraint("C3", (HP < 2 * heads) | HP.eq(1), "layout", "no larger than the head list's power of two"),
         ),
         preconditions=(Constraint("cover", HP * ceildiv(heads, HP) >= heads, "layout", "the packs cover the heads"),),

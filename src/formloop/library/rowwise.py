@@ -3,7 +3,8 @@ softmax, row reductions and arg-reductions, one Triton program per RP rows.
 
 Ops (ROW_OPS): rmsnorm (weight, eps), rmsnorm-residual (residual = x + residual; y = rmsnorm(residual):
 returns y and the updated residual, as Qwen3 does), layernorm (weight, bias, eps), softmax,
-log-softmax, sum, mean, max, min, argmax, argmin (int64 index of the first extreme), logsumexp.
+log-softmax, sum, mean, max, min, argmax, argmin (int64 index of the first extreme), logsumexp, and
+groupnorm (a layernorm over rows of [N·G, C/G·HW] whose affine is per channel: instance norm is G = C).
 Each op is its own template (own hash, own proof); they share decisions, walls and cost.
 
 Decisions:
@@ -13,7 +14,7 @@ Decisions:
   W   warps per program (num_warps)
   S   pipeline stages of the column loop (num_stages; 1 when the row is one tile)
 Walls: C1 registers: the live fp32 tiles (LIVE per op) spread over 32·W threads fit `regs` per thread;
-C2 no idle lane: RP·BC >= 32·W; C3 the tile is no wider than the row rounded up to a power of two
+C2 no idle warp: RP·BC >= 32·W; C3 the tile is no wider than the row rounded up to a power of two
 (BC < 2C, or the narrowest tile); C4 rows per program <= R (or 1); C5 cross-warp scratch of the
 reductions fits shared memory; C6 stages only with a loop (S = 1 when BC >= C).
 
@@ -21,8 +22,9 @@ Cost (µs, memory-bound): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T
 T_mem: the op's DRAM bytes (SOL bytes: x read once, outputs written once, weights once) at
 min(bw·eta_bw, active programs' pull): an SM pulls the tiles its programs have in flight
 (RP·BC·e, times S−1 prefetched with a loop) per DRAM latency (Little's law); a looped second pass
-re-reads the row from the L2 at bw_l2. T_comp: waves × (t_start + steps × (t_iter + t_elem ·
-elements per thread)), padded lanes included, so a tile much wider than the row costs.
+re-reads the row from the L2 at bw_l2. T_comp: waves × (t_start + exposed latency + steps × (t_iter +
+t_elem · elements per thread)), padded lanes included, so a tile much wider than the row costs; the
+exposed latency is one DRAM round trip per pass over the row (per tile step without a pipeline).
 The efficiency terms are priors (CALIBRATED), to be fitted on the H200 like the attention family."""
 from __future__ import annotations
 
@@ -41,16 +43,17 @@ from formloop.verify.certificate import ProofPlan
 from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
 
 PREFIX = "rowwise-"
-ROW_OPS = ("rmsnorm", "rmsnorm-residual", "layernorm", "softmax", "log-softmax", "sum", "mean", "max", "min",
-           "argmax", "argmin", "logsumexp")
-NORMS = ("rmsnorm", "rmsnorm-residual", "layernorm")
+ROW_OPS = ("rmsnorm", "rmsnorm-residual", "layernorm", "groupnorm", "softmax", "log-softmax", "sum", "mean", "max",
+           "min", "argmax", "argmin", "logsumexp")
+NORMS = ("rmsnorm", "rmsnorm-residual", "layernorm", "groupnorm")
 TWO_PASS = (*NORMS, "softmax", "log-softmax")  # ops that read the row again to write it
 REDUCTIONS = ("sum", "mean", "max", "min", "argmax", "argmin", "logsumexp")
 DTYPES = ("fp32", "bf16", "fp16")
 INDEX_BYTES = 8
-# fp32 tiles an op keeps live per element (x, and residual / weight / bias / running index).
-LIVE = {"rmsnorm": 2, "rmsnorm-residual": 3, "layernorm": 3, "softmax": 2, "log-softmax": 2, "sum": 1, "mean": 1,
-        "max": 1, "min": 1, "argmax": 2, "argmin": 2, "logsumexp": 2}
+# fp32 tiles an op keeps live per element (x, and residual / weight / bias / running index / temporaries):
+# set so that the designs C1 admits compile without spills on sm_90 (tests/test_vector_compile.py).
+LIVE = {"rmsnorm": 2, "rmsnorm-residual": 3, "layernorm": 3, "groupnorm": 4, "softmax": 2, "log-softmax": 2,
+        "sum": 2, "mean": 2, "max": 2, "min": 2, "argmax": 8, "argmin": 8, "logsumexp": 3}
 REGS = 128  # fp32 values per thread for the live tiles (255-register cap less addresses and state)
 US = 1e6
 
@@ -95,8 +98,8 @@ def sol_bytes(op: str, rows, cols, elem):
         return 2 * x + cols * elem
     if op == "rmsnorm-residual":
         return 4 * x + cols * elem  # x, residual in; y, residual out
-    if op == "layernorm":
-        return 2 * x + 2 * cols * elem
+    if op in ("layernorm", "groupnorm"):
+        return 2 * x + 2 * cols * elem  # groupnorm: a bound (its affine vectors hold channels, not columns)
     if op in ("softmax", "log-softmax"):
         return 2 * x
     return x + rows * (INDEX_BYTES if op in ("argmax", "argmin") else elem)
@@ -122,9 +125,12 @@ def _terms(op: str):
     T_mem = (T_dram + T_l2) * US
     passes = 2 if op in TWO_PASS else 1
     steps = where(looped, passes * tiles, 1)
-    T_comp = waves * (t_start + lat_m + steps * (t_iter + t_elem * per_thread)) * US
+    # exposed latency: one DRAM round trip per pass over the row when the loop prefetches (S > 1), one per
+    # tile step without a pipeline; a row in one tile waits once
+    exposed = where(looped, where(S > 1, passes, steps), 1) * lat_m
+    T_comp = waves * (t_start + exposed + steps * (t_iter + t_elem * per_thread)) * US
     T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
-    scratch = 2 * RP * W * 4 * (2 if op in ("argmax", "argmin", "layernorm") else 1)
+    scratch = 2 * RP * W * 4 * (2 if op in ("argmax", "argmin", "layernorm", "groupnorm") else 1)
     return {"T": T, "T_mem_us": T_mem, "T_comp_us": T_comp, "sol_bytes": bytes_, "programs": programs,
             "smem_bytes": scratch, "per_thread": per_thread}
 
@@ -132,7 +138,8 @@ def _terms(op: str):
 def chip_params(chip: Chip, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
     if chip.name not in CONTRACT_CHIPS:
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
-    values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs": REGS, "regs_sm": chip.registers_per_sm or 65536, "n_sm": chip.sm_count,
+    values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs": REGS,
+              "regs_sm": chip.registers_per_sm or 65536, "n_sm": chip.sm_count,
               "bw": chip.bandwidth, **PRIORS}
     if calibration:
         unknown = set(calibration) - set(CALIBRATED)
@@ -161,12 +168,14 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
         name=template_name(op),
         doc=f"row-wise {op} over [R, C] (Triton, one program per RP rows)",
         decisions=(BC, RP, W, S),
-        params=(R, C, e, Ms, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, bw_l2, t_elem, t_iter, t_start, t_launch, alpha),
+        params=(R, C, e, Ms, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, bw_l2, t_elem, t_iter, t_start, t_launch,
+                alpha),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),),
         constraints=(
             Constraint("C1", LIVE[op] * t["per_thread"] <= regs, "capacity", "the live fp32 tiles fit the registers"),
-            Constraint("C2", RP * BC >= 32 * W, "capacity", "every lane holds at least one element"),
-            Constraint("C3", (BC < 2 * C) | BC.eq(narrowest), "layout", "the tile is no wider than the row's power of two"),
+            Constraint("C2", RP * BC > 32 * (W - 1), "capacity", "every warp holds at least one element"),
+            Constraint("C3", (BC < 2 * C) | BC.eq(narrowest), "layout",
+                       "the tile is no wider than the row's power of two"),
             Constraint("C4", (RP <= R) | RP.eq(1), "layout", "a program's rows exist"),
             Constraint("C5", t["smem_bytes"] <= Ms, "capacity", "the cross-warp reduction scratch fits"),
             Constraint("C6", (BC < C) | S.eq(1), "schedule", "stages only when the program loops over the row"),

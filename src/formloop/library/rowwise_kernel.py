@@ -20,7 +20,7 @@ from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_OF = {v: k for k, v in TORCH_DTYPES.items()}
-NORM_CODE = {"rmsnorm": 0, "rmsnorm-residual": 1, "layernorm": 2}
+NORM_CODE = {"rmsnorm": 0, "rmsnorm-residual": 1, "layernorm": 2, "groupnorm": 3}
 RED_CODE = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "logsumexp": 6}
 
 
@@ -53,7 +53,21 @@ def heuristic_config(C: int, op: str = "rmsnorm") -> RowConfig:
 
 
 @triton.jit
-def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sro, eps,
+def _affine(w_ptr, b_ptr, rows, cols, m, C, G, CG, HW, GATHER: tl.constexpr):
+    """The affine tiles: per column (layernorm), or per channel of a group-norm row (row r is group r % G of
+    a sample; column c of it is channel (r % G)·CG + c // HW)."""
+    if GATHER:
+        wi = (rows % G)[:, None] * CG + cols[None, :] // HW
+        w = tl.load(w_ptr + wi, mask=m, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + wi, mask=m, other=0.0).to(tl.float32)
+    else:
+        w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)[None, :]
+        b = tl.load(b_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)[None, :]
+    return w, b
+
+
+@triton.jit
+def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sro, eps, G, CG, HW,
                  OP: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, ONE: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     row_ok = rows < R
@@ -67,21 +81,21 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sr
             xr = x.to(ro_ptr.dtype.element_ty)
             tl.store(ro_ptr + r64[:, None] * sro + cols[None, :], xr, mask=m)
             x = xr.to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
-        if OP == 2:
+        if OP >= 2:
             mean = tl.sum(x, 1) / C
             d = tl.where(m, x - mean[:, None], 0.0)
             rstd = 1.0 / tl.sqrt(tl.sum(d * d, 1) / C + eps)
-            b = tl.load(b_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
-            y = d * rstd[:, None] * w[None, :] + b[None, :]
+            w, b = _affine(w_ptr, b_ptr, rows, cols, m, C, G, CG, HW, OP == 3)
+            y = d * rstd[:, None] * w + b
         else:
+            w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
             rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / C + eps)
             y = x * rstd[:, None] * w[None, :]
         tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
     else:
         # pass 1: statistics (layernorm shifts by the row's first value against cancellation)
         shift = tl.zeros([RP], tl.float32)
-        if OP == 2:
+        if OP >= 2:
             shift = tl.load(x_ptr + r64 * sx, mask=row_ok, other=0.0).to(tl.float32)
         acc = tl.zeros([RP, BC], tl.float32)
         acc2 = tl.zeros([RP, BC], tl.float32)
@@ -94,13 +108,13 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sr
                 xr = x.to(ro_ptr.dtype.element_ty)
                 tl.store(ro_ptr + r64[:, None] * sro + cols[None, :], xr, mask=m)
                 x = xr.to(tl.float32)
-            if OP == 2:
+            if OP >= 2:
                 d = tl.where(m, x - shift[:, None], 0.0)
                 acc += d
                 acc2 += d * d
             else:
                 acc2 += x * x
-        if OP == 2:
+        if OP >= 2:
             dm = tl.sum(acc, 1) / C
             var = tl.maximum(tl.sum(acc2, 1) / C - dm * dm, 0.0)
             mean = shift + dm
@@ -116,11 +130,11 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sr
             if OP == 1:
                 x = x + tl.load(r_ptr + r64[:, None] * sr + cols[None, :], mask=m, other=0.0).to(tl.float32)
                 x = x.to(ro_ptr.dtype.element_ty).to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
-            if OP == 2:
-                b = tl.load(b_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
-                y = (x - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
+            if OP >= 2:
+                w, b = _affine(w_ptr, b_ptr, rows, cols, m, C, G, CG, HW, OP == 3)
+                y = (x - mean[:, None]) * rstd[:, None] * w + b
             else:
+                w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
                 y = x * rstd[:, None] * w[None, :]
             tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
 
@@ -253,8 +267,9 @@ class RowwiseProgram:
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                  residual: torch.Tensor | None = None, eps: float = 1e-6, out: torch.Tensor | None = None,
-                 residual_out: torch.Tensor | None = None):
-        """The op on x [R, C]; rmsnorm-residual returns (y, new residual); residual_out may alias residual."""
+                 residual_out: torch.Tensor | None = None, groups: int = 1, hw: int = 1):
+        """The op on x [R, C]; rmsnorm-residual returns (y, new residual); residual_out may alias residual.
+        groupnorm: x is [N·groups, C/groups·hw], weight and bias are per channel [C]."""
         if x.dtype not in DTYPE_OF:
             raise InvalidInput("x dtype", str(x.dtype), DTYPES)
         if self.dtype is not None and DTYPE_OF[x.dtype] != self.dtype:
@@ -268,8 +283,11 @@ class RowwiseProgram:
         one = cfg.BC >= C
         launch = dict(num_warps=cfg.W, num_stages=cfg.S)
         if self.op in NORMS:
-            w = _check_vec("weight", weight, C)
-            b = _check_vec("bias", bias, C) if self.op == "layernorm" else w
+            channels = C // hw * groups if self.op == "groupnorm" else C
+            if self.op == "groupnorm" and (hw < 1 or groups < 1 or C % hw or R % groups):
+                raise InvalidInput("groupnorm groups, hw", (groups, hw), f"hw dividing C={C}, groups dividing R={R}")
+            w = _check_vec("weight", weight, channels)
+            b = _check_vec("bias", bias, channels) if self.op in ("layernorm", "groupnorm") else w
             y = torch.empty_like(x) if out is None else out
             _check_2d("out", y, R, C)
             if self.op == "rmsnorm-residual":
@@ -281,8 +299,8 @@ class RowwiseProgram:
             else:
                 residual, ro = x, y
             _norm_kernel[grid](x, residual, w, b, y, ro, R, C, x.stride(0), residual.stride(0), y.stride(0),
-                               ro.stride(0), float(eps), OP=NORM_CODE[self.op], BC=cfg.BC, RP=cfg.RP, ONE=one,
-                               **launch)
+                               ro.stride(0), float(eps), groups, C // hw, hw, OP=NORM_CODE[self.op], BC=cfg.BC,
+                               RP=cfg.RP, ONE=one, **launch)
             return (y, ro) if self.op == "rmsnorm-residual" else y
         if self.op in ("softmax", "log-softmax"):
             y = torch.empty_like(x) if out is None else out
@@ -311,3 +329,22 @@ def rowwise(op: str, x: torch.Tensor, *, weight: torch.Tensor | None = None, bia
                                                          chip))
     return RowwiseProgram(op, config)(x, weight=weight, bias=bias, residual=residual, eps=eps, out=out,
                                       residual_out=residual_out)
+
+
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+               eps: float = 1e-5, config: RowConfig | None = None, chip: str = "h200") -> torch.Tensor:
+    """F.group_norm on x [N, C, *spatial] (contiguous) in one launch: rows of [N·G, C/G·HW]; instance norm is
+    groups = C. No affine: weight ones, bias zeros."""
+    from formloop.library.rowwise import solved_design  # noqa: PLC0415
+
+    if x.dim() < 2 or not x.is_contiguous() or x.shape[1] % groups:
+        raise InvalidInput("group_norm x", tuple(x.shape), f"a contiguous [N, C, ...] with C divisible by {groups}")
+    n, c = x.shape[:2]
+    hw = x[0, 0].numel()
+    xv = x.view(n * groups, c // groups * hw)
+    w = torch.ones(c, device=x.device, dtype=x.dtype) if weight is None else weight
+    b = torch.zeros(c, device=x.device, dtype=x.dtype) if bias is None else bias
+    if config is None:
+        config = RowConfig.from_assignment(solved_design("groupnorm", xv.shape[0], xv.shape[1], DTYPE_OF[x.dtype],
+                                                         chip))
+    return RowwiseProgram("groupnorm", config)(xv, weight=w, bias=b, eps=eps, groups=groups, hw=hw).view(x.shape)

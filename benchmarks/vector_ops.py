@@ -1,0 +1,349 @@
+"""Row-wise, elementwise and qk-norm-rope-kv kernels (formloop.library rowwise / elementwise / qk_rope) vs
+torch eager and torch.compile, at Qwen3-8B and KernelBench-like sizes, on one GPU, in one command:
+
+    PYTHONPATH=src python3 benchmarks/vector_ops.py --out $OUT                 # H200, about 2-3 minutes
+    PYTHONPATH=src python3 benchmarks/vector_ops.py --dry-run --out /tmp/v    # CPU: interpreter, tiny sizes
+
+Per case: the MILP's design for the shape (template priors), then correctness first (fresh random inputs,
+NaN-poisoned outputs, error against float64 torch; the torch baselines checked the same way), then
+timing by formloop.measure.timer: ours eager and CUDA graph, torch eager and eager + graph, torch.compile
+(default mode) and + graph, all in this process over operand sets spanning 3x the L2. Reports µs (gpu),
+the model's µs, speedups, and the fraction of copy bandwidth the SOL bytes reach (bytes / time /
+measured copy bandwidth). Writes vector_ops.json under --out; prints one line per case."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+
+def _args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--dry-run", action="store_true", help="CPU: Triton interpreter, tiny sizes, correctness only")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    p.add_argument("--budget-s", type=float, default=150.0, help="skip torch.compile after this many seconds")
+    p.add_argument("--cases", default="", help="comma-separated case-name prefixes (default: all)")
+    return p.parse_args(argv)
+
+
+ARGS = _args(sys.argv[1:]) if __name__ == "__main__" else None
+if ARGS is not None and ARGS.dry_run:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported anywhere
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from formloop.hw.chips import get_chip  # noqa: E402
+from formloop.library import elementwise as ew  # noqa: E402
+from formloop.library import qk_rope, rowwise  # noqa: E402
+from formloop.library.elementwise_kernel import ElementwiseProgram, EwConfig  # noqa: E402
+from formloop.library.qk_rope_kernel import QkRopeConfig, QkRopeProgram, reference_hf, rope_tables  # noqa: E402
+from formloop.library.rowwise_kernel import TORCH_DTYPES, RowConfig, RowwiseProgram, group_norm  # noqa: E402
+from formloop.library.rowwise_reference import reference as row_reference  # noqa: E402
+from formloop.measure.timer import operand_sets_for, time_launches  # noqa: E402
+
+EPS = 1e-6
+TOL = {"fp32": 1e-5, "bf16": 1e-2, "fp16": 2e-3}
+QWEN = dict(Hq=32, Hkv=8, D=128, hidden=4096)
+
+
+def hf_rmsnorm(x, w, eps=EPS):
+    """Qwen3RMSNorm.forward as HF writes it (what eager runs)."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
+
+
+def hf_add_rmsnorm(x, r, w):
+    r = x + r
+    return hf_rmsnorm(r, w), r
+
+
+def rotate_half(x):
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+
+
+def hf_qk_rope_kv(q, k, v, qw, kw, cos, sin, pos, slots, kc, vc):
+    """Qwen3Attention's q_norm/k_norm, apply_rotary_pos_emb and the cache update, in the model dtype."""
+    c = torch.cat((cos, cos), -1)[pos][:, None, :].to(q.dtype)
+    s = torch.cat((sin, sin), -1)[pos][:, None, :].to(q.dtype)
+    qn, kn = hf_rmsnorm(q, qw), hf_rmsnorm(k, kw)
+    kc.view(-1, *kc.shape[-2:])[slots] = kn * c + rotate_half(kn) * s
+    vc.view(-1, *vc.shape[-2:])[slots] = v
+    return qn * c + rotate_half(qn) * s
+
+
+class Case:
+    """One benchmark case: `make(gen)` draws an operand set (a dict); `ours(ops)`/`torch(ops)` run on one;
+    `ref(ops)` is the float64 answer; `got(ops, result)` the tensors compared with it (in order)."""
+
+    def __init__(self, name, family, dtype, sol_bytes, make, ours, torch_fn, ref, got, model_us, design):
+        self.name, self.family, self.dtype, self.sol_bytes = name, family, dtype, sol_bytes
+        self.make, self.ours, self.torch_fn, self.ref, self.got = make, ours, torch_fn, ref, got
+        self.model_us, self.design = model_us, design
+
+
+def _model(t, wl, design):
+    chip = get_chip("h200")
+    return float(t.evaluate_terms(design, t.bind(wl, chip))["cost"])
+
+
+def row_case(op, R, C, dtype, device, small):
+    if small:
+        R, C = min(R, 5), min(C, 100)
+    td = TORCH_DTYPES[dtype]
+    d = rowwise.solved_design(op, R, C, dtype) if not small else {"BC": 32, "RP": 2, "W": 1, "S": 2}
+    prog = RowwiseProgram(op, RowConfig.from_assignment(d))
+
+    def make(gen):
+        ops = {"x": torch.randn(R, C, generator=gen, device=device).to(td),
+               "w": (torch.rand(C, generator=gen, device=device) + 0.5).to(td),
+               "b": torch.randn(C, generator=gen, device=device).to(td),
+               "r": torch.randn(R, C, generator=gen, device=device).to(td)}
+        return ops
+
+    def ours(o):
+        return prog(o["x"], weight=o["w"], bias=o["b"], residual=o["r"], eps=EPS)
+
+    eager = {"rmsnorm": lambda o: hf_rmsnorm(o["x"], o["w"]),
+             "rmsnorm-residual": lambda o: hf_add_rmsnorm(o["x"], o["r"], o["w"]),
+             "layernorm": lambda o: F.layer_norm(o["x"], (C,), o["w"], o["b"], EPS),
+             "softmax": lambda o: torch.softmax(o["x"], -1), "log-softmax": lambda o: torch.log_softmax(o["x"], -1),
+             "sum": lambda o: o["x"].sum(-1), "mean": lambda o: o["x"].mean(-1),
+             "max": lambda o: o["x"].amax(-1), "argmax": lambda o: o["x"].argmax(-1),
+             "logsumexp": lambda o: torch.logsumexp(o["x"], -1)}[op]
+
+    def ref(o):
+        out = row_reference(op, o["x"].cpu(), o["w"].cpu(), o["b"].cpu(), o["r"].cpu(), EPS)
+        return list(out) if isinstance(out, tuple) else [out]
+
+    def got(o, res):
+        return list(res) if isinstance(res, tuple) else [res]
+
+    t = rowwise.make(op, dtype)
+    return Case(f"{op}-{R}x{C}-{dtype}", "rowwise", dtype, rowwise.sol_bytes(op, R, C, td.itemsize), make, ours,
+                eager, ref, got, _model(t, rowwise.workload(R, C, dtype), d), d)
+
+
+def ew_case(name, chain, M, N, dtype, device, small, eager):
+    if small:
+        M, N = min(M, 6), min(N, 70)
+    td = TORCH_DTYPES[dtype]
+    d = ew.solved_design(chain, M, N, dtype) if not small else {"BN": 32, "BM": 2, "W": 1}
+    prog = ElementwiseProgram(chain, EwConfig.from_assignment(d), dtype)
+
+    def make(gen):
+        x = torch.randn(M, N, generator=gen, device=device).to(td)
+        return {"x": x, **prog.new_inputs(x, gen)}
+
+    t = ew.elementwise(chain, dtype)
+    facts = ew.chain_facts(prog.chain, default_dtype=dtype)
+    nbytes = int(M * N * (2 * td.itemsize + facts.tile_bytes) + N * facts.vec_row_bytes)
+    return Case(f"{name}-{M}x{N}-{dtype}", "elementwise", dtype, nbytes, make,
+                lambda o: prog(o["x"], {k: v for k, v in o.items() if k != "x"}), eager,
+                lambda o: [prog.reference(o["x"].cpu(), {k: v.cpu() for k, v in o.items() if k != "x"})],
+                lambda o, res: [res], _model(t, ew.workload(M, N, dtype), d), d)
+
+
+def qk_case(T, L, dtype, device, small):
+    Hq, Hkv, D = QWEN["Hq"], QWEN["Hkv"], QWEN["D"]
+    if small:
+        T, L, Hq, Hkv = min(T, 3), min(L, 8), 4, 2
+    td = TORCH_DTYPES[dtype]
+    d = qk_rope.solved_design(T, Hq, Hkv, D, dtype) if not small else {"HP": 2, "W": 1}
+    prog = QkRopeProgram(QkRopeConfig.from_assignment(d), dtype)
+    cos, sin = rope_tables(L + T, D, 1e6, device)
+
+    def make(gen):
+        qkv = torch.randn(T, (Hq + 2 * Hkv) * D, generator=gen, device=device).to(td)
+        return {"q": qkv[:, : Hq * D].view(T, Hq, D), "k": qkv[:, Hq * D: (Hq + Hkv) * D].view(T, Hkv, D),
+                "v": qkv[:, (Hq + Hkv) * D:].view(T, Hkv, D), "qw": (torch.rand(D, device=device) + 0.5).to(td),
+                "kw": (torch.rand(D, device=device) + 0.5).to(td),
+                "pos": torch.arange(L - T, L, device=device) if T < L else torch.arange(T, device=device),
+                "kc": torch.zeros(1, L + T, Hkv, D, device=device, dtype=td),
+                "vc": torch.zeros(1, L + T, Hkv, D, device=device, dtype=td)}
+
+    def slots(o):
+        return o["pos"]
+
+    def ours(o):
+        return prog(o["q"], o["k"], o["v"], o["qw"], o["kw"], cos, sin, o["pos"], slots(o), o["kc"], o["vc"])
+
+    def eager(o):
+        return hf_qk_rope_kv(o["q"], o["k"], o["v"], o["qw"], o["kw"], cos, sin, o["pos"], slots(o), o["kc"], o["vc"])
+
+    def ref(o):
+        c = {k: v.cpu() for k, v in o.items()}
+        rq, rk, rv = reference_hf(c["q"], c["k"], c["v"], c["qw"], c["kw"], c["pos"])
+        return [rq, rk, rv]
+
+    def got(o, res):
+        s = slots(o)
+        return [res, o["kc"][0][s], o["vc"][0][s]]
+
+    t = qk_rope.qk_norm_rope_kv(dtype)
+    return Case(f"qk-norm-rope-kv-T{T}-{dtype}", "qk_rope", dtype, qk_rope.sol_bytes(T, Hq, Hkv, D, td.itemsize),
+                make, ours, eager, ref, got, _model(t, qk_rope.workload(T, Hq, Hkv, D, dtype), d), d)
+
+
+def gn_case(N, C, HW, G, device, small):
+    if small:
+        N, C, HW, G = 2, 8, 20, 4
+    d = rowwise.solved_design("groupnorm", N * G, C // G * HW, "fp32") if not small else {"BC": 32, "RP": 2, "W": 1,
+                                                                                         "S": 2}
+    cfg = RowConfig.from_assignment(d)
+
+    def make(gen):
+        return {"x": torch.randn(N, C, HW, generator=gen, device=device),
+                "w": torch.rand(C, generator=gen, device=device) + 0.5,
+                "b": torch.randn(C, generator=gen, device=device)}
+
+    t = rowwise.make("groupnorm", "fp32")
+    return Case(f"groupnorm-{N}x{C}x{HW}-G{G}-fp32", "rowwise", "fp32", 2 * N * C * HW * 4 + 2 * C * 4,
+                make, lambda o: group_norm(o["x"], G, o["w"], o["b"], 1e-5, config=cfg),
+                lambda o: F.group_norm(o["x"], G, o["w"], o["b"], 1e-5),
+                lambda o: [F.group_norm(o["x"].cpu().double(), G, o["w"].cpu().double(), o["b"].cpu().double(), 1e-5)],
+                lambda o, res: [res], _model(t, rowwise.workload(N * G, C // G * HW, "fp32"), d), d)
+
+
+def cases(device, small):
+    """Qwen3-8B layer parts first (bf16), then KernelBench-like fp32 ops: torch.compile's first compiles
+    go to the cases the layer needs if the time budget runs out."""
+    h = QWEN["hidden"]
+    out = [row_case("rmsnorm", r, h, "bf16", device, small) for r in (1, 128, 2048)]
+    out += [row_case("rmsnorm-residual", r, h, "bf16", device, small) for r in (1, 2048)]
+    out += [qk_case(1, 4096, "bf16", device, small), qk_case(2048, 2048, "bf16", device, small)]
+    out += [ew_case("silu_mul", "silu >> mul(name=other)", 2048, 12288, "bf16", device, small,
+                    lambda o: F.silu(o["x"]) * o["other"])]
+    out += [row_case(op, 4096, 4096, "fp32", device, small) for op in ("softmax", "layernorm", "log-softmax", "sum",
+                                                                         "argmax", "logsumexp")]
+    out += [row_case("rmsnorm", 4096, 8192, "fp32", device, small), row_case("softmax", 128, 65536, "fp32", device,
+                                                                               small)]
+    out += [ew_case("gelu_tanh_bias", "gelu(approx=tanh) >> bias(axis=row,name=b)", 8192, 4096, "bf16", device, small,
+                    lambda o: (F.gelu(o["x"].float(), approximate="tanh") + o["b"].float()).to(o["x"].dtype)),
+            ew_case("relu", "relu", 4096, 4096, "fp32", device, small, lambda o: torch.relu(o["x"])),
+            ew_case("mish_scale", "mish >> scale(by=2.0) >> hardtanh(lo=-1.0,hi=1.0)", 4096, 4096, "fp32", device,
+                    small, lambda o: F.hardtanh(F.mish(o["x"]) * 2.0, -1.0, 1.0))]
+    out += [gn_case(16, 64, 128 * 128, 8, device, small)]
+    return out
+
+
+def rel_error(got, want) -> float:
+    if got.dtype in (torch.int64, torch.int32):
+        return 0.0 if torch.equal(got.cpu(), want.cpu()) else 1.0
+    g, w = got.double().cpu(), want.double().cpu()
+    if g.isnan().any():
+        return float("inf")
+    return float((g - w).norm() / max(w.norm().item(), 1e-30))
+
+
+def check(case, fn, gen):
+    ops = case.make(gen)
+    errs = [rel_error(g, w) for g, w in zip(case.got(ops, fn(ops)), case.ref(ops))]
+    return max(errs)
+
+
+def timings(fn, sets, device, poison_ok=True):
+    out = {}
+    for mode in ("eager", "graph"):
+        try:
+            r = time_launches(lambda i: fn(sets[i]), len(sets), device=device, mode=mode)
+            out[f"{mode}_us"] = r.timing.seconds * 1e6
+        except Exception as exc:  # noqa: BLE001 - recorded with the reason
+            out[f"{mode}_us"] = None
+            out[f"{mode}_failure"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    return out
+
+
+def measure_case(case, row, device, gen, l2, bw, args, start):
+    """Timings of ours, torch eager and torch.compile on the same operand sets (eager and CUDA graph)."""
+    n = operand_sets_for(case.sol_bytes, l2)
+    sets = [case.make(gen) for _ in range(n)]
+    row["operand_sets"] = n
+    row["ours"] = timings(case.ours, sets, device)
+    row["eager"] = timings(case.torch_fn, sets, device)
+    if not args.no_compile and time.time() - start < args.budget_s:
+        compiled = torch.compile(case.torch_fn)
+        row["err_compile"] = check(case, compiled, gen)
+        row["compile"] = timings(compiled, sets, device)
+    else:
+        row["compile"] = {"skipped": "--no-compile" if args.no_compile else "time budget"}
+    ours_g = row["ours"].get("graph_us")
+    eager_times = [x for x in (row["eager"].get("graph_us"), row["eager"].get("eager_us")) if x]
+    best_eager = min(eager_times) if eager_times else None
+    comp = row["compile"].get("graph_us")
+    row["speedup_vs_eager"] = best_eager / ours_g if ours_g and best_eager else None
+    row["speedup_vs_compile"] = comp / ours_g if ours_g and comp else None
+    row["copy_fraction"] = case.sol_bytes / (ours_g * 1e-6) / bw if ours_g else None
+
+
+def copy_bw() -> float:
+    n = 2**28
+    src, dst = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+    r = time_launches(lambda i: dst.copy_(src), 1, device="cuda", mode="graph")
+    return 2 * n * 4 / r.timing.seconds
+
+
+def main() -> int:
+    args = ARGS or _args([])
+    gpu = torch.cuda.is_available() and not args.dry_run
+    if not gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        print("no CUDA device: run with --dry-run (Triton interpreter, tiny sizes)", file=sys.stderr)
+        return 2
+    device, start = ("cuda" if gpu else "cpu"), time.time()
+    gen = torch.Generator(device=device).manual_seed(0)
+    bw = copy_bw() if gpu else float("nan")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size if gpu else 0
+    result = {"device": torch.cuda.get_device_name() if gpu else "cpu (interpreter)", "copy_bw_Bps": bw,
+              "versions": {"torch": torch.__version__}, "command": " ".join(sys.argv), "cases": []}
+    print(f"{result['device']}: copy bandwidth {bw / 1e12:.2f} TB/s (gpu, 1 GiB fp32 copy, graph)" if gpu else
+          "dry run: Triton interpreter, tiny sizes, correctness only (no timing)")
+    print(f"{'case':34s} {'err(ours)':>9s} {'err(torch)':>10s} {'ours g/e us':>14s} {'eager g/e us':>14s} "
+          f"{'compile g us':>12s} {'model us':>8s} {'x eager':>7s} {'x comp':>6s} {'copy%':>6s}")
+    wanted = [w for w in args.cases.split(",") if w]
+    picked = [c for c in cases(device, not gpu) if not wanted or any(c.name.startswith(w) for w in wanted)]
+    for case in picked:
+        row = {"case": case.name, "family": case.family, "dtype": case.dtype, "design": case.design,
+               "sol_bytes": case.sol_bytes, "model_us": case.model_us}
+        tol = TOL[case.dtype] * (3 if case.family == "qk_rope" else 1)
+        row["err_ours"], row["err_torch"] = check(case, case.ours, gen), check(case, case.torch_fn, gen)
+        row["tolerance"] = tol
+        row["correct"] = row["err_ours"] <= tol
+        row["torch_correct"] = row["err_torch"] <= tol  # the baseline is held to the same tolerance
+        if gpu and row["correct"]:
+            measure_case(case, row, device, gen, l2, bw, args, start)
+        _print(row)
+        result["cases"].append(row)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "vector_ops.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    ok = all(r["correct"] for r in result["cases"])
+    if gpu:
+        for key in ("speedup_vs_eager", "speedup_vs_compile"):
+            xs = [r[key] for r in result["cases"] if r.get(key)]
+            g = math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+            print(f"geomean {key} (graph vs best torch, gpu): {g:.3f}x over {len(xs)} cases")
+    print(f"{sum(r['correct'] for r in result['cases'])}/{len(result['cases'])} cases correct; "
+          f"{time.time() - start:.0f} s wall; wrote {os.path.join(args.out, 'vector_ops.json')}")
+    return 0 if ok else 1
+
+
+def _fmt(x, spec=".1f"):
+    return "-" if x is None else format(x, spec)
+
+
+def _print(r):
+    o, e, c = r.get("ours", {}), r.get("eager", {}), r.get("compile", {})
+    print(f"{r['case']:34s} {r['err_ours']:9.1e} {r['err_torch']:10.1e} "
+          f"{_fmt(o.get('graph_us')):>6s}/{_fmt(o.get('eager_us')):>7s} {_fmt(e.get('graph_us')):>6s}/"
+          f"{_fmt(e.get('eager_us')):>7s} {_fmt(c.get('graph_us')):>12s} {_fmt(r['model_us']):>8s} "
+          f"{_fmt(r.get('speedup_vs_eager'), '.2f'):>7s} {_fmt(r.get('speedup_vs_compile'), '.2f'):>6s} "
+          f"{_fmt(r.get('copy_fraction') and 100 * r['copy_fraction']):>6s}" + ("" if r["correct"] else "  FAILED"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
