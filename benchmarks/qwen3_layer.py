@@ -99,8 +99,13 @@ def baseline_runs(cfg, sc, w, device, allow_autotune: bool):
     if device != "cpu":
         import torch._inductor.config as ic
 
-        ic.max_autotune_gemm_backends = "ATEN,TRITON"   # limit the search: aten and Triton's default configs
-        ic.max_autotune_gemm_search_space = "DEFAULT"
+        # limit the search: aten and Triton's default configs (knobs this torch may not have are skipped)
+        for knob, value in (("max_autotune_gemm_backends", "ATEN,TRITON"), ("max_autotune_gemm_search_space",
+                                                                             "DEFAULT")):
+            try:
+                setattr(ic, knob, value)
+            except (AttributeError, ValueError) as exc:
+                log(f"  inductor knob {knob} not set ({type(exc).__name__})")
         variants["compile"] = torch.compile(fn, fullgraph=True, dynamic=False)
         if allow_autotune:
             variants["max-autotune"] = torch.compile(fn, mode="max-autotune-no-cudagraphs", fullgraph=True,
