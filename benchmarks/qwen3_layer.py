@@ -130,13 +130,14 @@ def time_baselines(cfg, sc, w, device, sets, allow_autotune: bool, want) -> dict
         dev = device if device != "cpu" else "cpu"
         e = time_launches(launch, len(sets), device=dev, mode="eager")
         row["eager_us"] = e.timing.seconds * 1e6
+        row["source"] = e.timing.source
         if device != "cpu":
             g = time_launches(launch, len(sets), device=dev, mode="graph")
             row["graph_us"] = g.timing.seconds * 1e6
             row["graph_timing"] = g.timing.as_dict()
         rows[name] = row
         log(f"  baseline {name}: eager {row['eager_us']:.1f} us, graph {row.get('graph_us', float('nan')):.1f} us "
-            f"(gpu), first call {row['first_call_s']:.1f} s, out rel err {row['out_rel_err']:.2e}")
+            f"({row['source']}), first call {row['first_call_s']:.1f} s, out rel err {row['out_rel_err']:.2e}")
     return rows
 
 
