@@ -128,3 +128,16 @@ def test_group_and_instance_norm(shape, groups):
         assert torch.allclose(got.double(), want, atol=3e-5, rtol=3e-5)
     got = group_norm(x, c, config=RowConfig(BC=16, RP=2, W=1, S=2))  # instance norm, no affine
     assert torch.allclose(got.double(), torch.nn.functional.instance_norm(x.double(), eps=1e-5), atol=3e-5)
+
+
+@pytest.mark.parametrize("cfg", [RowConfig(BC=64, RP=2, W=1), RowConfig(BC=16, RP=2, W=1, S=2)])
+def test_residual_updated_in_place(cfg):
+    """residual_out may be the residual itself (the layer's residual stream updated in place)."""
+    gen = torch.Generator().manual_seed(5)
+    x, r = torch.randn(5, 45, generator=gen), torch.randn(5, 45, generator=gen)
+    w = torch.rand(45, generator=gen) + 0.5
+    want_y, want_r = reference("rmsnorm-residual", x, w, None, r)
+    buf = r.clone()
+    y, ro = RowwiseProgram("rmsnorm-residual", cfg)(x, weight=w, residual=buf, residual_out=buf)
+    assert ro.data_ptr() == buf.data_ptr() and torch.equal(buf, want_r)
+    assert torch.allclose(y.double(), want_y, atol=2e-5, rtol=2e-5)

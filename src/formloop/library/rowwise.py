@@ -120,7 +120,7 @@ def _terms(op: str):
     in_flight = RP * BC * e * where(looped, maximum(S - 1, 1), 1)
     pull = active * in_flight / lat_m
     T_dram = bytes_ / minimum(bw * eta_bw, pull)
-    second = (R * C * e * (2 if op == "rmsnorm-residual" else 1)) if op in TWO_PASS else 0
+    second = R * C * e if op in TWO_PASS else 0  # rmsnorm-residual re-reads the residual it stored
     T_l2 = where(looped, second / (minimum(active, n_sm) * bw_l2), 0)
     T_mem = (T_dram + T_l2) * US
     passes = 2 if op in TWO_PASS else 1

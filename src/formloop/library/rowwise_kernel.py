@@ -122,14 +122,16 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sr
             var = tl.sum(acc2, 1) / C
             mean = tl.zeros([RP], tl.float32)
         rstd = 1.0 / tl.sqrt(var + eps)
-        # pass 2: normalize (x + residual recomputed from the inputs, rounded as stored)
+        if OP == 1:
+            tl.debug_barrier()  # the stored residual row is visible to every thread of the program
+        # pass 2: normalize (rmsnorm-residual reads back the residual it stored: residual_out may alias residual)
         for c0 in range(0, C, BC):
             cols = c0 + tl.arange(0, BC)
             m = row_ok[:, None] & (cols < C)[None, :]
-            x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=0.0).to(tl.float32)
             if OP == 1:
-                x = x + tl.load(r_ptr + r64[:, None] * sr + cols[None, :], mask=m, other=0.0).to(tl.float32)
-                x = x.to(ro_ptr.dtype.element_ty).to(tl.float32)
+                x = tl.load(ro_ptr + r64[:, None] * sro + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            else:
+                x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=0.0).to(tl.float32)
             if OP >= 2:
                 w, b = _affine(w_ptr, b_ptr, rows, cols, m, C, G, CG, HW, OP == 3)
                 y = (x - mean[:, None]) * rstd[:, None] * w + b
