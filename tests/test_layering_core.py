@@ -23,7 +23,8 @@ Z3_HOMES = ("formloop.expr.to_z3", "formloop.verify")
 GUARDED = ("triton", "torch", "formloop.library.gemm_tiling_kernel", "formloop.library.gemm_tiling_instance",
            "formloop.library.gemm_epilogue_kernel", "formloop.library.attention_decode_kernel",
            "formloop.library.attention_prefill_kernel", "formloop.library.rowwise_kernel",
-           "formloop.library.elementwise_kernel", "formloop.library.qk_rope_kernel")
+           "formloop.library.elementwise_kernel", "formloop.library.qk_rope_kernel",
+           "formloop.library.qwen3_layer_kernels")
 # each imports triton and torch at module level
 
 

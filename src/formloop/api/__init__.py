@@ -13,6 +13,7 @@ environment's).
                                          attention templates take B,Hq,Hkv,D,L and default to bf16 on h200)
     measuring   evaluate, measure, sol_report, sol_ops
     kernel specs dsl_check, dsl_emit, dsl_run  (the spec language: validate, emit Triton, run vs torch)
+    models      layer  (a whole Qwen3 decoder layer per scenario: fusion MILP, parts, measured on a GPU)
     co-design   wall_relax, codesign_study
     population  population_query
     the loop    run
@@ -23,6 +24,7 @@ from formloop.api.admission import add_template, admit_template
 from formloop.api.campaign import campaign, harness, integrity, schedule, synth_log
 from formloop.api.codesign import codesign_study, wall_relax
 from formloop.api.dsl import dsl_check, dsl_emit, dsl_run
+from formloop.api.layer import layer
 from formloop.api.loop import run
 from formloop.api.measure import evaluate, measure
 from formloop.api.optimize import optimize, optimize_status, optimize_submit
@@ -35,7 +37,7 @@ from formloop.api.verify import chain_faults, prove_chain, prove_template, reche
 __all__ = [
     "add_template", "admit_template", "campaign", "chain_faults", "check", "codesign_study", "dsl_check", "dsl_emit",
     "dsl_run", "evaluate", "harness",
-    "integrity", "list_templates", "measure",
+    "integrity", "layer", "list_templates", "measure",
     "optimize", "optimize_status", "optimize_submit", "population_query", "prove_chain", "prove_template",
     "recheck_certificate", "run", "schedule", "show_template", "sol_ops", "sol_report", "solve", "synth_log", "verify",
     "wall_relax",

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "formloop.cli.problems_cmd",
     "formloop.cli.dsl_cmd",
     "formloop.cli.optimize_cmd",
+    "formloop.cli.layer_cmd",
 )
 
 for _module in COMMAND_MODULES:

@@ -1,0 +1,313 @@
+"""The complete Qwen3-8B decoder layer on one GPU: formloop's plan (fusion by the qwen3-layer MILP,
+every part from its template) against torch in the same run.
+
+    python3 benchmarks/qwen3_layer.py --out DIR          (GPU: the eight scenarios, ~7 minutes)
+    python3 benchmarks/qwen3_layer.py --out DIR --dry-run (CPU: tiny config in the Triton interpreter)
+
+Per scenario (prefill 128/512/2048/4096, decode history 512/2048/4096/8192; batch 1, bf16):
+  1. plan: part designs and fusion (model us), the layer's speed-of-light floor (sol us)
+  2. correctness first: output and KV cache of formloop's layer vs the fp32 reference (fresh random
+     inputs, NaN-poisoned output); the baselines' outputs vs the same reference
+  3. time (formloop.measure.timer; us, gpu): formloop eager and CUDA graph; HF-math torch eager,
+     eager + CUDA graph, torch.compile default and max-autotune-no-cudagraphs, each + CUDA graph
+  4. every part of formloop's layer alone (graph) with its SOL fraction
+Then a 36-layer decode stack (history 4096): tokens/s of formloop vs the best baseline mode.
+Writes DIR/qwen3_layer.json (after every scenario) and prints the table. SM clock and power are in
+every timing's `device` record (before/after, mean power)."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+# decode first: its GEMM shapes are the same in all four (max-autotune tunes them once)
+SCENARIOS = ("decode:512", "decode:2048", "decode:4096", "decode:8192",
+             "prefill:128", "prefill:512", "prefill:2048", "prefill:4096")
+DRY_SCENARIOS = ("prefill:8", "decode:40")
+STACK_HISTORY = 4096
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="directory for qwen3_layer.json")
+    ap.add_argument("--dry-run", action="store_true", help="tiny config on the CPU (Triton interpreter)")
+    ap.add_argument("--scenario", action="append", help="a subset (repeatable); default: all eight")
+    ap.add_argument("--budget-s", type=float, default=400.0, help="wall budget: max-autotune is skipped (with a "
+                    "note) for scenarios it would push past this")
+    ap.add_argument("--no-stack", action="store_true", help="skip the 36-layer decode stack")
+    ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="processes for the solves")
+    return ap.parse_args(argv)
+
+
+ARGS = parse_args(sys.argv[1:]) if __name__ == "__main__" else None
+if ARGS is not None:
+    import torch
+
+    if ARGS.dry_run or not torch.cuda.is_available():
+        ARGS.dry_run = True
+        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
+
+import torch  # noqa: E402
+
+from formloop.library.qwen3_layer import WEIGHTS, get_model, new_state, new_weights, parse_scenario, \
+    reference  # noqa: E402
+from formloop.library.qwen3_layer_baseline import make_layer, rope_cache, weight_args  # noqa: E402
+from formloop.library.qwen3_layer_check import check_fusion, rel_err, tiny_designs  # noqa: E402
+from formloop.library.qwen3_layer_plan import layer_floor, plan_many  # noqa: E402
+from formloop.measure.timer import time_launches  # noqa: E402
+
+T0 = time.time()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
+
+
+def new_weights_fast(cfg, device, seed):
+    """Random weights drawn on the device (the CPU generator is slow at 8B shapes)."""
+    if device == "cpu":
+        return new_weights(cfg, seed=seed)
+    g = torch.Generator(device=device).manual_seed(seed)
+    out = {}
+    for k in WEIGHTS:
+        if k in ("w_in", "w_post"):
+            out[k] = (1 + 0.1 * torch.randn(cfg.hidden, device=device, generator=g)).to(torch.bfloat16)
+        elif k in ("q_norm", "k_norm"):
+            out[k] = (1 + 0.1 * torch.randn(cfg.head_dim, device=device, generator=g)).to(torch.bfloat16)
+        else:
+            o, i = {"w_qkv": (cfg.qkv_width, cfg.hidden), "w_o": (cfg.hidden, cfg.q_width),
+                    "w_gate": (cfg.intermediate, cfg.hidden), "w_up": (cfg.intermediate, cfg.hidden),
+                    "w_down": (cfg.hidden, cfg.intermediate)}[k]
+            out[k] = (torch.randn(o, i, device=device, generator=g) / math.sqrt(i)).to(torch.bfloat16)
+    return out
+
+
+COMPILED: dict = {}  # (scenario, variant) -> the function, reused by the stack (no second compile)
+
+
+def baseline_runs(cfg, sc, w, device, allow_autotune: bool):
+    """(name -> callable(i)) for the baselines over operand sets, and their compile seconds."""
+    fn = make_layer(cfg, sc)
+    cos, sin = rope_cache(cfg, sc, device)
+    wargs = weight_args(cfg, w)
+    variants = {"eager": fn}
+    compile_s = {}
+    if device != "cpu":
+        import torch._inductor.config as ic
+
+        # limit the search: aten and Triton's default configs (knobs this torch may not have are skipped)
+        for knob, value in (("max_autotune_gemm_backends", "ATEN,TRITON"), ("max_autotune_gemm_search_space",
+                                                                             "DEFAULT")):
+            try:
+                setattr(ic, knob, value)
+            except (AttributeError, ValueError) as exc:
+                log(f"  inductor knob {knob} not set ({type(exc).__name__})")
+        variants["compile"] = torch.compile(fn, fullgraph=True, dynamic=False)
+        if allow_autotune:
+            variants["max-autotune"] = torch.compile(fn, mode="max-autotune-no-cudagraphs", fullgraph=True,
+                                                     dynamic=False)
+    COMPILED.update({(sc.text, k): v for k, v in variants.items()})
+    return variants, (cos, sin), wargs, compile_s
+
+
+def time_baselines(cfg, sc, w, device, sets, allow_autotune: bool, want) -> dict:
+    variants, (cos, sin), wargs, _ = baseline_runs(cfg, sc, w, device, allow_autotune)
+    rows = {}
+    x0, kc0, vc0 = new_state(cfg, sc, device=device, seed=11)
+    for name, fn in variants.items():
+        t = time.time()
+        kc, vc = kc0.clone(), vc0.clone()
+        out = fn(x0, kc, vc, cos, sin, *wargs)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        row = {"first_call_s": time.time() - t, "out_rel_err": rel_err(out, want[0]),
+               "k_rel_err": rel_err(kc[:, :, sc.history: sc.kv_len], want[1][:, :, sc.history: sc.kv_len])}
+        launch = lambda i, f=fn: f(sets[i][0], sets[i][1], sets[i][2], cos, sin, *wargs)  # noqa: E731
+        dev = device if device != "cpu" else "cpu"
+        e = time_launches(launch, len(sets), device=dev, mode="eager")
+        row["eager_us"] = e.timing.seconds * 1e6
+        row["source"] = e.timing.source
+        if device != "cpu":
+            g = time_launches(launch, len(sets), device=dev, mode="graph")
+            row["graph_us"] = g.timing.seconds * 1e6
+            row["graph_timing"] = g.timing.as_dict()
+        rows[name] = row
+        log(f"  baseline {name}: eager {row['eager_us']:.1f} us, graph {row.get('graph_us', float('nan')):.1f} us "
+            f"({row['source']}), first call {row['first_call_s']:.1f} s, out rel err {row['out_rel_err']:.2e}")
+    return rows
+
+
+def best_baseline(rows: dict) -> tuple[str, float]:
+    cands = [(f"{n}+graph", r["graph_us"]) for n, r in rows.items() if r.get("graph_us")]
+    cands += [(n, r["eager_us"]) for n, r in rows.items()]
+    return min(cands, key=lambda c: c[1])
+
+
+def run_scenario(p, device, allow_autotune: bool) -> dict:
+    from formloop.library.qwen3_layer_measure import measure, operand_sets  # noqa: PLC0415
+    from formloop.hw.chips import get_chip
+
+    cfg, sc = p.cfg, p.scenario
+    row = {"scenario": sc.text, "plan": p.as_dict(), "sol": layer_floor(cfg, sc)}
+    w = new_weights_fast(cfg, device, seed=0)
+    m = measure(p, device=device, weights=w)
+    row["formloop"] = m
+    if not m["check"]["ok"]:
+        log(f"{sc.text}: formloop's layer is WRONG ({m['check']}); not timed")
+        return row
+    log(f"{sc.text}: formloop {m['graph_us']:.1f} us graph / {m['eager_us']:.1f} us eager (gpu), model "
+        f"{p.model_us:.1f} us, floor {row['sol']['floor_us']:.1f} us (sol); out rel err "
+        f"{m['check']['out_rel_err']:.2e}")
+    x, kc, vc = new_state(cfg, sc, device=device, seed=11)
+    want = reference(cfg, sc, w, x, kc, vc)
+    sets = [s[:3] for s in operand_sets(p, device, get_chip("h200"))]
+    row["baselines"] = time_baselines(cfg, sc, w, device, sets, allow_autotune, want)
+    if not allow_autotune:
+        row["note"] = "max-autotune skipped: the run's wall budget (--budget-s) would be exceeded"
+    name, us = best_baseline(row["baselines"])
+    row["best_baseline"] = {"name": name, "us": us, "speedup": us / m["graph_us"]}
+    row["floor_fraction"] = row["sol"]["floor_us"] / m["graph_us"]
+    return row
+
+
+def stack(plan, device, best_name: str, layers: int) -> dict:
+    """A decode stack of `layers` layers (own weights and caches each): tokens/s of formloop's
+    layers vs the baseline mode `best_name`, both in one CUDA graph per token."""
+    from formloop.library.qwen3_layer_kernels import LayerKernels  # noqa: PLC0415
+
+    cfg, sc = plan.cfg, plan.scenario
+    designs = {n: q.design for n, q in plan.parts.items()}
+    ws = [new_weights_fast(cfg, device, seed=1000 + i) for i in range(layers)]
+    states = [new_state(cfg, sc, device=device, seed=2000 + i) for i in range(layers)]
+    ours = [LayerKernels(cfg, sc, plan.fusion, designs, w, device) for w in ws]
+    outs = [torch.empty(sc.tokens, cfg.hidden, dtype=torch.bfloat16, device=device) for _ in range(layers)]
+    x0 = states[0][0]
+
+    def run_ours(_):
+        x = x0
+        for i in range(layers):
+            ours[i](x, states[i][1], states[i][2], outs[i])
+            x = outs[i]
+        return x
+
+    t_ours = time_launches(run_ours, 1, device=device, mode="graph")
+    base = best_name.split("+")[0]
+    fn = COMPILED.get((sc.text, base)) or make_layer(cfg, sc)
+    cos, sin = rope_cache(cfg, sc, device)
+    wargs = [weight_args(cfg, w) for w in ws]
+
+    def run_base(_):
+        x = x0
+        for i in range(layers):
+            x = fn(x, states[i][1], states[i][2], cos, sin, *wargs[i])
+        return x
+
+    mode = "graph" if best_name.endswith("+graph") else "eager"
+    t_base = time_launches(run_base, 1, device=device, mode=mode)
+    a, b = t_ours.timing.seconds, t_base.timing.seconds
+    return {"layers": layers, "scenario": sc.text, "formloop_us": a * 1e6, "formloop_tokens_s": 1 / a,
+            "baseline": f"{base} ({mode})", "baseline_us": b * 1e6, "baseline_tokens_s": 1 / b, "speedup": b / a,
+            "source": "gpu", "formloop_timing": t_ours.timing.as_dict(), "baseline_timing": t_base.timing.as_dict()}
+
+
+def dry_run(out_dir: Path) -> int:
+    """The CPU path: the tiny config planned by the same MILPs, the planned fusion checked in the
+    Triton interpreter vs fp32 torch, the torch baseline run eagerly (host wall time, source cpu)."""
+    cfg = get_model("tiny")
+    scs = [parse_scenario(s) for s in DRY_SCENARIOS]
+    plans = plan_many(cfg, scs, workers=1)
+    rows = []
+    for p in plans:
+        sc = p.scenario
+        chk = check_fusion(cfg, sc, p.fusion, tiny_designs(sc))
+        w = new_weights(cfg)
+        x, kc, vc = new_state(cfg, sc, seed=11)
+        want = reference(cfg, sc, w, x, kc, vc)
+        sets = [new_state(cfg, sc, seed=20)]
+        base = time_baselines(cfg, sc, w, "cpu", sets, False, want)
+        rows.append({"scenario": sc.text, "fusion": p.fusion.as_dict(), "model_us": p.model_us, "check": chk,
+                     "baselines": base, "tier": "interpreter (tiny config; designs fixed small for the interpreter)"})
+        log(f"{sc.text}: fusion {p.fusion.text}, model {p.model_us:.2f} us (model, tiny config), check "
+            f"{'ok' if chk['ok'] else 'WRONG'} (interpreter, out rel err {chk['out_rel_err']:.2e} vs fp32)")
+    (out_dir / "qwen3_layer_dry.json").write_text(json.dumps(rows, indent=1, default=str))
+    return 0 if all(r["check"]["ok"] for r in rows) else 1
+
+
+def table(rows: list[dict]) -> list[str]:
+    cols = ("scenario", "fusion", "model", "ours", "eager", "eager+g", "comp+g", "ma+g", "best", "speedup", "floor",
+            "floor%")
+    out = ["times in us: model = template costs; ours and baselines = gpu (graph unless named); floor = sol; "
+           "fusion = R1 GL R2", "  ".join(f"{c:>10}" for c in cols)]
+    for r in rows:
+        if "best_baseline" not in r:
+            out.append(f"{r['scenario']:>10}  WRONG or not timed")
+            continue
+        b, m, fu = r["baselines"], r["formloop"], r["plan"]["fusion"]
+        g = lambda n: b[n].get("graph_us", float("nan")) if n in b else float("nan")  # noqa: E731
+        vals = (r["scenario"], f"{fu['R1']}{fu['GL']}{fu['R2']}", f"{r['plan']['model_us']:.1f}",
+                f"{m['graph_us']:.1f}", f"{b['eager']['eager_us']:.1f}", f"{g('eager'):.1f}", f"{g('compile'):.1f}",
+                f"{g('max-autotune'):.1f}", f"{r['best_baseline']['us']:.1f} ({r['best_baseline']['name']})",
+                f"{r['best_baseline']['speedup']:.3f}", f"{r['sol']['floor_us']:.1f}",
+                f"{100 * r['floor_fraction']:.1f}%")
+        out.append("  ".join(f"{v:>10}" for v in vals))
+    sp = [r["best_baseline"]["speedup"] for r in rows if "best_baseline" in r]
+    if sp:
+        geo = math.exp(sum(map(math.log, sp)) / len(sp))
+        out.append(f"geomean speedup vs the best baseline per scenario: {geo:.3f} (min {min(sp):.3f})")
+    return out
+
+
+def main() -> int:
+    args = ARGS
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.dry_run:
+        return dry_run(out_dir)
+    from formloop.measure.device import device_facts
+
+    cfg = get_model("qwen3-8b")
+    scs = [parse_scenario(s) for s in (args.scenario or SCENARIOS)]
+    log(f"planning {len(scs)} scenarios ({args.workers} processes)")
+    plans = plan_many(cfg, scs, workers=args.workers)
+    log("planned: " + "; ".join(f"{p.scenario.text} {p.fusion.text} {p.model_us:.1f} us (model)" for p in plans))
+    result = {"device": device_facts(), "config": cfg.as_dict(), "scenarios": [], "stack": None}
+    path = out_dir / "qwen3_layer.json"
+    base_s, tune_s = [], []   # per scenario: time without max-autotune's first call, and that call
+    for i, p in enumerate(plans):
+        left = args.budget_s - (time.time() - T0)
+        base = sum(base_s) / len(base_s) if base_s else 0.0
+        tune = max(tune_s) if tune_s else 0.0
+        allow = not base_s or left - base * (len(plans) - i) - (60.0 if args.no_stack else 90.0) > tune
+        t = time.time()
+        r = run_scenario(p, "cuda", allow)
+        result["scenarios"].append(r)
+        at = r.get("baselines", {}).get("max-autotune", {}).get("first_call_s", 0.0)
+        base_s.append(time.time() - t - at)
+        if at:
+            tune_s.append(at)
+        path.write_text(json.dumps(result, indent=1, default=str))
+    if not args.no_stack:
+        dec = [r for r in result["scenarios"] if r["scenario"] == f"decode:{STACK_HISTORY}" and "best_baseline" in r]
+        if dec:
+            p = next(q for q in plans if q.scenario.text == f"decode:{STACK_HISTORY}")
+            result["stack"] = stack(p, "cuda", dec[0]["best_baseline"]["name"], cfg.layers)
+            s = result["stack"]
+            log(f"36-layer decode stack (history {STACK_HISTORY}): formloop {s['formloop_tokens_s']:.1f} tokens/s, "
+                f"{s['baseline']} {s['baseline_tokens_s']:.1f} tokens/s, speedup {s['speedup']:.3f} (gpu)")
+    path.write_text(json.dumps(result, indent=1, default=str))
+    for line in table(result["scenarios"]):
+        print(line)
+    for r in result["scenarios"]:
+        for q in r.get("formloop", {}).get("parts", []):
+            print(f"  {r['scenario']:<13} {q['part']:<11} {q['gpu_us']:8.1f} us (gpu, alone)  model "
+                  f"{q['model_us']:8.1f}  floor {q['sol_floor_us']:7.1f}  SOL {100 * (q['sol_fraction'] or 0):5.1f}%")
+    log(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

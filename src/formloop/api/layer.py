@@ -1,0 +1,54 @@
+"""`formloop layer MODEL --scenario prefill:N|decode:H ...`: plan a whole decoder layer per scenario
+(each part's design from its template, the fusion by the qwen3-layer MILP), report the model times,
+and on a CUDA device measure the plan (correctness against the fp32 reference first).
+
+Every time says its unit and source in its key or in `units`: model (the templates' costs), sol
+(speed-of-light floors), gpu (measured by formloop.measure.timer)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from formloop.api.values import plain
+from formloop.errors import InvalidInput
+from formloop.evaluate import gpu_available
+from formloop.hw.chips import get_chip
+from formloop.library.qwen3_layer import get_model, parse_scenario
+from formloop.library.qwen3_layer_plan import layer_floor, plan_many
+
+MEASURE = ("auto", "yes", "no")
+
+
+def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: str = "auto",
+          workers: int = 4) -> dict[str, Any]:
+    """Plan (and with a GPU, measure) the layer of `model` for each scenario."""
+    cfg = get_model(model)
+    if isinstance(scenarios, str):
+        scenarios = [scenarios]
+    if not scenarios:
+        raise InvalidInput("scenario", [], "at least one of prefill:N, decode:H")
+    parsed = [parse_scenario(s) for s in scenarios]
+    get_chip(chip)
+    if measure not in MEASURE:
+        raise InvalidInput("measure", measure, MEASURE)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InvalidInput("workers", workers, "a whole number >= 1")
+    on_gpu = gpu_available()
+    if measure == "yes" and not on_gpu:
+        raise InvalidInput("measure", measure, "auto or no (no CUDA device here)")
+    rows = []
+    for sc, p in zip(parsed, plan_many(cfg, parsed, chip, model, workers)):
+        row = p.as_dict()
+        row["sol"] = layer_floor(cfg, sc, chip)
+        if on_gpu and measure != "no":
+            from formloop.library.qwen3_layer_measure import measure as measure_plan  # noqa: PLC0415 (torch)
+
+            row["measured"] = measure_plan(p, chip=chip)
+        else:
+            row["measured"] = None
+        rows.append(row)
+    return plain({"model": model, "config": cfg.as_dict(), "chip": chip, "scenarios": rows,
+                  "measured_note": "" if on_gpu and measure != "no" else "no CUDA device here (or measure=no): "
+                                                                           "model times only",
+                  "units": {"model_us": "us (model)", "sol.floor_us": "us (sol)", "measured.graph_us": "us (gpu)",
+                            "measured.eager_us": "us (gpu)"}})

@@ -1,0 +1,45 @@
+"""`formloop layer`: named errors for bad models and scenarios (exit 2), and a plan at the tiny
+config (model times, labelled)."""
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from formloop import api
+from formloop.cli import app
+from formloop.errors import InvalidInput
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["layer", "qwen3-9b", "--scenario", "decode:8"], "invalid model"),
+    (["layer", "qwen3-8b", "--scenario", "decod:8"], "invalid scenario kind"),
+    (["layer", "qwen3-8b", "--scenario", "prefill:0"], "invalid scenario tokens"),
+    (["layer", "qwen3-8b", "--scenario", "decode:x"], "invalid scenario history"),
+    (["layer", "qwen3-8b"], "invalid scenario"),
+    (["layer", "qwen3-8b", "--scenario", "decode:8", "--measure", "maybe"], "invalid measure"),
+])
+def test_bad_input_is_named(args, needle):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2
+    assert needle in r.output
+
+
+def test_api_refuses_measuring_without_a_gpu():
+    with pytest.raises(InvalidInput):
+        api.layer("tiny", ["decode:40"], measure="yes")
+
+
+def test_tiny_plan_json():
+    r = runner.invoke(app, ["layer", "tiny", "--scenario", "decode:40", "--measure", "no", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    s = d["scenarios"][0]
+    assert s["scenario"] == "decode:40" and s["measured"] is None
+    assert set(s["fusion"]) == {"R1", "GL", "R2"}
+    choices = s["layer_solve"]["choices"]
+    assert len(choices) == 12 and s["model_us"] == pytest.approx(choices[0]["model_us"])
+    assert s["model_us"] == pytest.approx(sum(p["model_us"] for p in s["parts"]))
+    assert d["units"]["model_us"] == "us (model)"
+    assert all(p["design"] for p in s["parts"])
