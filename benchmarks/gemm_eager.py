@@ -77,6 +77,13 @@ def time_all(runnable, device, gen, policy, l2_bytes, modes=("graph", "eager", "
     return out
 
 
+def launch_path(inst, device) -> dict:
+    """How the instance's launches went: 'thin' or 'jit' with the reason (never empty for 'jit'), and
+    the runs that took Triton's JIT entry anyway (operands that specialize differently)."""
+    lp = inst.launch_plan(device)  # 'cuda' and 'cuda:0' name the one plan the launches used
+    return {"path": lp.path, "fallback": lp.fallback, "jit_calls": lp.jit_calls}
+
+
 def candidates(template, shape, chip, top: int) -> list[dict]:
     from formloop.library.gemm_tiling import workload
     from formloop.solve import solve_milp
@@ -118,8 +125,7 @@ def run_shape(shape, designs, ctx, with_torch: bool = True) -> dict:
             rec["check"] = c.__dict__
             if c.passed:
                 rec.update(time_all(inst, device, gen, policy, l2, modes=("graph",)))
-                rec["path"] = inst.launch_plan(device).path
-                rec["fallback"] = inst.launch_plan(device).fallback
+                rec.update(launch_path(inst, device))
         except Exception as exc:  # noqa: BLE001 - a compile/launch failure is a result
             rec["failure"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         row["designs"].append(rec)
@@ -133,7 +139,7 @@ def run_shape(shape, designs, ctx, with_torch: bool = True) -> dict:
         jit = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16"), thin=False)
         row[label] = {"design": a, "index": i, "plan": time_all(thin, device, gen, policy, l2),
                       "jit_eager": time_all(jit, device, gen, policy, l2, modes=("eager",))["eager"],
-                      "path": thin.launch_plan(device).path, "fallback": thin.launch_plan(device).fallback}
+                      **launch_path(thin, device)}
     return row
 
 
