@@ -1,19 +1,22 @@
 """Chip walls on real silicon (issue 18, part 3): the GPU GEMM family on smaller chips emulated by the
-H200 (green-context SM counts, shared-memory budgets per block, maxnreg), a greedy wall relaxation
-whose every purchase is validated by an emulated measurement, exhaustive search over the same grid
-and random search at half its budget.
+H200 (green-context SM counts, shared-memory budgets per block, maxnreg register caps), the project's
+wall relaxation (codesign.walls.relax_walls, Algorithm 1, over codesign.emulated_walls' problem) whose
+every purchase is validated by an emulated measurement, exhaustive search over the same grid and
+random search at half its budget.
 
-    PYTHONPATH=src python3 benchmarks/emulated_walls.py --out $OUT      # on the GPU (a few minutes)
+    PYTHONPATH=src python3 benchmarks/emulated_walls.py --out $OUT      # on the GPU (under a minute)
     PYTHONPATH=src python3 benchmarks/emulated_walls.py --dry-run       # anywhere: the model plays the GPU
 
-Area model (an assumption, labelled so everywhere): mm2 = sm_count * (AREA_SM + AREA_SMEM_KIB * smem KiB
-+ AREA_REG * regs/thread * 2048 threads / 1024). The objective is the worst ratio over the shapes of
-(time of the chip's pick) / (time of the full H200's pick), each time measured emulated; the model
-predicts the same ratio from the cost formula on the emulated chip (source: model)."""
+Area model (an ASSUMPTION, labelled so everywhere; codesign.emulated_walls.AREA): mm2 = sm_count *
+(1.6 + 0.012 * smem KiB + 0.004 * regs/thread * 2048 threads / 1024). The objective is the worst ratio
+over the shapes of (time of the chip's pick) / (time of the full H200's pick), each time measured
+emulated; the model predicts the same ratio from the cost formula on the emulated chip (source: model).
+The register cap is a wall of the family (C2: fp32 accumulators a thread <= min(128, cap - 64)); a
+design that still fails to compile or launch on an emulated chip gives way to the model's next-best
+admitted design (recorded under 'fallbacks'); gains are only taken between finite measurements."""
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -25,18 +28,24 @@ import zlib
 SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000)]
 SMS, SMEM_KIB, REGS = (16, 33, 66, 132), (64, 128, 227), (128, 255)
 FALLBACKS = 4  # designs tried per (chip, shape): the pick, then the model's next best admitted ones
-AREA_SM, AREA_SMEM_KIB, AREA_REG = 1.6, 0.012, 0.004  # mm2 (assumed, illustrative)
 
 
-def area(w) -> float:
+def lib(ceiling: float = 450.0):
+    from formloop.codesign.emulated_walls import library
+
+    return library(SMS, SMEM_KIB, REGS, ceiling)
+
+
+def area(w, library=None) -> float:
+    """mm2 of emulated chip `w` under the assumed area model."""
     regs = 255 if w.regs_per_thread is None else w.regs_per_thread
-    return w.sm_count * (AREA_SM + AREA_SMEM_KIB * w.smem_per_block / 1024 + AREA_REG * regs * 2)
+    return (library or lib()).chip(sm=w.sm_count, smem=w.smem_per_block // 1024, regs=regs).area
 
 
-def grid():
-    from formloop.evaluate.emulated import Walls
+def grid(library=None):
+    from formloop.codesign.emulated_walls import walls_of
 
-    return [Walls(s, k * 1024, None if r == 255 else r) for s, k, r in itertools.product(SMS, SMEM_KIB, REGS)]
+    return [walls_of(h) for h in (library or lib()).chips(within_ceiling=False)]
 
 
 class Bench:
@@ -134,48 +143,36 @@ def gain(before: float, after: float) -> float | None:
     return before / after if math.isfinite(before) and math.isfinite(after) and after > 0 else None
 
 
-def steps(w):
-    from formloop.evaluate.emulated import Walls
+def relax(b: Bench, full, ceiling: float) -> tuple[list[dict], dict]:
+    """relax_walls from the smallest chip: each purchase with the model's predicted gain (objective
+    before / after) and the measured one (between finite measurements only; 'confirmed' when it is on
+    the predicted side of 1). A miss (measured drop of the other sign) stops it: no term is refitted."""
+    from formloop.codesign.emulated_walls import EmulatedWallsProblem, walls_of
+    from formloop.codesign.walls import relax_walls
+    from formloop.library.gemm_tiling import workload
 
-    out = []
-    regs = 255 if w.regs_per_thread is None else w.regs_per_thread
-    for name, menu, cur in (("sm_count", SMS, w.sm_count), ("smem", SMEM_KIB, w.smem_per_block // 1024),
-                            ("regs", REGS, regs)):
-        i = menu.index(cur)
-        if i + 1 < len(menu):
-            nxt = menu[i + 1]
-            vals = {"sm_count": w.sm_count, "smem": w.smem_per_block // 1024, "regs": regs, name: nxt}
-            regs_next = None if vals["regs"] == 255 else vals["regs"]
-            out.append((name, Walls(vals["sm_count"], vals["smem"] * 1024, regs_next)))
-    return out
-
-
-def relax(b: Bench, full, ceiling: float) -> list[dict]:
-    """Greedy: buy the step with the largest model-predicted drop of the objective per mm2 within the
-    ceiling; validate it by the emulated measurement (gains only between finite measurements; a
-    purchase is confirmed when the measured gain is on the predicted side of 1); stop when no step
-    gains (by the model)."""
-    w = min(grid(), key=area)
+    library = lib(ceiling)
+    names = {"x".join(map(str, s)): s for s in SHAPES}
+    problem = EmulatedWallsProblem(b.t, b.base, library, {k: workload(s, "bf16") for k, s in names.items()},
+                                   lambda w, sc: b.measure(w, names[sc])[1])
+    start = min(library.chips(), key=lambda h: h.area)
+    rel = relax_walls(problem, "worst", start, k=2, rounds=10, band=1.0)
     log = []
-    while True:
-        cur_m, cur_g = b.objective(w, full)
-        best = None
-        for name, nxt in steps(w):
-            if area(nxt) > ceiling:
-                continue
-            nm = _model_objective(b, nxt, full)
-            per_mm2 = (cur_m - nm) / max(area(nxt) - area(w), 1e-9)
-            if nm < cur_m and (best is None or per_mm2 > best[0]):
-                best = (per_mm2, name, nxt)
-        if best is None:
-            return log
-        _, name, nxt = best
-        nm, ng = b.objective(nxt, full)
-        measured = gain(cur_g, ng)
-        log.append({"buy": name, "to": nxt.label(), "area_mm2": area(nxt), "predicted_gain": cur_m / nm,
-                    "measured_gain": measured, "confirmed": None if measured is None else measured > 1,
-                    "model_objective": nm, "measured_objective": ng if math.isfinite(ng) else None})
-        w = nxt
+    for p in rel.purchases:
+        before, after = walls_of(p.before), walls_of(p.after)
+        bm, bg = b.objective(before, full)
+        am, ag = b.objective(after, full)
+        measured = gain(bg, ag)
+        log.append({"buy": p.move, "from": before.label(), "to": after.label(), "area_mm2": p.after.area,
+                    "predicted_gain": bm / am, "measured_gain": measured,
+                    "confirmed": None if measured is None else measured > 1,
+                    "model_objective": am, "measured_objective": ag if math.isfinite(ag) else None,
+                    "mechanism": list(p.mechanism)})
+    summary = {"end": walls_of(rel.chip).label(), "model_objective": rel.L,
+               "measured_objective": rel.evaluated if math.isfinite(rel.evaluated) else None,
+               "solve_calls": rel.calls, "bound": rel.bound, "rounds": rel.rounds,
+               "reclaims": [(walls_of(a).label(), walls_of(c).label()) for a, c in rel.reclaims], "events": rel.events}
+    return log, summary
 
 
 def _model_objective(b: Bench, w, full) -> float:
@@ -214,16 +211,16 @@ def main(argv=None) -> int:
     b = Bench(args.dry_run)
     full = Walls(132, 227 * 1024, None)
     source = "model (dry run: perturbed model plays the GPU)" if args.dry_run else "emulated (H200)"
-    purchases = relax(b, full, args.ceiling)
+    purchases, relaxation = relax(b, full, args.ceiling)
     relax_calls = b.measurements
-    admitted = [w for w in grid() if area(w) <= args.ceiling]
+    admitted = [w for w in grid() if area(w) <= args.ceiling + 1e-9]
     exhaustive = best_of(b, admitted, full)
     rng = random.Random(0)
     half = rng.sample(admitted, max(1, len(admitted) // 2))
     random_half = best_of(b, half, full)
     result = {"source": source, "area_model": "assumed (see the module doc)", "ceiling_mm2": args.ceiling,
               "register_wall": "fp32 accumulators a thread <= min(128, regs/thread - 64) (gemm-tiling-gpu C2)",
-              "purchases": purchases, "relaxation_measurements": relax_calls,
+              "purchases": purchases, "relaxation": relaxation, "relaxation_measurements": relax_calls,
               "exhaustive": exhaustive, "random_half": random_half, "fallbacks": b.fallbacks,
               "measurements": {f"{w.label()} {'x'.join(map(str, s))}": {"model_us": v[0], "measured_us":
                                v[1] if math.isfinite(v[1]) else None, "design": v[2]} for (w, s), v in b.cache.items()},
@@ -231,13 +228,14 @@ def main(argv=None) -> int:
     with open(os.path.join(args.out, "emulated_walls.json"), "w") as fh:
         json.dump(result, fh, indent=1, default=str, allow_nan=False)
     print(f"wall relaxation on emulated chips ({source}); area ceiling {args.ceiling} mm2 (assumed area model)")
-    print(f"{'buy':>9} {'to':>16} {'mm2':>6} {'pred gain':>9} {'meas gain':>9} {'objective m/g':>14}")
+    print(f"{'buy':>15} {'to':>16} {'mm2':>6} {'pred gain':>9} {'meas gain':>9} {'objective m/g':>14}")
     for r in purchases:
-        print(f"{r['buy']:>9} {r['to']:>16} {r['area_mm2']:6.1f} {r['predicted_gain']:9.3f} "
+        print(f"{r['buy']:>15} {r['to']:>16} {r['area_mm2']:6.1f} {r['predicted_gain']:9.3f} "
               f"{_fmt(r['measured_gain']):>9} {r['model_objective']:6.3f}/{_fmt(r['measured_objective'])}")
-    end = purchases[-1] if purchases else None
-    print(f"relaxation: ends at {end['to'] if end else 'the start chip'} (measured objective "
-          f"{_fmt(end['measured_objective'] if end else None)}, {relax_calls} measurements)")
+    print(f"relaxation (codesign.walls.relax_walls): ends at {relaxation['end']} (model objective "
+          f"{_fmt(relaxation['model_objective'])}, measured {_fmt(relaxation['measured_objective'])}; "
+          f"{relax_calls} emulated measurements, {relaxation['solve_calls']} model solves); last event: "
+          f"{relaxation['events'][-1] if relaxation['events'] else '-'}")
     for label, r in (("exhaustive over", exhaustive), ("random, half budget,", random_half)):
         print(f"{label} {r['chips']} chips: {r['best']} objective {_fmt(r['objective'])} ({source}; "
               f"{r['unmeasured']} chips without a finite measurement)")
