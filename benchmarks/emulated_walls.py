@@ -1,19 +1,22 @@
 """Chip walls on real silicon (issue 18, part 3): the GPU GEMM family on smaller chips emulated by the
-H200 (green-context SM counts, shared-memory budgets per block, maxnreg), a greedy wall relaxation
-whose every purchase is validated by an emulated measurement, exhaustive search over the same grid
-and random search at half its budget.
+H200 (green-context SM counts, shared-memory budgets per block, maxnreg register caps), the project's
+wall relaxation (codesign.walls.relax_walls, Algorithm 1, over codesign.emulated_walls' problem) whose
+every purchase is validated by an emulated measurement, exhaustive search over the same grid and
+random search at half its budget.
 
-    PYTHONPATH=src python3 benchmarks/emulated_walls.py --out $OUT      # on the GPU (a few minutes)
+    PYTHONPATH=src python3 benchmarks/emulated_walls.py --out $OUT      # on the GPU (under a minute)
     PYTHONPATH=src python3 benchmarks/emulated_walls.py --dry-run       # anywhere: the model plays the GPU
 
-Area model (an assumption, labelled so everywhere): mm2 = sm_count * (AREA_SM + AREA_SMEM_KIB * smem KiB
-+ AREA_REG * regs/thread * 2048 threads / 1024). The objective is the worst ratio over the shapes of
-(time of the chip's pick) / (time of the full H200's pick), each time measured emulated; the model
-predicts the same ratio from the cost formula on the emulated chip (source: model)."""
+Area model (an ASSUMPTION, labelled so everywhere; codesign.emulated_walls.AREA): mm2 = sm_count *
+(1.6 + 0.012 * smem KiB + 0.004 * regs/thread * 2048 threads / 1024). The objective is the worst ratio
+over the shapes of (time of the chip's pick) / (time of the full H200's pick), each time measured
+emulated; the model predicts the same ratio from the cost formula on the emulated chip (source: model).
+The register cap is a wall of the family (C2: fp32 accumulators a thread <= min(128, cap - 64)); a
+design that still fails to compile or launch on an emulated chip gives way to the model's next-best
+admitted design (recorded under 'fallbacks'); gains are only taken between finite measurements."""
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -24,18 +27,25 @@ import zlib
 
 SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000)]
 SMS, SMEM_KIB, REGS = (16, 33, 66, 132), (64, 128, 227), (128, 255)
-AREA_SM, AREA_SMEM_KIB, AREA_REG = 1.6, 0.012, 0.004  # mm2 (assumed, illustrative)
+FALLBACKS = 4  # designs tried per (chip, shape): the pick, then the model's next best admitted ones
 
 
-def area(w) -> float:
+def lib(ceiling: float = 450.0):
+    from formloop.codesign.emulated_walls import library
+
+    return library(SMS, SMEM_KIB, REGS, ceiling)
+
+
+def area(w, library=None) -> float:
+    """mm2 of emulated chip `w` under the assumed area model."""
     regs = 255 if w.regs_per_thread is None else w.regs_per_thread
-    return w.sm_count * (AREA_SM + AREA_SMEM_KIB * w.smem_per_block / 1024 + AREA_REG * regs * 2)
+    return (library or lib()).chip(sm=w.sm_count, smem=w.smem_per_block // 1024, regs=regs).area
 
 
-def grid():
-    from formloop.evaluate.emulated import Walls
+def grid(library=None):
+    from formloop.codesign.emulated_walls import walls_of
 
-    return [Walls(s, k * 1024, None if r == 255 else r) for s, k, r in itertools.product(SMS, SMEM_KIB, REGS)]
+    return [walls_of(h) for h in (library or lib()).chips(within_ceiling=False)]
 
 
 class Bench:
@@ -48,97 +58,144 @@ class Bench:
         self.cache: dict = {}
         self.evaluators: dict = {}
         self.measurements = 0
+        self.fallbacks: list[dict] = []  # designs that failed on an emulated chip, and why
 
-    def pick(self, w, shape):
+    def ranked(self, w, shape, n: int):
+        """The model's n best designs of `shape` on chip `w` (the pick first: the enumerator's tie-break),
+        with their model times (us) and the emulated chip."""
+        import numpy as np
+
         from formloop.evaluate.emulated import emulated_chip
         from formloop.library.gemm_tiling import workload
         from formloop.solve import enumerate_designs
+        from formloop.solve.enumerate import assignment_at, feasible_mask, term_grid
 
         chip = emulated_chip(self.base, w)
-        sol = enumerate_designs(self.t.formulate(workload(shape, "bf16"), chip))
-        return dict(sol.assignment), float(sol.objective), chip
+        f = self.t.formulate(workload(shape, "bf16"), chip)
+        sol = enumerate_designs(f)
+        out = [(dict(sol.assignment), float(sol.objective))]
+        flat = np.flatnonzero(feasible_mask(f))
+        cost = term_grid(f, f.cost).ravel()
+        for i in flat[np.argsort(cost[flat], kind="stable")][: n + 1]:
+            a = dict(assignment_at(f, int(i)))
+            if a != out[0][0] and len(out) < n:
+                out.append((a, float(cost[i])))
+        return out, chip
+
+    def pick(self, w, shape):
+        ranked, chip = self.ranked(w, shape, 1)
+        return ranked[0][0], ranked[0][1], chip
+
+    def _measure_one(self, w, shape, a, chip) -> tuple[float, str]:
+        """(us, '') for a measured design, or (nan, why) when it did not compile, launch or pass."""
+        from formloop.library.gemm_tiling import workload
+
+        if self.dry:  # the model plays the GPU, perturbed so that validation can miss
+            key = repr((w, shape, sorted(a.items())))
+            if zlib.crc32(key.encode()) % 7 == 0:  # exercises the fallback path off the GPU
+                return math.nan, "simulated compile failure (dry run)"
+            return None, ""  # the caller perturbs the model's time
+        from formloop.evaluate.emulated import EmulatedEvaluator
+        from formloop.measure.timer import TimingPolicy
+
+        if w not in self.evaluators:
+            self.evaluators[w] = EmulatedEvaluator(w, policy=TimingPolicy(budget_ms=20.0, min_reps=5, max_calls=60))
+        m = self.evaluators[w].evaluate(self.t, a, workload(shape, "bf16"), chip)
+        if m.ok and m.latency_us is not None and math.isfinite(m.latency_us) and m.latency_us > 0:
+            return m.latency_us, ""
+        why = m.failure or (f"check failed: {m.correctness}" if m.correctness is not None else "no finite time")
+        return math.nan, str(why)[:300]
 
     def measure(self, w, shape) -> tuple[float, float, dict]:
-        """(model us, measured us, design) of the pick of `shape` on chip `w` (cached)."""
+        """(model us, measured us, design) of the pick of `shape` on chip `w` (cached). A design that
+        fails to compile, launch or pass its check falls back to the model's next-best admitted design
+        (each fallback recorded in `self.fallbacks`); nan when FALLBACKS designs all failed."""
         key = (w, shape)
         if key not in self.cache:
-            from formloop.library.gemm_tiling import workload
-
-            a, model_us, chip = self.pick(w, shape)
-            if self.dry:  # the model plays the GPU, perturbed so that validation can miss
-                us = model_us * (1 + 0.15 * math.sin(zlib.crc32(repr(key).encode()) % 97))
-            else:
-                from formloop.evaluate.emulated import EmulatedEvaluator
-                from formloop.measure.timer import TimingPolicy
-
-                if w not in self.evaluators:
-                    self.evaluators[w] = EmulatedEvaluator(w, policy=TimingPolicy(budget_ms=20.0, min_reps=5,
-                                                                                 max_calls=60))
-                ev = self.evaluators[w]
-                m = ev.evaluate(self.t, a, workload(shape, "bf16"), chip)
-                us = m.latency_us if m.ok else math.inf
-            self.measurements += 1
-            self.cache[key] = (model_us, us, a)
+            ranked, chip = self.ranked(w, shape, FALLBACKS)
+            result = (ranked[0][1], math.nan, ranked[0][0])
+            for a, model_us in ranked:
+                us, why = self._measure_one(w, shape, a, chip)
+                if us is None:  # dry run: the model's time of this design, perturbed
+                    us = model_us * (1 + 0.15 * math.sin(zlib.crc32(repr(key).encode()) % 97))
+                self.measurements += 1
+                if math.isfinite(us):
+                    result = (model_us, us, a)
+                    break
+                self.fallbacks.append({"chip": w.label(), "shape": "x".join(map(str, shape)), "design": a,
+                                       "reason": why})
+            self.cache[key] = result
         return self.cache[key]
 
     def objective(self, w, full) -> tuple[float, float]:
-        """(model, measured) worst ratio over the shapes against the full chip."""
-        ratios_m, ratios_g = [], []
+        """(model, measured) worst ratio over the shapes against the full chip; the measured one is nan
+        unless every measurement it needs is finite."""
+        ratios_g = []
         for s in SHAPES:
-            mu, gu, _ = self.measure(w, s)
-            fm, fg, _ = self.measure(full, s)
-            ratios_m.append(mu / fm)
-            ratios_g.append(gu / fg)
-        return max(ratios_m), max(ratios_g)
+            _, gu, _ = self.measure(w, s)
+            _, fg, _ = self.measure(full, s)
+            ratios_g.append(gu / fg if math.isfinite(gu) and math.isfinite(fg) else math.nan)
+        return _model_objective(self, w, full), (max(ratios_g) if all(map(math.isfinite, ratios_g)) else math.nan)
 
 
-def steps(w):
-    from formloop.evaluate.emulated import Walls
-
-    out = []
-    regs = 255 if w.regs_per_thread is None else w.regs_per_thread
-    for name, menu, cur in (("sm_count", SMS, w.sm_count), ("smem", SMEM_KIB, w.smem_per_block // 1024),
-                            ("regs", REGS, regs)):
-        i = menu.index(cur)
-        if i + 1 < len(menu):
-            nxt = menu[i + 1]
-            vals = {"sm_count": w.sm_count, "smem": w.smem_per_block // 1024, "regs": regs, name: nxt}
-            regs_next = None if vals["regs"] == 255 else vals["regs"]
-            out.append((name, Walls(vals["sm_count"], vals["smem"] * 1024, regs_next)))
-    return out
+def gain(before: float, after: float) -> float | None:
+    """before / after between finite measurements, else None (never inf or nan)."""
+    return before / after if math.isfinite(before) and math.isfinite(after) and after > 0 else None
 
 
-def relax(b: Bench, full, ceiling: float) -> list[dict]:
-    """Greedy: buy the step with the largest model-predicted drop of the objective per mm2 within the
-    ceiling; validate it by the emulated measurement; stop when no step gains (by the model)."""
-    w = min(grid(), key=area)
+def relax(b: Bench, full, ceiling: float) -> tuple[list[dict], dict]:
+    """relax_walls from the smallest chip: each purchase with the model's predicted gain (objective
+    before / after) and the measured one (between finite measurements only; 'confirmed' when it is on
+    the predicted side of 1). A miss (measured drop of the other sign) stops it: no term is refitted."""
+    from formloop.codesign.emulated_walls import EmulatedWallsProblem, walls_of
+    from formloop.codesign.walls import relax_walls
+    from formloop.library.gemm_tiling import workload
+
+    library = lib(ceiling)
+    names = {"x".join(map(str, s)): s for s in SHAPES}
+    problem = EmulatedWallsProblem(b.t, b.base, library, {k: workload(s, "bf16") for k, s in names.items()},
+                                   lambda w, sc: b.measure(w, names[sc])[1])
+    start = min(library.chips(), key=lambda h: h.area)
+    rel = relax_walls(problem, "worst", start, k=2, rounds=10, band=1.0)
     log = []
-    while True:
-        cur_m, cur_g = b.objective(w, full)
-        best = None
-        for name, nxt in steps(w):
-            if area(nxt) > ceiling:
-                continue
-            nm, _ = _model_objective(b, nxt, full)
-            gain = (cur_m - nm) / max(area(nxt) - area(w), 1e-9)
-            if nm < cur_m and (best is None or gain > best[0]):
-                best = (gain, name, nxt)
-        if best is None:
-            return log
-        _, name, nxt = best
-        nm, ng = b.objective(nxt, full)
-        log.append({"buy": name, "to": nxt.label(), "area_mm2": area(nxt), "predicted_gain": cur_m / nm,
-                    "measured_gain": cur_g / ng, "model_objective": nm, "measured_objective": ng})
-        w = nxt
+    for p in rel.purchases:
+        before, after = walls_of(p.before), walls_of(p.after)
+        bm, bg = b.objective(before, full)
+        am, ag = b.objective(after, full)
+        measured = gain(bg, ag)
+        log.append({"buy": p.move, "from": before.label(), "to": after.label(), "area_mm2": p.after.area,
+                    "predicted_gain": bm / am, "measured_gain": measured,
+                    "confirmed": None if measured is None else measured > 1,
+                    "model_objective": am, "measured_objective": ag if math.isfinite(ag) else None,
+                    "mechanism": list(p.mechanism)})
+    summary = {"end": walls_of(rel.chip).label(), "model_objective": rel.L,
+               "measured_objective": rel.evaluated if math.isfinite(rel.evaluated) else None,
+               "solve_calls": rel.calls, "bound": rel.bound, "rounds": rel.rounds,
+               "reclaims": [(walls_of(a).label(), walls_of(c).label()) for a, c in rel.reclaims], "events": rel.events}
+    return log, summary
 
 
-def _model_objective(b: Bench, w, full):
+def _model_objective(b: Bench, w, full) -> float:
+    """The model's worst ratio over the shapes: its pick on chip `w` against its pick on the full chip."""
     ratios = []
     for s in SHAPES:
         _, mu, _ = b.pick(w, s)
         _, fu, _ = b.pick(full, s)
         ratios.append(mu / fu)
-    return max(ratios), None
+    return max(ratios)
+
+
+def best_of(b: Bench, chips, full) -> dict:
+    """The chip with the lowest measured objective among `chips` (finite ones only; the rest counted)."""
+    scored = [(w.label(), b.objective(w, full)) for w in chips]
+    finite = [(label, o) for label, o in scored if math.isfinite(o[1])]
+    best = min(finite, key=lambda kv: kv[1][1]) if finite else (None, (math.nan, math.nan))
+    return {"chips": len(chips), "unmeasured": len(scored) - len(finite), "best": best[0],
+            "objective": best[1][1] if finite else None, "model_objective": best[1][0] if finite else None}
+
+
+def _fmt(x, spec=".3f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
 def main(argv=None) -> int:
@@ -154,32 +211,37 @@ def main(argv=None) -> int:
     b = Bench(args.dry_run)
     full = Walls(132, 227 * 1024, None)
     source = "model (dry run: perturbed model plays the GPU)" if args.dry_run else "emulated (H200)"
-    purchases = relax(b, full, args.ceiling)
+    purchases, relaxation = relax(b, full, args.ceiling)
     relax_calls = b.measurements
-    admitted = [w for w in grid() if area(w) <= args.ceiling]
-    exhaustive = {w.label(): b.objective(w, full) for w in admitted}
-    best_ex = min(exhaustive.items(), key=lambda kv: kv[1][1])
+    admitted = [w for w in grid() if area(w) <= args.ceiling + 1e-9]
+    exhaustive = best_of(b, admitted, full)
     rng = random.Random(0)
     half = rng.sample(admitted, max(1, len(admitted) // 2))
-    best_rand = min(((w.label(), b.objective(w, full)) for w in half), key=lambda kv: kv[1][1])
+    random_half = best_of(b, half, full)
     result = {"source": source, "area_model": "assumed (see the module doc)", "ceiling_mm2": args.ceiling,
-              "purchases": purchases, "relaxation_measurements": relax_calls,
-              "exhaustive": {"chips": len(admitted), "best": best_ex[0], "objective": best_ex[1][1]},
-              "random_half": {"chips": len(half), "best": best_rand[0], "objective": best_rand[1][1]},
-              "measurements": {f"{w.label()} {'x'.join(map(str, s))}": v for (w, s), v in b.cache.items()},
+              "register_wall": "fp32 accumulators a thread <= min(128, regs/thread - 64) (gemm-tiling-gpu C2)",
+              "purchases": purchases, "relaxation": relaxation, "relaxation_measurements": relax_calls,
+              "exhaustive": exhaustive, "random_half": random_half, "fallbacks": b.fallbacks,
+              "measurements": {f"{w.label()} {'x'.join(map(str, s))}": {"model_us": v[0], "measured_us":
+                               v[1] if math.isfinite(v[1]) else None, "design": v[2]} for (w, s), v in b.cache.items()},
               "seconds": time.time() - t0}
     with open(os.path.join(args.out, "emulated_walls.json"), "w") as fh:
-        json.dump(result, fh, indent=1, default=str)
+        json.dump(result, fh, indent=1, default=str, allow_nan=False)
     print(f"wall relaxation on emulated chips ({source}); area ceiling {args.ceiling} mm2 (assumed area model)")
-    print(f"{'buy':>9} {'to':>16} {'mm2':>6} {'pred gain':>9} {'meas gain':>9} {'objective m/g':>14}")
+    print(f"{'buy':>15} {'to':>16} {'mm2':>6} {'pred gain':>9} {'meas gain':>9} {'objective m/g':>14}")
     for r in purchases:
-        print(f"{r['buy']:>9} {r['to']:>16} {r['area_mm2']:6.1f} {r['predicted_gain']:9.3f} {r['measured_gain']:9.3f} "
-              f"{r['model_objective']:6.3f}/{r['measured_objective']:.3f}")
-    end = purchases[-1] if purchases else None
-    print(f"relaxation: ends at {end['to'] if end else 'the start chip'} "
-          f"(measured objective {end['measured_objective'] if end else math.nan:.3f}, {relax_calls} measurements)")
-    print(f"exhaustive over {len(admitted)} chips: {best_ex[0]} objective {best_ex[1][1]:.3f} ({source})")
-    print(f"random, half budget ({len(half)} chips): {best_rand[0]} objective {best_rand[1][1]:.3f} ({source})")
+        print(f"{r['buy']:>15} {r['to']:>16} {r['area_mm2']:6.1f} {r['predicted_gain']:9.3f} "
+              f"{_fmt(r['measured_gain']):>9} {r['model_objective']:6.3f}/{_fmt(r['measured_objective'])}")
+    print(f"relaxation (codesign.walls.relax_walls): ends at {relaxation['end']} (model objective "
+          f"{_fmt(relaxation['model_objective'])}, measured {_fmt(relaxation['measured_objective'])}; "
+          f"{relax_calls} emulated measurements, {relaxation['solve_calls']} model solves); last event: "
+          f"{relaxation['events'][-1] if relaxation['events'] else '-'}")
+    for label, r in (("exhaustive over", exhaustive), ("random, half budget,", random_half)):
+        print(f"{label} {r['chips']} chips: {r['best']} objective {_fmt(r['objective'])} ({source}; "
+              f"{r['unmeasured']} chips without a finite measurement)")
+    print(f"fallbacks: {len(b.fallbacks)} designs failed on an emulated chip and gave way to the next best"
+          + "".join(f"\n  {f['chip']} {f['shape']} {tuple(f['design'].values())}: {f['reason'][:120]}"
+                    for f in b.fallbacks[:8]))
     print(f"total {result['seconds']:.0f} s (wall)")
     return 0
 

@@ -54,3 +54,26 @@ def test_maxnreg_reaches_the_launch_options():
     assert options == {"num_warps": 4, "num_stages": 3, "maxnreg": 96}
     _, _, plain = GemmPlan(TileConfig(16, 16, 16), 16, 16, 16, "bf16").kernel_call(a, a, a.clone())
     assert "maxnreg" not in plain
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000)])
+def test_register_cap_is_a_wall_the_solver_respects(shape):
+    """Under maxnreg=128 a thread keeps 64 registers besides its accumulators: the H200 run picked
+    128x256 with 8 warps (128 fp32 accumulators a thread) for that cap and Triton failed to compile it."""
+    t = get_template("gemm-tiling-gpu", dtype="bf16")
+    w = workload(shape, "bf16")
+    capped = emulated_chip(get_chip("h200"), Walls(66, 227 * 1024, 128))
+    assert capped.registers_per_thread == 128
+    acc = lambda a: a["Tm"] * a["Tn"] / (32 * a["W"])  # noqa: E731 - fp32 accumulators a thread holds
+    pick = dict(enumerate_designs(t.formulate(w, capped)).assignment)
+    assert acc(pick) <= 128 - 64
+    crashed = {"Tm": 128, "Tn": 256, "Tk": 64, "S": 4, "W": 8, "KS": 1, "G": 8, "L": 1}
+    assert any(v.name == "C2" for v in t.check(crashed, w, capped))
+    assert not any(v.name == "C2" for v in t.check(crashed, w, get_chip("h200")))  # 255 a thread: admitted
+    import numpy as np
+
+    from formloop.solve.enumerate import assignment_at, feasible_mask
+
+    f = t.formulate(w, capped)
+    feasible = np.flatnonzero(feasible_mask(f))  # every design the walls admit under the cap, not just the pick
+    assert feasible.size and all(acc(assignment_at(f, int(i))) <= 64 for i in feasible)

@@ -58,7 +58,9 @@ def emulated_chip(base: Chip, walls: Walls) -> Chip:
     measured = {k: (v * f if k.startswith("flops_") else v) for k, v in base.measured.items()}
     # The name stays the base chip's (the Triton family's contract names the Hopper chip it runs on);
     # `source` and `notes` say what was emulated.
+    regs = base.registers_per_thread if walls.regs_per_thread is None else walls.regs_per_thread
     return replace(base, sm_count=walls.sm_count, notes=f"emulated {walls.label()} on {base.name}",
+                   registers_per_thread=regs,
                    smem_per_block=walls.smem_per_block, peak_flops={k: v * f for k, v in base.peak_flops.items()},
                    measured=measured, source=f"emulated on {base.name}: {walls.label()}")
 

@@ -52,6 +52,7 @@ class Chip:
     warps_per_sm: int = 0                  # resident 32-thread warps per SM
     notes: str = ""                        # assumptions that are ours, not the datasheet's
     components: Mapping[str, float] = field(default_factory=dict)   # hardware-library values it was drawn from
+    registers_per_thread: int = 255        # 32-bit registers one thread may use (255 on NVIDIA; maxnreg caps it)
 
     @property
     def clock_hz(self) -> float:

@@ -79,7 +79,7 @@ class Component:
 # notes stay the base chip's).
 CHIP_FIELDS = frozenset({"sm_count", "mem_bandwidth", "smem_per_block", "smem_per_sm", "registers_per_sm",
                          "registers_per_block", "l2_bytes", "accumulators_per_block", "barrier_cycles",
-                         "l1_per_sm", "warps_per_sm"})
+                         "l1_per_sm", "warps_per_sm", "registers_per_thread"})
 
 
 def check_menu(field_name: str, menu: Sequence) -> None:

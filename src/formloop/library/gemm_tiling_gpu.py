@@ -12,7 +12,11 @@ clipped on write), 0 = pointer loads with masks (any layout).
 Walls (chip resources on the right-hand side):
   C1 smem     S·(Tm+Tn)·Tk·e ≤ Ms      (227 KiB per block; the slot size Triton 3.6 allocates on the
                                          wgmma path, read from its compile reports)
-  C2 acc      256 ≤ Tm·Tn ≤ acc_regs·32·W   (fp32 accumulators per thread fit the register file)
+  C2 acc      256 ≤ Tm·Tn ≤ acc_regs·32·W   (fp32 accumulators per thread fit the register file;
+                                         acc_regs = min(128, registers per thread − 64): a thread's
+                                         cap, e.g. maxnreg on an emulated chip, less 64 for addresses,
+                                         fragments and pipeline state. On the H200 Triton 3.6 failed to
+                                         compile 128 accumulators a thread under maxnreg=128)
   C3 warps    Tm·Tn ≥ 64·W              (each thread holds at least two accumulators)
   C4 split    (KS−1)·⌈⌈K/Tk⌉/KS⌉ < ⌈K/Tk⌉   (every split gets at least one k-tile)
   C5 layout   L = 0 or K·e and N·e are multiples of 16 bytes (TMA row pitch)
@@ -114,7 +118,8 @@ BOUNDS = {"eta_mma": (0.05, 1.2), "eta_sync": (0.05, 1.2), "eta_bw": (0.3, 1.02)
           "f_n16": (0.02, 1.0),
           "f_n32": (0.02, 1.0), "f_n64": (0.02, 1.0), "lat": (0.05e-6, 3e-6),
           "alpha": (0.0, 1.0), "n0": (1.0, 256.0)}
-ACC_REGS = 128
+ACC_REGS = 128      # accumulators a thread may hold at the full register file (255 a thread)
+ACC_HEADROOM = 64   # registers a thread needs besides its accumulators (the cap's wall: acc <= cap - this)
 
 npm = ceildiv(M, Tm)
 npn = ceildiv(N, Tn)
@@ -181,13 +186,19 @@ ROWS_ALIGNED = (K * e).eq(16 * floordiv(K * e, 16)) & (N * e).eq(16 * floordiv(N
 LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+beta for every S ≥ 1
 
 
+def acc_budget(chip: Chip) -> int:
+    """fp32 accumulators a thread may hold on `chip`: ACC_REGS, less where the chip caps a thread's
+    registers below ACC_REGS + ACC_HEADROOM."""
+    return max(0, min(ACC_REGS, chip.registers_per_thread - ACC_HEADROOM))
+
+
 def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
     """Chip values for the template: capacities, measured (or datasheet) rates, efficiency terms."""
     if chip.name not in CONTRACT_CHIPS:
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS,
                            fix="the Triton family's contract assumes Hopper: TMA copies and 227 KiB of shared memory")
     precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}[dtype]
-    values = {"Ms": chip.smem_per_block, "acc_regs": ACC_REGS, "n_sm": chip.sm_count,
+    values = {"Ms": chip.smem_per_block, "acc_regs": acc_budget(chip), "n_sm": chip.sm_count,
               "bw": chip.bandwidth, "flops": chip.peak(precision), "l2": chip.l2_bytes, **PRIORS}
     if calibration:
         unknown = set(calibration) - set(CALIBRATED)

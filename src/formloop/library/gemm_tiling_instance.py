@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from formloop.library.gemm_tiling_kernel import TOLERANCE, TORCH_DTYPES, GemmPlan, TileConfig
-from formloop.library.gemm_tiling_launch import LaunchPlan
+from formloop.library.gemm_tiling_launch import LaunchPlan, device_key
 
 
 @dataclass
@@ -64,8 +64,9 @@ class TritonGemm:
         self.launch_plan(case.c.device).run(case.a, case.b, case.c, case.workspace)
 
     def launch_plan(self, device) -> LaunchPlan:
-        """The plan of this instance on `device` (made on first use, then reused)."""
-        key = str(device)
+        """The plan of this instance on `device` (made on first use, then reused). 'cuda' and 'cuda:0'
+        (the current device) are one plan: a report that asks for 'cuda' reads the plan the launches used."""
+        key = str(device_key(device))
         lp = self._launch_plans.get(key)
         if lp is None:
             lp = self._launch_plans[key] = LaunchPlan(self.plan, device)

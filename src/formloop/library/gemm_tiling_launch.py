@@ -18,7 +18,8 @@ The thin path is taken only where it is the same launch Triton would make:
   - no launch hooks are installed (profilers: Triton 3.6 keeps empty HookChains by default, which the
     thin path passes as None), no global or profile scratch is needed;
   - not under the interpreter (TRITON_INTERPRET=1), where there is no compiled kernel.
-Otherwise `run` falls back to `GemmPlan.launch` and says so in `path`/`fallback`.
+Otherwise `run` falls back to `GemmPlan.launch` and says so: `path` is 'jit' and `fallback` (never empty
+while it is) names the reason; `jit_calls` counts runs whose operands specialize differently.
 
 Triton 3.6 internals read here (checked against its source): `CompiledKernel.run` is a
 `CudaLauncher`; its `launch` wraps the generated C launcher in `wrap_handle_tensordesc` (closure
@@ -34,7 +35,16 @@ import torch
 
 from formloop.library.gemm_tiling_kernel import INTERPRETED, GemmPlan
 
+NOT_RUN = "not run yet: no compiled kernel bound"
 MAX_BOUND = 256  # operand-pointer sets a plan keeps encoded (the timer rotates up to 64)
+
+
+def device_key(device) -> torch.device:
+    """`device` with a CUDA index filled in ('cuda' -> 'cuda:<current>'): one key per physical device."""
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
 
 
 def _raw_launcher(launcher) -> Any:
@@ -74,11 +84,13 @@ class LaunchPlan:
 
     def __init__(self, plan: GemmPlan, device: str | torch.device):
         self.plan = plan
-        self.device = torch.device(device)
+        self.device = device_key(device)
         self.grid = plan.grid
         self.workspace = plan.new_workspace(self.device)
         self.path = "jit"  # becomes 'thin' once a compiled kernel is bound
-        self.fallback = "interpreter" if INTERPRETED or self.device.type != "cuda" else ""
+        # Why the path is 'jit' (never empty while it is): cleared when a compiled kernel is bound.
+        self.fallback = "interpreter (no compiled kernel)" if INTERPRETED or self.device.type != "cuda" else NOT_RUN
+        self.jit_calls = 0  # runs that went through Triton's JIT entry (operands it specializes differently)
         self._compiled = None
         self._raw = None
         self._spec = None
@@ -102,6 +114,7 @@ class LaunchPlan:
         if call is None:
             call = self._bind(key, a, b, c, ws)
         if call is False:
+            self.jit_calls += 1
             self.plan.launch(a, b, c, ws)
             return
         raw, head, tail = call
@@ -111,7 +124,7 @@ class LaunchPlan:
     def _bind(self, key, a, b, c, ws):
         """Build (and cache) the launcher's argument tuple for these operands, or False for the JIT path."""
         kernel, args, options = self.plan.kernel_call(a, b, c, ws)  # validates shapes and layout
-        if self.fallback == "interpreter":
+        if self.fallback.startswith("interpreter"):
             return False
         if self._get_stream is None:
             self.fallback = "torch has no raw-stream query"
@@ -123,8 +136,6 @@ class LaunchPlan:
             return False
         spec = _spec_key(args)
         if self._compiled is None:
-            if self.device.type == "cuda" and self.device.index is None:
-                self._index = torch.cuda.current_device()
             compiled = kernel.warmup(*args, grid=self.grid, **options)
             compiled = compiled.result() if hasattr(compiled, "result") else compiled
             if compiled is None:  # a jit cache hook declined to compile: Triton's own launch decides
@@ -136,7 +147,7 @@ class LaunchPlan:
                 self.fallback = "launcher layout not recognised or scratch needed"
                 return False
             self._compiled, self._raw, self._spec, self.path = compiled, raw, spec, "thin"
-            self._launcher = launcher
+            self._launcher, self.fallback = launcher, ""
         if spec != self._spec:  # these operands would specialize differently: Triton's own path
             return False
         call = (self._raw, self._head(), tuple(self._expand(args)))

@@ -87,7 +87,9 @@ def read_clocks(index: int = 0) -> dict[str, float]:
 
 class PowerSampler:
     """Samples NVML power every `period_s` on a thread while timing runs (NVML only: nvidia-smi is
-    too slow to sample). `mean_w` is None when NVML is absent."""
+    too slow to sample). It reads at the start, every period and at the end, so even a run shorter
+    than the period has readings (NVML's own figure is averaged over its window, about 1 s on
+    Hopper). `mean_w` is None only when NVML is absent."""
 
     def __init__(self, index: int = 0, period_s: float = 0.01):
         self.index, self.period_s, self.samples = index, period_s, []
@@ -103,17 +105,23 @@ class PowerSampler:
         self._thread.start()
         return self
 
+    def _sample(self) -> bool:
+        try:
+            self.samples.append(self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0)
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
     def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            try:
-                self.samples.append(self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0)
-            except Exception:  # noqa: BLE001
-                return
+        # One reading at the start, then every period: a run shorter than the period still has one.
+        while self._sample() and not self._stop.wait(self.period_s):
+            pass
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(1.0)
+            self._sample()  # and one at the end
 
     @property
     def mean_w(self) -> float | None:

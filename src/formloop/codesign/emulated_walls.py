@@ -1,0 +1,160 @@
+"""Wall relaxation (codesign.walls.relax_walls, Algorithm 1) over chips the H200 emulates (issue 18).
+
+The chip grid is a hardware library of three components, each an `evaluate.emulated.Walls` field:
+`sm` (SMs a green context leaves the launch), `smem` (KiB of shared memory a block may use) and
+`regs` (registers a thread may use: maxnreg; 255 is the uncapped file). Its area model is an
+ASSUMPTION, labelled so wherever it is printed (see AREA): SM logic per SM, shared memory per KiB
+per SM and registers per thread per SM (×2048 threads / 1024).
+
+This is the problem object relax_walls reads, over the GPU GEMM family:
+  SOLVE(h)   the family's pick per shape on the emulated chip of h (`evaluate.emulated.emulated_chip`:
+             the register cap is the family's C2 wall, shared memory its C1, SMs scale the peaks);
+             ratio = model time / the model's time of its pick on the full chip.
+  removing   a wall relaxes its component to the full chip's value (an emulated chip cannot exceed
+             the H200): the screen says which wall the model thinks binds. The SM count is priced
+             as a wall here although the family's contract reads it in its cost, not a constraint.
+  measure    the `measure(walls, shape)` callable (the benchmark's: an emulated timing with fallback
+             to the next-best admitted design when one fails), ratio to the full chip's measurement;
+             a scenario without a finite measurement has ratio inf.
+  refit      none (no cost term is refitted on a miss: relax_walls stops and says so).
+  certify    every emulated chip is admitted: the family's obligations are its h200 contract's, and
+             each design is checked against the emulated walls (template.check) before it runs.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from formloop.codesign.chip_proofs import ChipCertificate
+from formloop.codesign.problem import ScenarioOptimum
+from formloop.errors import Infeasible
+from formloop.evaluate.emulated import KiB, Walls, emulated_chip
+from formloop.hw.chips import Chip
+from formloop.hw.library import ChipConfig, Component, HardwareLibrary
+from formloop.solve import enumerate_designs
+from formloop.template import Template
+
+# mm2 per unit (ASSUMED, illustrative): an SM's logic, a KiB of shared memory per SM, a register of
+# every thread's file per SM (2048 threads, per 1024: x2).
+AREA = {"sm": 1.6, "smem": 0.012, "regs": 0.004 * 2}
+FULL_REGS = 255
+
+
+def library(sms=(16, 33, 66, 132), smem_kib=(64, 128, 227), regs=(128, 255), ceiling_mm2: float = 450.0,
+            ) -> HardwareLibrary:
+    """The emulated chip grid with its assumed area model; the reference is the full H200."""
+    return HardwareLibrary(
+        name="h200-emulated", ceiling_mm2=ceiling_mm2, uncore_mm2=0.0, sm_component="sm",
+        components=(Component("sm", "SMs", tuple(sms), per_sm=False, logic_mm2=AREA["sm"],
+                              doc="SMs a green context leaves the launch"),
+                    Component("smem", "KiB/block", tuple(smem_kib), per_sm=True, logic_mm2=AREA["smem"],
+                              doc="shared memory a block may use"),
+                    Component("regs", "regs/thread", tuple(regs), per_sm=True, logic_mm2=AREA["regs"],
+                              doc="registers a thread may use (maxnreg; 255 = uncapped)")),
+        reference_values={"sm": max(sms), "smem": max(smem_kib), "regs": max(regs)},
+        source="assumed area model (formloop.codesign.emulated_walls.AREA)")
+
+
+def walls_of(h: ChipConfig) -> Walls:
+    regs = int(h["regs"])
+    return Walls(int(h["sm"]), int(h["smem"]) * KiB, None if regs >= FULL_REGS else regs)
+
+
+@dataclass(frozen=True)
+class Wall:
+    name: str
+    resource: str
+    limit: str
+
+
+@dataclass(frozen=True)
+class Measured:
+    ratio: float
+    us: float
+
+
+@dataclass
+class EmulatedWallsProblem:
+    """relax_walls' problem over emulated chips of `base` for `template` at `scenarios` (shape -> workload)."""
+
+    template: Template
+    base: Chip
+    library: HardwareLibrary
+    scenarios: Mapping[str, Mapping[str, int]]
+    measure_us: Callable[[Walls, str], float]     # (walls, scenario) -> measured us (nan: none)
+    version: int = 0
+    cache: dict = field(default_factory=dict, repr=False)
+    open_walls: tuple = (Wall("sm", "sm", "sm_count"), Wall("smem", "smem", "smem_per_block"),
+                         Wall("regs", "regs", "registers_per_thread"))
+
+    def __post_init__(self) -> None:
+        self.full = self.library.reference
+        self.reference = {sc: self._pick(sc, self.full, frozenset())[1] for sc in self.scenarios}
+
+    def objective(self, name: str) -> tuple[str, ...]:
+        return tuple(self.scenarios)
+
+    def wall(self, name: str) -> Wall:
+        return next(w for w in self.open_walls if w.name == name)
+
+    def chip(self, h: ChipConfig, removed=frozenset()) -> Chip:
+        values = {**h.as_dict(), **{w: self.full[w] for w in removed}}
+        return emulated_chip(self.base, walls_of(self.library.chip(**values)))
+
+    def _pick(self, sc: str, h: ChipConfig, removed: frozenset) -> tuple[str | None, float, str]:
+        try:
+            sol = enumerate_designs(self.template.formulate(self.scenarios[sc], self.chip(h, removed)))
+        except Infeasible as exc:
+            return None, math.inf, "; ".join(exc.reasons)
+        return label(sol.assignment), float(sol.objective), ""
+
+    def solve_scenario(self, sc: str, h: ChipConfig, removed=frozenset()) -> ScenarioOptimum:
+        key = (h.values, frozenset(removed), sc)
+        if key not in self.cache:
+            program, us, why = self._pick(sc, h, frozenset(removed))
+            self.cache[key] = ScenarioOptimum(sc, program, us / self.reference[sc], why)
+        return self.cache[key]
+
+    def measure(self, sc: str, program: str, h: ChipConfig) -> Measured:
+        """The evaluator's ratio for the chip's pick of `sc` (the benchmark measures the pick, falling
+        back to the next-best admitted design when it fails): inf without two finite measurements."""
+        us, ref = self.measure_us(walls_of(h), sc), self.measure_us(walls_of(self.full), sc)
+        ok = math.isfinite(us) and math.isfinite(ref) and ref > 0
+        return Measured(us / ref if ok else math.inf, us)
+
+    def capacity(self, wall: str, h: ChipConfig) -> float:
+        return float(h[wall])
+
+    def demand(self, sc: str, program: str, wall: str, h: ChipConfig) -> float:
+        """What the design asks of the wall: blocks of its grid (sm), its shared memory in KiB (smem),
+        its accumulators a thread + the family's headroom (regs)."""
+        from formloop.library.gemm_tiling_gpu import ACC_HEADROOM
+
+        a = design(program)
+        values = self.template.bind(self.scenarios[sc], self.chip(h))
+        if wall == "smem":
+            return self.template.evaluate_terms(a, values)["smem_bytes"] / KiB
+        if wall == "regs":
+            return a["Tm"] * a["Tn"] / (32 * a["W"]) + ACC_HEADROOM
+        return float(-(-values["M"] // a["Tm"]) * -(-values["N"] // a["Tn"]) * a["KS"])
+
+    def admitted(self, sc: str, program: str, h: ChipConfig) -> list[str]:
+        """Walls the design breaks on h (C1: smem, C2: regs)."""
+        broken = {v.name for v in self.template.check(design(program), self.scenarios[sc], self.chip(h))}
+        return [w for w, c in (("smem", "C1"), ("regs", "C2")) if c in broken]
+
+    def refit(self, optima, h: ChipConfig):
+        return None
+
+    def certify(self, h: ChipConfig) -> ChipCertificate:
+        return ChipCertificate(h.label(), None, "emulated on the h200: the family's h200 contract; designs are "
+                                                "checked against the emulated walls before they run")
+
+
+def label(assignment: Mapping[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in assignment.items())
+
+
+def design(program: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (part.split("=") for part in program.split(","))}
