@@ -90,18 +90,34 @@ def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KS
     partials of a row are loaded at once (one L2 round trip, not KS dependent ones) and folded in
     closed form against the largest max M: O = Σ_j 2^(m_j − M)·o_j, L = Σ_j 2^(m_j − M)·l_j, out = O / L
     (the merge-step chain of softmax_merge applied with its final max; every m_j is finite because
-    every split has a key, C4). The result does not depend on the order the splits arrived in."""
-    j = tl.arange(0, KSP)
+    every split has a key, C4). The result does not depend on the order the splits arrived in. When
+    QP·KSP ≤ 64 the QP rows' partials (contiguous records) are loaded together and folded as
+    [QP, KSP, D]: one L2 round trip instead of QP."""
     d = tl.arange(0, D)
-    ok = j < KS
-    for r in tl.static_range(QP):
-        base = ws_ptr + ((row0 + r) * KS + j) * (D + 2)
-        m = tl.load(base + D, mask=ok, other=float("-inf"), cache_modifier=".cg")
-        lsum = tl.load(base + D + 1, mask=ok, other=0.0, cache_modifier=".cg")
-        o = tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
-        w = tl.exp2(m - tl.max(m, 0))  # 0 on the padding past KS
-        out = tl.sum(o * w[:, None], 0) / tl.sum(lsum * w, 0)
-        tl.store(o_ptr + out_base + r * s_oh + d, out.to(o_ptr.dtype.element_ty))
+    if QP > 1 and QP * KSP <= 64:  # every row's partials in one load: one L2 round trip for the pack
+        i = tl.arange(0, QP * KSP)
+        jj = i % KSP
+        ok = jj < KS
+        base = ws_ptr + ((row0 + i // KSP) * KS + jj) * (D + 2)
+        m = tl.reshape(tl.load(base + D, mask=ok, other=float("-inf"), cache_modifier=".cg"), (QP, KSP))
+        lsum = tl.reshape(tl.load(base + D + 1, mask=ok, other=0.0, cache_modifier=".cg"), (QP, KSP))
+        o = tl.reshape(tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg"),
+                       (QP, KSP, D))
+        w = tl.exp2(m - tl.max(m, 1)[:, None])  # 0 on the padding past KS
+        out = tl.sum(o * w[:, :, None], 1) / tl.sum(lsum * w, 1)[:, None]
+        r = tl.arange(0, QP)
+        tl.store(o_ptr + out_base + r[:, None] * s_oh + d[None, :], out.to(o_ptr.dtype.element_ty))
+    else:
+        j = tl.arange(0, KSP)
+        ok = j < KS
+        for r in tl.static_range(QP):
+            base = ws_ptr + ((row0 + r) * KS + j) * (D + 2)
+            m = tl.load(base + D, mask=ok, other=float("-inf"), cache_modifier=".cg")
+            lsum = tl.load(base + D + 1, mask=ok, other=0.0, cache_modifier=".cg")
+            o = tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
+            w = tl.exp2(m - tl.max(m, 0))  # 0 on the padding past KS
+            out = tl.sum(o * w[:, None], 0) / tl.sum(lsum * w, 0)
+            tl.store(o_ptr + out_base + r * s_oh + d, out.to(o_ptr.dtype.element_ty))
 
 
 @triton.jit(do_not_specialize=["L", "per_split", "KS", "Hkv"])
