@@ -79,8 +79,9 @@ def sweep_set(family: str, f, *, top: int, random: int, seed: int, extra=()) -> 
 def candidates(family: str, f, *, top: int) -> list[dict]:
     """The model's `top` designs, its best design for each value of the decisions that shape the
     work (decode: each Bn, each KS, each QP; prefill: each Br × Bc, each S), and the one-decision
-    neighbours of its pick that the model is least sure of (decode: the merge and the load path;
-    prefill: the load path and the launch order): a small, model-ranked set."""
+    neighbours of its pick that the model is least sure of (decode: the merge, the load path, the
+    warps and the stages of its three best; prefill: the load path and the launch order): a small,
+    model-ranked set."""
     ranked = _feasible(f)
     chosen: dict[tuple, dict] = {}
     for a in ranked[:top]:
@@ -94,8 +95,9 @@ def candidates(family: str, f, *, top: int) -> list[dict]:
                 seen.add(group(a))
                 chosen.setdefault(key_of(family, a), a)
     feasible = {key_of(family, a): a for a in ranked}
-    changes = ({"MG": 0}, {"TM": 1}, {"TM": 0}) if family == DECODE else ({"TM": 0}, {"TM": 1}, {"GQ": 1}, {"GQ": 0})
-    for a in ranked[:1]:
+    for a in ranked[:3 if family == DECODE else 1]:
+        changes = ({"MG": 1 - a["MG"]}, {"TM": 1 - a["TM"]}, {"W": 12 - a["W"]}, {"S": a["S"] + 1},
+                   {"S": a["S"] - 1}) if family == DECODE else ({"TM": 0}, {"TM": 1}, {"GQ": 1}, {"GQ": 0})
         for change in changes:
             k = key_of(family, {**a, **change})
             if k in feasible:
