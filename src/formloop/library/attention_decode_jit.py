@@ -11,7 +11,7 @@ import triton.language as tl
 @triton.jit
 def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr):
     """Fold the KS partials of rows row0..row0+QP and store each row's output at out_base + r·s_oh.
-    Partial (m, l, o) of row r, split j lives at ((row0 + r)·KS + j)·(D + 2): o[0..D), m, l. All KS
+    Partial (m, l, o) of row r, split j lives at ((row0 + r)·KS + j)·(D + 4): o[0..D), m, l (16-byte records). All KS
     partials of a row are loaded at once (one L2 round trip, not KS dependent ones) and folded in
     closed form against the largest max M: O = Σ_j 2^(m_j − M)·o_j, L = Σ_j 2^(m_j − M)·l_j, out = O / L
     (the merge-step chain of softmax_merge applied with its final max; every m_j is finite because
@@ -23,7 +23,7 @@ def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KS
         i = tl.arange(0, QP * KSP)
         jj = i % KSP
         ok = jj < KS
-        base = ws_ptr + ((row0 + i // KSP) * KS + jj) * (D + 2)
+        base = ws_ptr + ((row0 + i // KSP) * KS + jj) * (D + 4)
         m = tl.reshape(tl.load(base + D, mask=ok, other=float("-inf"), cache_modifier=".cg"), (QP, KSP))
         lsum = tl.reshape(tl.load(base + D + 1, mask=ok, other=0.0, cache_modifier=".cg"), (QP, KSP))
         o = tl.reshape(tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg"),
@@ -36,7 +36,7 @@ def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KS
         j = tl.arange(0, KSP)
         ok = j < KS
         for r in tl.static_range(QP):
-            base = ws_ptr + ((row0 + r) * KS + j) * (D + 2)
+            base = ws_ptr + ((row0 + r) * KS + j) * (D + 4)
             m = tl.load(base + D, mask=ok, other=float("-inf"), cache_modifier=".cg")
             lsum = tl.load(base + D + 1, mask=ok, other=0.0, cache_modifier=".cg")
             o = tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
@@ -104,7 +104,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
     if SPLIT:
-        part = ws_ptr + ((b * Hkv * G + heads) * KS + j) * (D + 2)
+        part = ws_ptr + ((b * Hkv * G + heads) * KS + j) * (D + 4)
         tl.store(part[:, None] + d[None, :], acc, mask=ok[:, None])
         tl.store(part + D, m_i, mask=ok)
         tl.store(part + D + 1, l_i, mask=ok)

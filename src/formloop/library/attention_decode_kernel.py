@@ -145,17 +145,18 @@ class DecodePlan:
         return -(-self.L // self.page) if self.page else 0
 
     def new_workspace(self, device) -> torch.Tensor | None:
-        """float32 partials (B·Hq·KS rows of D + 2) and the per-program counters (zeroed once; the
-        kernel leaves them at zero), as one buffer."""
+        """float32 partials (B·Hq·KS records of D + 4: o, m, l and 2 of padding, so records start on
+        16 bytes and move in vector loads) and the per-program counters (zeroed once; the kernel
+        leaves them at zero), as one buffer."""
         if self.config.KS == 1:
             return None
-        n = self.B * self.Hq * self.config.KS * (self.D + 2)
+        n = self.B * self.Hq * self.config.KS * (self.D + 4)
         ws = torch.empty(n + (-n) % 4 + self.grid[0], device=device, dtype=torch.float32)
         ws[n + (-n) % 4:].view(torch.int32).zero_()
         return ws
 
     def partials(self, ws: torch.Tensor) -> torch.Tensor:
-        return ws[: self.B * self.Hq * self.config.KS * (self.D + 2)]
+        return ws[: self.B * self.Hq * self.config.KS * (self.D + 4)]
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                workspace: torch.Tensor | None = None, table: torch.Tensor | None = None) -> None:
@@ -183,7 +184,7 @@ class DecodePlan:
             table, s_tb = q, 0
         split = cfg.KS > 1
         if split:
-            n = self.B * self.Hq * cfg.KS * (self.D + 2)
+            n = self.B * self.Hq * cfg.KS * (self.D + 4)
             if workspace is None or workspace.numel() != n + (-n) % 4 + self.grid[0]:
                 raise InvalidInput("workspace", None if workspace is None else workspace.numel(),
                                    "the float32 buffer of DecodePlan.new_workspace")
@@ -306,5 +307,5 @@ class TritonDecode(RowScaled):
     def case_bytes(self) -> int:
         p = self.plan
         e = torch.empty((), dtype=TORCH_DTYPES[p.dtype]).element_size()
-        ws = 0 if p.config.KS == 1 else 4 * p.B * p.Hq * p.config.KS * (p.D + 2)
+        ws = 0 if p.config.KS == 1 else 4 * p.B * p.Hq * p.config.KS * (p.D + 4)
         return e * (2 * p.B * p.Hq * p.D + 2 * p.B * p.Hkv * p.L * p.D) + ws
