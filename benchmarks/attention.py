@@ -1,7 +1,7 @@
 """Attention on the H200: the decode and causal-prefill families' MILP picks (prior, calibrated, and
 calibrated on other lengths only), the family's measured best over a small model-ranked candidate
-set (--sweep: the broad sweep), and torch SDPA on the cuDNN and flash backends, in one process
-of under 5 minutes (Triton compiles included).
+set (--sweep: the broad sweep; the previous H200 run's bests, attention_sweep.ANCHORS, are always in it),
+and torch SDPA on the cuDNN and flash backends, in one process of under 5 minutes (Triton compiles included).
 
     PYTHONPATH=src python3 benchmarks/attention.py --out $OUT          # on the GPU machine
     PYTHONPATH=src python3 benchmarks/attention.py --ranking PREV --out $OUT   # rank by PREV's calibration
