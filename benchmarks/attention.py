@@ -29,7 +29,9 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
 from attention_report import print_table, summarize  # noqa: E402
-from attention_sweep import ANCHORS, DECODE, PREFILL, candidates, key_of, precompile, sweep_set, top_designs  # noqa: E402
+from attention_sweep import (  # noqa: E402
+    ANCHORS, DECODE, PREFILL, candidates, key_of, precompile, sweep_set, top_designs,
+)
 
 SHAPE = (1, 32, 8, 128)
 LENGTHS = {DECODE: (512, 2048, 8192, 16384, 32768), PREFILL: (512, 1024, 2048, 4096, 8192)}
