@@ -1,7 +1,7 @@
 """Attention on the H200: the decode and causal-prefill families' MILP picks (prior, calibrated, and
 calibrated on other lengths only), the family's measured best over a small model-ranked candidate
-set (--sweep: the broad sweep), and torch SDPA on the cuDNN and flash backends, in one process
-of under 5 minutes (Triton compiles included).
+set (--sweep: the broad sweep; the previous H200 run's bests, attention_sweep.ANCHORS, are always in it),
+and torch SDPA on the cuDNN and flash backends, in one process of under 5 minutes (Triton compiles included).
 
     PYTHONPATH=src python3 benchmarks/attention.py --out $OUT          # on the GPU machine
     PYTHONPATH=src python3 benchmarks/attention.py --ranking PREV --out $OUT   # rank by PREV's calibration
@@ -29,7 +29,9 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
 from attention_report import print_table, summarize  # noqa: E402
-from attention_sweep import DECODE, PREFILL, candidates, key_of, precompile, sweep_set, top_designs  # noqa: E402
+from attention_sweep import (  # noqa: E402
+    ANCHORS, DECODE, PREFILL, candidates, key_of, precompile, sweep_set, top_designs,
+)
 
 SHAPE = (1, 32, 8, 128)
 LENGTHS = {DECODE: (512, 2048, 8192, 16384, 32768), PREFILL: (512, 1024, 2048, 4096, 8192)}
@@ -167,7 +169,8 @@ def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=N
             top, rnd = (args.top, args.random) if family == DECODE else (args.top // 2, args.random // 2)
             plans[L] = sweep_set(family, f, top=top, random=rnd, seed=L)
         else:
-            plans[L] = candidates(family, f, top=args.top if family == DECODE else max(1, args.top * 2 // 3))
+            plans[L] = candidates(family, f, top=args.top if family == DECODE else max(1, args.top * 2 // 3),
+                                  anchors=() if args.dry_run else ANCHORS[family])
     if bench.gpu is not None:
         jobs = [(family, a, bench.workload(family, L)) for L, al in plans.items() for a in al]
         if family == DECODE:

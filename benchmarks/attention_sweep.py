@@ -76,11 +76,21 @@ def sweep_set(family: str, f, *, top: int, random: int, seed: int, extra=()) -> 
     return list(chosen.values())
 
 
-def candidates(family: str, f, *, top: int) -> list[dict]:
+# The measured bests of the H200 run of 2026-12-01 11:00 (and their untried merge/warp/split neighbours):
+# measured again at every length where they are feasible, so a model change cannot lose them.
+ANCHORS = {DECODE: ((64, 8, 2, 3, 4, 1, 0), (256, 8, 2, 2, 4, 1, 1), (256, 16, 4, 2, 8, 0, 1),
+                    (128, 16, 4, 3, 4, 1, 1), (128, 8, 2, 3, 8, 1, 1), (128, 16, 4, 3, 4, 0, 1),
+                    (128, 16, 4, 3, 8, 0, 1), (64, 32, 4, 4, 4, 1, 1), (64, 32, 4, 4, 4, 0, 1),
+                    (128, 32, 4, 3, 4, 1, 1)),
+           PREFILL: ((64, 64, 3, 4, 0, 1), (128, 128, 3, 8, 0, 1), (128, 128, 4, 8, 0, 1), (128, 64, 3, 4, 0, 1))}
+
+
+def candidates(family: str, f, *, top: int, anchors=()) -> list[dict]:
     """The model's `top` designs, its best design for each value of the decisions that shape the
     work (decode: each Bn, each KS, each QP; prefill: each Br × Bc, each S), and the one-decision
-    neighbours of its pick that the model is least sure of (decode: the merge and the load path;
-    prefill: the load path and the launch order): a small, model-ranked set."""
+    neighbours of its pick that the model is least sure of (decode: the merge, the load path, the
+    warps and the stages of its three best; prefill: the load path and the launch order): a small,
+    model-ranked set; and the `anchors` (keys) that are feasible here."""
     ranked = _feasible(f)
     chosen: dict[tuple, dict] = {}
     for a in ranked[:top]:
@@ -94,8 +104,12 @@ def candidates(family: str, f, *, top: int) -> list[dict]:
                 seen.add(group(a))
                 chosen.setdefault(key_of(family, a), a)
     feasible = {key_of(family, a): a for a in ranked}
-    changes = ({"MG": 0}, {"TM": 1}, {"TM": 0}) if family == DECODE else ({"TM": 0}, {"TM": 1}, {"GQ": 1}, {"GQ": 0})
-    for a in ranked[:1]:
+    for k in anchors:
+        if tuple(k) in feasible:
+            chosen.setdefault(tuple(k), feasible[tuple(k)])
+    for a in ranked[:3 if family == DECODE else 1]:
+        changes = ({"MG": 1 - a["MG"]}, {"TM": 1 - a["TM"]}, {"W": 12 - a["W"]}, {"S": a["S"] + 1},
+                   {"S": a["S"] - 1}) if family == DECODE else ({"TM": 0}, {"TM": 1}, {"GQ": 1}, {"GQ": 0})
         for change in changes:
             k = key_of(family, {**a, **change})
             if k in feasible:

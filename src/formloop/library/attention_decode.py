@@ -31,7 +31,9 @@ load's latency + tiles per split × step): a step is the latency a pipeline of S
 exposed, or the work of the programs sharing the SM (the two dots at eta_mma of the tensor rate,
 the softmax elements per thread, a fixed cost, load issue on the pointer path, the block-table
 lookups of a paged cache).
-T_merge: the partials read back from the L2 plus a fixed cost, plus a launch for MG = 0.
+T_merge: the partials read back from the L2 plus a fixed cost, plus a launch for MG = 0 or, for MG = 1,
+the last arriver's fold (per packed head, split and warp). T_fill: the first tile of every program
+arrives at its share of the bandwidth before the first step (pipeline fill).
 The efficiency terms (CALIBRATED) start at priors and are fitted to H200 measurements by
 formloop.evaluate.calibrate (benchmarks/attention.py writes the fit)."""
 from __future__ import annotations
@@ -90,13 +92,19 @@ bw_l2 = _eff("bw_l2", "bytes/s one SM reads partials back from the L2")
 t_page = _eff("t_page", "cost of the block-table lookups of one tile (paged cache), s")
 t_issue = _eff("t_issue", "cost of issuing one 16-byte load per thread (pointer path), s")
 alpha = _eff("alpha", "fraction of the shorter of T_mem, T_comp that is not hidden")
+t_fold = _eff("t_fold", "in-launch merge cost per packed head, split and warp (MG = 1), s")
+fill = _eff("fill", "fraction of one tile's transfer at a program's share of the bandwidth left exposed")
 
 CALIBRATED = ("eta_bw", "lat_m", "eta_mma", "t_elem", "t_iter", "t_start", "t_launch", "t_merge", "t_launch2",
-              "bw_l2", "t_page", "t_issue", "alpha")
-PRIORS = {"eta_bw": 0.92, "lat_m": 1.0e-6, "eta_mma": 0.3, "t_elem": 5e-9, "t_iter": 60e-9, "t_start": 0.8e-6,
-          "t_launch": 2.0e-6, "t_merge": 0.8e-6, "t_launch2": 1.5e-6, "bw_l2": 100e9, "t_page": 20e-9, "t_issue": 1e-9,
-          "alpha": 0.3}
-BOUNDS = {"eta_bw": (0.3, 1.02), "eta_mma": (0.02, 1.0), "alpha": (0.0, 1.0), "lat_m": (0.1e-6, 5e-6)}
+              "bw_l2", "t_page", "t_issue", "alpha", "t_fold", "fill")
+# Fitted to the H200 run of 2026-12-01 11:00 UTC (benchmarks/attention.py, 150 decode points at L = 512…32768,
+# rms log error 0.157 -> 0.122 from the earlier priors; /work/wt/gpu_runs/attn1/attention.json).
+PRIORS = {"eta_bw": 1.0, "lat_m": 0.6e-6, "eta_mma": 0.2, "t_elem": 30e-9, "t_iter": 73e-9, "t_start": 0.52e-6,
+          "t_launch": 2.1e-6, "t_merge": 1.2e-6, "t_launch2": 1.3e-6, "bw_l2": 171e9, "t_page": 20e-9, "t_issue": 16e-9,
+          "alpha": 0.43, "t_fold": 9.3e-9, "fill": 0.4}
+# lat_m >= 0.5 us: DRAM latency under load on Hopper (a smaller fit lets tiny unpipelined tiles look streaming)
+BOUNDS = {"eta_bw": (0.3, 1.02), "eta_mma": (0.02, 1.0), "alpha": (0.0, 1.0), "lat_m": (0.5e-6, 5e-6),
+          "fill": (0.0, 2.0)}
 REGS = 160  # fp32 registers per thread left for accumulator and score rows (255 minus addresses and state)
 
 G = floordiv(Hq, Hkv)
@@ -131,8 +139,12 @@ t_work = (4 * BH * Bn * D / (flops * eta_mma / n_sm) + t_elem * BH * Bn / (32 * 
 t_step = where(pipelined, maximum(sharing * t_work, lat_m / maximum(S - 1, 1)), sharing * t_work + lat_m)
 T_comp = waves * (t_start + lat_m + per_split * t_step) * US
 part_bytes = QP * (D + 2) * 4
-T_merge = where(KS > 1, t_merge + KS * part_bytes / bw_l2 + where(MG.eq(0), t_launch2, 0), 0) * US
-T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + T_merge + t_launch * US
+# The in-launch fold grows with the packed heads, the splits and the warps of the last arriver (the
+# H200 run of 2026-12-01 11:00: W = 8 with MG = 1 cost ~0.085 us per QP·KS over a second kernel).
+T_merge = where(KS > 1, t_merge + KS * part_bytes / bw_l2 + where(MG.eq(0), t_launch2, t_fold * QP * KS * W), 0) * US
+# The pipeline's first tiles arrive at one program's share of the bandwidth before any step starts.
+T_fill = fill * tile_bytes * active / (bw * eta_bw) * US
+T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + T_merge + T_fill + t_launch * US
 
 SPLIT_NONEMPTY = (KS - 1) * per_split * Bn < L  # the precondition the split-nonempty obligation assumes
 TILE_IN_PAGE = TM.eq(0) | page.eq(0) | page.eq(Bn * floordiv(page, Bn))
@@ -169,7 +181,7 @@ def attention_decode(dtype: str = "bf16", calibration: Mapping[str, float] | Non
         doc=__doc__.strip().splitlines()[0],
         decisions=(Bn, KS, QP, S, W, MG, TM),
         params=(B, Hq, Hkv, D, L, e, page, Ms, Ms_sm, warps_sm, regs, n_sm, bw, flops, eta_bw, lat_m, eta_mma, t_elem,
-                t_iter, t_start, t_launch, t_merge, t_launch2, bw_l2, t_page, t_issue, alpha),
+                t_iter, t_start, t_launch, t_merge, t_launch2, bw_l2, t_page, t_issue, alpha, t_fold, fill),
         scope=(
             Constraint("rates_positive", (bw > 0) & (flops > 0), "scope", "the chip moves bytes and computes"),
             Constraint("head_dim", D.eq(16) | D.eq(32) | D.eq(64) | D.eq(128) | D.eq(256), "scope",
@@ -194,8 +206,8 @@ def attention_decode(dtype: str = "bf16", calibration: Mapping[str, float] | Non
         ),
         cost=T,
         unit="us",
-        terms={"T_mem_us": T_mem, "T_comp_us": T_comp, "T_merge_us": T_merge, "smem_bytes": smem_bytes,
-               "programs": programs},
+        terms={"T_mem_us": T_mem, "T_comp_us": T_comp, "T_merge_us": T_merge, "T_fill_us": T_fill,
+               "smem_bytes": smem_bytes, "programs": programs},
         tie_break=("T_comp_us", "smem_bytes"),
         bind_chip=lambda chip: chip_params(chip, dtype, calibration),
         program=lambda assignment, wl: program(assignment, wl, dtype),

@@ -31,12 +31,13 @@ from numbers import Real
 
 import torch
 import triton
-import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from formloop.errors import InvalidInput
 from formloop.library.attention_cases import (
     TOLERANCE, TORCH_DTYPES, RowScaled, check_block_table, paged, qkv, reference,
 )
+from formloop.library.attention_decode_jit import _decode_kernel, _merge_kernel
 from formloop.library.attention_workload import check_page, check_shape
 
 LOG2E = 1.4426950408889634
@@ -83,111 +84,18 @@ def kv_split(L: int, Bn: int, KS: int) -> list[tuple[int, int]]:
     return [(min(L, j * per * Bn), min(L, j * per * Bn + per * Bn)) for j in range(KS)]
 
 
-@triton.jit
-def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr):
-    """Fold the KS partials of rows row0..row0+QP and store each row's output at out_base + r·s_oh.
-    Partial (m, l, o) of row r, split j lives at ((row0 + r)·KS + j)·(D + 2): o[0..D), m, l. All KS
-    partials of a row are loaded at once (one L2 round trip, not KS dependent ones) and folded in
-    closed form against the largest max M: O = Σ_j 2^(m_j − M)·o_j, L = Σ_j 2^(m_j − M)·l_j, out = O / L
-    (the merge-step chain of softmax_merge applied with its final max; every m_j is finite because
-    every split has a key, C4). The result does not depend on the order the splits arrived in."""
-    j = tl.arange(0, KSP)
-    d = tl.arange(0, D)
-    ok = j < KS
-    for r in tl.static_range(QP):
-        base = ws_ptr + ((row0 + r) * KS + j) * (D + 2)
-        m = tl.load(base + D, mask=ok, other=float("-inf"), cache_modifier=".cg")
-        lsum = tl.load(base + D + 1, mask=ok, other=0.0, cache_modifier=".cg")
-        o = tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
-        w = tl.exp2(m - tl.max(m, 0))  # 0 on the padding past KS
-        out = tl.sum(o * w[:, None], 0) / tl.sum(lsum * w, 0)
-        tl.store(o_ptr + out_base + r * s_oh + d, out.to(o_ptr.dtype.element_ty))
+def _spec_key(tensors, strides) -> tuple:
+    """What Triton specializes a launch on, beyond the plan: each tensor's device, dtype and 16-byte
+    alignment, the stride values (ints specialize on 1 and divisibility by 16) and the cache's shape
+    (the copy engine's descriptor). Equal keys launch the same compiled kernel."""
+    return (tensors[0].device, tuple(strides), tuple(tensors[1].shape),
+            tuple((t.dtype, t.data_ptr() % 16) for t in tensors))
 
 
-@triton.jit(do_not_specialize=["L", "per_split", "KS", "Hkv"])
-def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
-                   L, per_split, KS, Hkv, qk_scale,
-                   s_qb, s_qh, s_ob, s_oh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_tb,
-                   G: tl.constexpr, QP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
-                   PAGE: tl.constexpr, SPLIT: tl.constexpr, IN_LAUNCH: tl.constexpr, TM: tl.constexpr,
-                   KSP: tl.constexpr, WIDEN: tl.constexpr):
-    pid = tl.program_id(0)
-    j = tl.program_id(1)
-    g = pid % (G // QP)
-    a = (pid // (G // QP)) % Hkv
-    b = (pid // ((G // QP) * Hkv)).to(tl.int64)
-    rows = tl.arange(0, BH)
-    d = tl.arange(0, D)
-    ok = rows < QP
-    heads = a * G + g * QP + rows
-    q = tl.load(q_ptr + b * s_qb + heads[:, None] * s_qh + d[None, :], mask=ok[:, None], other=0.0)
-    if WIDEN:
-        q = q.to(tl.float32)
-    lo = j * per_split * BN
-    hi = tl.minimum(L, lo + per_split * BN)
-    m_i = tl.full((BH,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BH,), tl.float32)
-    acc = tl.zeros((BH, D), tl.float32)
-    cols = tl.arange(0, BN)
-    for start in range(lo, hi, BN):
-        keys = start + cols
-        in_split = keys < hi
-        if TM:  # one copy-engine tile: rows of the [rows, D] view (a tile lies inside one page)
-            if PAGE > 0:
-                slot = tl.load(table_ptr + b * s_tb + start // PAGE)
-                row = ((slot * Hkv + a) * PAGE + start % PAGE).to(tl.int32)
-            else:
-                row = ((b * Hkv + a) * L + start).to(tl.int32)
-            k = k_ptr.load([row, 0])
-            v = v_ptr.load([row, 0])
-        else:
-            if PAGE > 0:
-                slot = tl.load(table_ptr + b * s_tb + keys // PAGE, mask=in_split, other=0)
-                k_rows = slot.to(tl.int64) * s_kb + (keys % PAGE) * s_kn
-                v_rows = slot.to(tl.int64) * s_vb + (keys % PAGE) * s_vn
-            else:
-                k_rows = b * s_kb + keys * s_kn
-                v_rows = b * s_vb + keys * s_vn
-            k = tl.load(k_ptr + a * s_kh + k_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
-            v = tl.load(v_ptr + a * s_vh + v_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
-        if WIDEN:
-            k = k.to(tl.float32)
-        s = tl.where(in_split[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # scores scaled by log2(e)/√D: exp2 is the exp
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s * qk_scale - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if WIDEN:
-            acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
-    if SPLIT:
-        part = ws_ptr + ((b * Hkv * G + heads) * KS + j) * (D + 2)
-        tl.store(part[:, None] + d[None, :], acc, mask=ok[:, None])
-        tl.store(part + D, m_i, mask=ok)
-        tl.store(part + D + 1, l_i, mask=ok)
-        if IN_LAUNCH:
-            tl.debug_barrier()
-            if tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu") == KS - 1:
-                _fold_partials(ws_ptr, o_ptr, b * Hkv * G + a * G + g * QP, KS, b * s_ob + (a * G + g * QP) * s_oh,
-                               s_oh, QP, KSP, D)
-                tl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
-    else:
-        out = acc / l_i[:, None]
-        tl.store(o_ptr + b * s_ob + heads[:, None] * s_oh + d[None, :], out.to(o_ptr.dtype.element_ty),
-                 mask=ok[:, None])
-
-
-@triton.jit(do_not_specialize=["KS", "Hkv"])
-def _merge_kernel(o_ptr, ws_ptr, KS, Hkv, s_ob, s_oh,
-                  G: tl.constexpr, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr):
-    pid = tl.program_id(0)
-    g = pid % (G // QP)
-    a = (pid // (G // QP)) % Hkv
-    b = (pid // ((G // QP) * Hkv)).to(tl.int64)
-    _fold_partials(ws_ptr, o_ptr, b * Hkv * G + a * G + g * QP, KS, b * s_ob + (a * G + g * QP) * s_oh, s_oh,
-                   QP, KSP, D)
+def _constexprs(fn, args, meta) -> tuple:
+    """The constexpr values after the positional arguments, in the kernel's signature order: Triton
+    hands a compiled kernel every bound argument, constexprs included."""
+    return tuple(meta[name] for name in fn.arg_names[len(args):])
 
 
 @dataclass(frozen=True)
@@ -209,6 +117,7 @@ class DecodePlan:
                    int(wl.get("page", 0)))
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_compiled", {})  # specialization key -> compiled kernels (see _run)
         check_shape({"B": self.B, "Hq": self.Hq, "Hkv": self.Hkv, "D": self.D, "L": self.L})
         check_page(self.page)
         if self.dtype not in TORCH_DTYPES:
@@ -236,17 +145,18 @@ class DecodePlan:
         return -(-self.L // self.page) if self.page else 0
 
     def new_workspace(self, device) -> torch.Tensor | None:
-        """float32 partials (B·Hq·KS rows of D + 2) and the per-program counters (zeroed once; the
-        kernel leaves them at zero), as one buffer."""
+        """float32 partials (B·Hq·KS records of D + 4: o, m, l and 2 of padding, so records start on
+        16 bytes and move in vector loads) and the per-program counters (zeroed once; the kernel
+        leaves them at zero), as one buffer."""
         if self.config.KS == 1:
             return None
-        n = self.B * self.Hq * self.config.KS * (self.D + 2)
+        n = self.B * self.Hq * self.config.KS * (self.D + 4)
         ws = torch.empty(n + (-n) % 4 + self.grid[0], device=device, dtype=torch.float32)
         ws[n + (-n) % 4:].view(torch.int32).zero_()
         return ws
 
     def partials(self, ws: torch.Tensor) -> torch.Tensor:
-        return ws[: self.B * self.Hq * self.config.KS * (self.D + 2)]
+        return ws[: self.B * self.Hq * self.config.KS * (self.D + 4)]
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                workspace: torch.Tensor | None = None, table: torch.Tensor | None = None) -> None:
@@ -274,7 +184,7 @@ class DecodePlan:
             table, s_tb = q, 0
         split = cfg.KS > 1
         if split:
-            n = self.B * self.Hq * cfg.KS * (self.D + 2)
+            n = self.B * self.Hq * cfg.KS * (self.D + 4)
             if workspace is None or workspace.numel() != n + (-n) % 4 + self.grid[0]:
                 raise InvalidInput("workspace", None if workspace is None else workspace.numel(),
                                    "the float32 buffer of DecodePlan.new_workspace")
@@ -286,6 +196,8 @@ class DecodePlan:
                            k.stride(2), v.stride(0), v.stride(1), v.stride(2), s_tb))
 
     def _run(self, grid, tensors, strides, warmup: bool = False) -> None:
+        """Launch (or, warmup, compile). The first launch of a specialization goes through Triton's
+        jit dispatch; later ones replay its compiled kernels with the same argument list (fast_launch)."""
         cfg, G = self.config, self.Hq // self.Hkv
         split = cfg.KS > 1
         per = -(-(-(-self.L // cfg.Bn)) // cfg.KS)
@@ -293,9 +205,8 @@ class DecodePlan:
                     IN_LAUNCH=bool(cfg.MG), TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
                     WIDEN=INTERPRETED and not warmup, num_warps=cfg.W,
                     num_stages=cfg.S)
+        key = None if warmup or INTERPRETED else _spec_key(tensors, strides)
         if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
-            from triton.tools.tensor_descriptor import TensorDescriptor
-
             if warmup:
                 from triton.runtime.jit import MockTensor
 
@@ -306,15 +217,24 @@ class DecodePlan:
             tensors = (tensors[0], *kv, *tensors[3:])
         args = (*tensors, self.L, per, cfg.KS, self.Hkv, LOG2E / math.sqrt(self.D), *strides)
         out, ws = tensors[3], tensors[4]
+        merge_args = (out, ws, cfg.KS, self.Hkv, strides[2], strides[3])
         merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, num_warps=4)
+        second = split and not cfg.MG
         if warmup:
             _decode_kernel.warmup(*args, grid=grid, **meta)
-            if split and not cfg.MG:
-                _merge_kernel.warmup(out, ws, cfg.KS, self.Hkv, strides[2], strides[3], grid=(grid[0],), **merge_meta)
+            if second:
+                _merge_kernel.warmup(*merge_args, grid=(grid[0],), **merge_meta)
             return
-        _decode_kernel[grid](*args, **meta)
-        if split and not cfg.MG:
-            _merge_kernel[(grid[0],)](out, ws, cfg.KS, self.Hkv, strides[2], strides[3], **merge_meta)
+        compiled = self._compiled.get(key) if key is not None else None
+        if compiled is not None:
+            compiled[0][(*grid, 1)](*args, *_constexprs(_decode_kernel, args, meta))
+            if second:
+                compiled[1][(grid[0], 1, 1)](*merge_args, *_constexprs(_merge_kernel, merge_args, merge_meta))
+            return
+        k1 = _decode_kernel[grid](*args, **meta)
+        k2 = _merge_kernel[(grid[0],)](*merge_args, **merge_meta) if second else None
+        if key is not None and k1 is not None and len(self._compiled) < 64:
+            self._compiled[key] = (k1, k2)
 
     def warmup(self) -> None:
         """Compile without launching (fills Triton's cache; used by parallel pre-compilation). The
@@ -387,5 +307,5 @@ class TritonDecode(RowScaled):
     def case_bytes(self) -> int:
         p = self.plan
         e = torch.empty((), dtype=TORCH_DTYPES[p.dtype]).element_size()
-        ws = 0 if p.config.KS == 1 else 4 * p.B * p.Hq * p.config.KS * (p.D + 2)
+        ws = 0 if p.config.KS == 1 else 4 * p.B * p.Hq * p.config.KS * (p.D + 4)
         return e * (2 * p.B * p.Hq * p.D + 2 * p.B * p.Hkv * p.L * p.D) + ws

@@ -1,0 +1,131 @@
+"""The Triton jit functions of attention-decode (attention_decode_kernel documents the program and
+plans the launches): the split-KV decode kernel, the second-kernel merge and the fold both use.
+
+This module imports triton."""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr):
+    """Fold the KS partials of rows row0..row0+QP and store each row's output at out_base + r·s_oh.
+    Partial (m, l, o) of row r, split j lives at ((row0 + r)·KS + j)·(D + 4): o[0..D), m, l (16-byte records). All KS
+    partials of a row are loaded at once (one L2 round trip, not KS dependent ones) and folded in
+    closed form against the largest max M: O = Σ_j 2^(m_j − M)·o_j, L = Σ_j 2^(m_j − M)·l_j, out = O / L
+    (the merge-step chain of softmax_merge applied with its final max; every m_j is finite because
+    every split has a key, C4). The result does not depend on the order the splits arrived in. When
+    QP·KSP ≤ 64 the QP rows' partials (contiguous records) are loaded together and folded as
+    [QP, KSP, D]: one L2 round trip instead of QP."""
+    d = tl.arange(0, D)
+    if QP > 1 and QP * KSP <= 64:  # every row's partials in one load: one L2 round trip for the pack
+        i = tl.arange(0, QP * KSP)
+        jj = i % KSP
+        ok = jj < KS
+        base = ws_ptr + ((row0 + i // KSP) * KS + jj) * (D + 4)
+        m = tl.reshape(tl.load(base + D, mask=ok, other=float("-inf"), cache_modifier=".cg"), (QP, KSP))
+        lsum = tl.reshape(tl.load(base + D + 1, mask=ok, other=0.0, cache_modifier=".cg"), (QP, KSP))
+        o = tl.reshape(tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg"),
+                       (QP, KSP, D))
+        w = tl.exp2(m - tl.max(m, 1)[:, None])  # 0 on the padding past KS
+        out = tl.sum(o * w[:, :, None], 1) / tl.sum(lsum * w, 1)[:, None]
+        r = tl.arange(0, QP)
+        tl.store(o_ptr + out_base + r[:, None] * s_oh + d[None, :], out.to(o_ptr.dtype.element_ty))
+    else:
+        j = tl.arange(0, KSP)
+        ok = j < KS
+        for r in tl.static_range(QP):
+            base = ws_ptr + ((row0 + r) * KS + j) * (D + 4)
+            m = tl.load(base + D, mask=ok, other=float("-inf"), cache_modifier=".cg")
+            lsum = tl.load(base + D + 1, mask=ok, other=0.0, cache_modifier=".cg")
+            o = tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
+            w = tl.exp2(m - tl.max(m, 0))  # 0 on the padding past KS
+            out = tl.sum(o * w[:, None], 0) / tl.sum(lsum * w, 0)
+            tl.store(o_ptr + out_base + r * s_oh + d, out.to(o_ptr.dtype.element_ty))
+
+
+@triton.jit(do_not_specialize=["L", "per_split", "KS", "Hkv"])
+def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
+                   L, per_split, KS, Hkv, qk_scale,
+                   s_qb, s_qh, s_ob, s_oh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_tb,
+                   G: tl.constexpr, QP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
+                   PAGE: tl.constexpr, SPLIT: tl.constexpr, IN_LAUNCH: tl.constexpr, TM: tl.constexpr,
+                   KSP: tl.constexpr, WIDEN: tl.constexpr):
+    pid = tl.program_id(0)
+    j = tl.program_id(1)
+    g = pid % (G // QP)
+    a = (pid // (G // QP)) % Hkv
+    b = (pid // ((G // QP) * Hkv)).to(tl.int64)
+    rows = tl.arange(0, BH)
+    d = tl.arange(0, D)
+    ok = rows < QP
+    heads = a * G + g * QP + rows
+    q = tl.load(q_ptr + b * s_qb + heads[:, None] * s_qh + d[None, :], mask=ok[:, None], other=0.0)
+    if WIDEN:
+        q = q.to(tl.float32)
+    lo = j * per_split * BN
+    hi = tl.minimum(L, lo + per_split * BN)
+    m_i = tl.full((BH,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BH,), tl.float32)
+    acc = tl.zeros((BH, D), tl.float32)
+    cols = tl.arange(0, BN)
+    for start in range(lo, hi, BN):
+        keys = start + cols
+        in_split = keys < hi
+        if TM:  # one copy-engine tile: rows of the [rows, D] view (a tile lies inside one page)
+            if PAGE > 0:
+                slot = tl.load(table_ptr + b * s_tb + start // PAGE)
+                row = ((slot * Hkv + a) * PAGE + start % PAGE).to(tl.int32)
+            else:
+                row = ((b * Hkv + a) * L + start).to(tl.int32)
+            k = k_ptr.load([row, 0])
+            v = v_ptr.load([row, 0])
+        else:
+            if PAGE > 0:
+                slot = tl.load(table_ptr + b * s_tb + keys // PAGE, mask=in_split, other=0)
+                k_rows = slot.to(tl.int64) * s_kb + (keys % PAGE) * s_kn
+                v_rows = slot.to(tl.int64) * s_vb + (keys % PAGE) * s_vn
+            else:
+                k_rows = b * s_kb + keys * s_kn
+                v_rows = b * s_vb + keys * s_vn
+            k = tl.load(k_ptr + a * s_kh + k_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
+            v = tl.load(v_ptr + a * s_vh + v_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
+        if WIDEN:
+            k = k.to(tl.float32)
+        s = tl.where(in_split[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # scores scaled by log2(e)/√D: exp2 is the exp
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if WIDEN:
+            acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    if SPLIT:
+        part = ws_ptr + ((b * Hkv * G + heads) * KS + j) * (D + 4)
+        tl.store(part[:, None] + d[None, :], acc, mask=ok[:, None])
+        tl.store(part + D, m_i, mask=ok)
+        tl.store(part + D + 1, l_i, mask=ok)
+        if IN_LAUNCH:
+            tl.debug_barrier()
+            if tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu") == KS - 1:
+                _fold_partials(ws_ptr, o_ptr, b * Hkv * G + a * G + g * QP, KS, b * s_ob + (a * G + g * QP) * s_oh,
+                               s_oh, QP, KSP, D)
+                tl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
+    else:
+        out = acc / l_i[:, None]
+        tl.store(o_ptr + b * s_ob + heads[:, None] * s_oh + d[None, :], out.to(o_ptr.dtype.element_ty),
+                 mask=ok[:, None])
+
+
+@triton.jit(do_not_specialize=["KS", "Hkv"])
+def _merge_kernel(o_ptr, ws_ptr, KS, Hkv, s_ob, s_oh,
+                  G: tl.constexpr, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr):
+    pid = tl.program_id(0)
+    g = pid % (G // QP)
+    a = (pid // (G // QP)) % Hkv
+    b = (pid // ((G // QP) * Hkv)).to(tl.int64)
+    _fold_partials(ws_ptr, o_ptr, b * Hkv * G + a * G + g * QP, KS, b * s_ob + (a * G + g * QP) * s_oh, s_oh,
+                   QP, KSP, D)
