@@ -241,6 +241,9 @@ def main(argv=None) -> int:
                    help="wall seconds after which no torch.compile baseline is started (phase 2)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its autotuning is most of the run)")
+    p.add_argument("--compile-from", default="", metavar="PREV_JSON",
+                   help="take the torch.compile baseline of each chain from an earlier run's dsl_chains.json (same "
+                   "device name, same shape and spec; labelled 'reused'); chains not found there are compiled")
     p.add_argument("--chains", default="", help="comma-separated chain names (default: all)")
     p.add_argument("--extra", default="", help="more designs for every chain that admits them: "
                    "'Tm,Tn,Tk,S,W,KS,G,L;...' (labelled extra-...)")
@@ -267,6 +270,12 @@ def main(argv=None) -> int:
         print(f"--chains: unknown {unknown}; allowed {names}", file=sys.stderr)
         return 2
     chains = [c for c in _chains() if not args.chains or c[0] in args.chains.split(",")]
+    try:
+        previous = _previous(args.compile_from)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"--compile-from: {args.compile_from!r} unreadable ({type(exc).__name__}: {exc}); allowed: a "
+              f"dsl_chains.json written by this benchmark", file=sys.stderr)
+        return 2
     texts = [spec_text(name, op, lb, c, dims if gpu else tiny(dims, op, epi), epi)
              for name, op, lb, c, dims, epi, fn in chains]
     try:
@@ -287,7 +296,8 @@ def main(argv=None) -> int:
     plans = [(c[0], text, validate(read_spec(text, c[0])), vs, c[6]) for c, text, vs in zip(chains, texts, sweeps)]
     print(f"[{time.time() - start:6.1f} s] {sum(len(vs) for vs in sweeps)} designs from the model", flush=True)
     result = {"device": torch.cuda.get_device_name() if gpu else "cpu (interpreter)", "chains": [],
-              "versions": {"torch": torch.__version__}, "command": " ".join(sys.argv)}
+              "versions": {"torch": torch.__version__}, "command": " ".join(sys.argv),
+              "compile_from": args.compile_from or None}
     if gpu:
         from formloop.measure.device import read_device_state
 
@@ -318,8 +328,12 @@ def main(argv=None) -> int:
               flush=True)
         _write(args.out, result)  # after every chain: a run cut short keeps what it measured
     for c in result["chains"] if gpu and not args.no_compile else []:  # phase 2: torch.compile
-        if time.time() - start > args.budget_s:
+        if time.time() - start > args.budget_s and not _reuse(previous, c, result["device"]):
             c["compiled"] = {"skipped": f"time budget ({args.budget_s:.0f} s) spent"}
+            continue
+        reused = _reuse(previous, c, result["device"])
+        if reused:
+            c["compiled"] = reused
             continue
         base, fn = bases[c["name"]]
         t0 = time.time()
@@ -334,6 +348,29 @@ def main(argv=None) -> int:
     print(f"wall time {result['wall_s']:.0f} s (compiles included); results in {args.out}/dsl_chains.json")
     ok = all(r["correct"] for c in result["chains"] for r in c["variants"])
     return 0 if ok else 1
+
+
+def _previous(path: str) -> dict:
+    """An earlier run's torch.compile rows by chain name (with its device, shape and spec), or {}."""
+    if not path:
+        return {}
+    with open(path) as fh:
+        prev = json.load(fh)
+    out = {}
+    for c in prev["chains"]:
+        cm = c.get("compiled") or {}
+        if cm.get("graph_us") or cm.get("eager_us"):
+            out[c["name"]] = {"device": prev["device"], "shape": c["shape"], "spec": c["spec"], "compiled": cm,
+                              "path": path, "started": (prev.get("device_state_start") or {}).get("time")}
+    return out
+
+
+def _reuse(previous: dict, chain: dict, device: str) -> dict | None:
+    """The earlier torch.compile row of `chain` if it was measured on the same device, shape and spec."""
+    p = previous.get(chain["name"])
+    if not p or p["device"] != device or p["shape"] != chain["shape"] or p["spec"] != chain["spec"]:
+        return None
+    return {**p["compiled"], "reused_from": p["path"], "skipped_compile": True}
 
 
 def _write(out: str, result: dict) -> None:
@@ -355,7 +392,7 @@ def print_table(result: dict, gpu: bool) -> None:
           f"{'SOL':>5s} | {'eager g':>7s} {'e':>7s} {'SOL':>5s} | {'cmp g':>7s} {'e':>7s} {'SOL':>5s} | "
           f"{'pk/eag':>6s} {'bs/eag':>6s} {'pk/cmp':>6s} {'bs/cmp':>6s} | {'mm g':>7s} {'bs/mm':>5s} | "
           f"{'SM MHz':>9s} {'W':>4s}")
-    sp = {k: [] for k in ("pe", "be", "pc", "bc")}
+    sp = {k: [] for k in ("pe", "be", "pc", "bc", "bm", "pm")}
     for c in result["chains"]:
         n_ok = f"{sum(r['correct'] for r in c['variants'])}/{len(c['variants'])}"
         pick, best, e, cm = c["pick"], c["best"] or {}, c["eager"], c["compiled"] or {}
@@ -366,6 +403,8 @@ def print_table(result: dict, gpu: bool) -> None:
                   "bc": _ratio(g(cm), g(best))}
         for k, x in ratios.items():
             sp[k].append(x)
+        sp["bm"].append(_ratio(g(best), g(mm)))
+        sp["pm"].append(_ratio(g(pick), g(mm)))
         cols = []
         for r in (pick, best, e, cm):
             cols.append(f"{_f(g(r), 7)} {_f(r.get('eager_us'), 7)} {_f(_ratio(floor, g(r)), 5, 2)}")
@@ -374,14 +413,20 @@ def print_table(result: dict, gpu: bool) -> None:
               + " ".join(_f(ratios[k], 6, 2) for k in ("pe", "be", "pc", "bc"))
               + f" | {_f(g(mm), 7)} {_f(_ratio(g(best), g(mm)), 5, 2)}"
               + f" | {_f(mhz[0], 4, 0)}/{_f(mhz[1], 4, 0)} {_f(best.get('power_w'), 4, 0)}")
+    reused = [c["name"] for c in result["chains"] if (c["compiled"] or {}).get("reused_from")]
     print("geomean speedup (graph): pick vs eager {:.2f}x, best vs eager {:.2f}x, pick vs compile {:.2f}x, "
-          "best vs compile {:.2f}x".format(*(geomean(sp[k]) for k in ("pe", "be", "pc", "bc"))))
+          "best vs compile {:.2f}x; time over the bare cuBLAS product (graph): best/mm {:.2f}, pick/mm {:.2f}".format(
+              *(geomean(sp[k]) for k in ("pe", "be", "pc", "bc", "bm", "pm"))))
+    if reused:
+        print(f"cmp = torch.compile times REUSED from an earlier run on the same device, shape and spec "
+              f"(--compile-from {result.get('compile_from')}), not re-measured: {', '.join(reused)}")
     for c in result["chains"]:
         fails = [f"{r['label']}: {r.get('failure') or _errors(r)}" for r in c["variants"] if not r["correct"]]
         base_fail = [f"{k} {c[k].get('failure') or _errors(c[k])}" for k in ("eager", "compiled")
                      if c[k] and "correct" in c[k] and not c[k]["correct"]]
         cm = c["compiled"] or {}
-        ctext = cm.get("skipped") or (f"{cm['wall_s']:.0f} s" if "wall_s" in cm else "not run")
+        ctext = cm.get("skipped") or ("reused from " + cm["reused_from"] if cm.get("reused_from") else
+                                      f"{cm['wall_s']:.0f} s" if "wall_s" in cm else "not run")
         print(f"  {c['name']}: pick {c['pick']['label']} {_cfg(c['pick'])}; best {(c['best'] or {}).get('label')} "
               f"{_cfg(c['best'])}; torch.compile {ctext}"
               + (f"; FAILED {fails}" if fails else "") + (f"; baselines off tol {base_fail}" if base_fail else ""))
