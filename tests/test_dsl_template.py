@@ -63,6 +63,15 @@ def test_walls_of_the_epilogue():
     res = _template("add(name=r)")
     wide = {**DESIGN, "Tn": 256, "W": 4, "S": 3}
     assert "E2" in {v.name for v in check_instance(res, wide, ge.workload(256, 256, 256, "bf16"), CHIP).violations}
+    # on 8 warps the epilogue in column halves holds half the residual beside the accumulator:
+    # 128 + 64 = 192 values per thread (admitted); a chain with a row operation runs on the whole
+    # tile and holds all of it (128 + 128)
+    eight = {**wide, "W": 8, "Tk": 64, "S": 4}
+    assert "E2" not in {v.name for v in check_instance(res, eight, ge.workload(4096, 4096, 4096, "bf16"),
+                                                        CHIP).violations}
+    row = _template("add(name=r) >> softmax")
+    assert "E2" in {v.name for v in check_instance(row, eight, ge.workload(4096, 256, 4096, "bf16"),
+                                                    CHIP).violations}
     conv = ge.workload(256, 256, 256, "bf16", gather_=1)
     assert {v.name for v in check_instance(_template(), DESIGN, conv, CHIP).violations} == {"C6"}
     assert check_instance(_template(), {**DESIGN, "L": 0}, conv, CHIP).ok

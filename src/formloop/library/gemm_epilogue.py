@@ -15,7 +15,9 @@ Walls and rules (beside gemm-tiling-gpu's C1–C4):
               replaces the base C5, which assumes row-major A and B
   C6 gather   L = 0 when A is gathered (the copy engine moves boxes, not gathered rows)
   E1 row      Tn ≥ N when the chain reduces rows (softmax, logsumexp): one tile holds the row
-  E2 regs     Tm·Tn·(1 + tiles) ≤ epi_regs·32·W: the accumulator and the epilogue's tiles fit
+  E2 regs     Tm·Tn·(1 + tiles) ≤ epi_regs·32·W: the accumulator and the epilogue's tiles fit; where
+              the epilogue runs in two column halves (elementwise chains, Tn ≥ split_min_tn) the
+              tiles are held half at a time: Tm·Tn·(1 + tiles/2)
 Preconditions: the base lifetime rule; with a row reduction, ⌈N/Tn⌉ = 1 (K1 proves E1 implies it).
 Scope: with a row reduction N ≤ 256 (the widest tile); with glu, N even.
 
@@ -34,7 +36,7 @@ from formloop.hw.chips import Chip
 from formloop.library import gemm_tiling_gpu as base
 from formloop.library import register_template
 from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
-from formloop.library.gemm_epilogue_ops import VALUE_BYTES, chain_facts, chain_text, parse_chain_text
+from formloop.library.gemm_epilogue_ops import VALUE_BYTES, chain_facts, chain_text, parse_chain_text, split_min_tn
 from formloop.template import Constraint, Template
 from formloop.verify.certificate import ProofPlan
 from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
@@ -70,6 +72,14 @@ def _model(facts, e_c: int):
     t_comp = base.T_comp + t_epi
     total = (1 - base.alpha) * maximum(t_mem, t_comp) + base.alpha * (t_mem + t_comp) + base.t_launch * US
     return t_mem, t_comp, total
+
+
+def _e2(facts):
+    whole = Tm * Tn * (1 + facts.tiles) <= epi_regs * 32 * W
+    least = split_min_tn(facts)
+    if least is None or not facts.tiles:
+        return whole
+    return whole | ((Tn >= least) & (Tm * Tn * (2 + facts.tiles) <= 2 * epi_regs * 32 * W))
 
 
 def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -108,8 +118,7 @@ def gemm_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
         Constraint("C5", L.eq(0) | (_aligned(pa * e) & _aligned(pb * e)), "layout",
                    "the copy engine needs 16-byte aligned row pitches of A and B as stored"),
         Constraint("C6", L.eq(0) | gather.eq(0), "layout", "gathered rows take the pointer path"),
-        Constraint("E2", Tm * Tn * (1 + facts.tiles) <= epi_regs * 32 * W, "capacity",
-                   "the accumulator and the epilogue's tiles fit the registers"),
+        Constraint("E2", _e2(facts), "capacity", "the accumulator and the epilogue's tiles fit the registers"),
     )
     pre = base_t.preconditions
     scope = base_t.scope + (Constraint("gather_flag", gather <= 1, "scope", "gather is 0 or 1"),)

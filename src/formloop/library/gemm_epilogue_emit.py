@@ -282,7 +282,29 @@ def kernel_params(spec: KernelSpec, load_path: int = 0) -> list[str]:
             "stride_bb", "stride_b", "stride_cb", "stride_cm", "stride_cn", *strides, *conv, "GROUP_M", "SPLIT_K"]
 
 
-CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET", "C_DESC")
+CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET", "C_DESC",
+              "EPI_SPLIT")
+
+
+def _epilogue_calls(spec: KernelSpec, value: str) -> list[str]:
+    """The epilogue applied to the accumulator tile `value`: whole, or (EPI_SPLIT, elementwise
+    chains only: gemm_epilogue_ops.splits_epilogue) in two column halves, each loading its slice
+    of the chain's tensors and storing its own half of C, so half the temporaries are live."""
+    ptrs, strides = tensor_params(spec)
+
+    def call(x: str, col0: str, width: str) -> str:
+        args = ["c_ptr", *ptrs, "pid_m * BLOCK_M", col0, "bid", "M", "N", "stride_cb", "stride_cm", "stride_cn",
+                *strides, "BLOCK_M", width, "INTERPRET", "C_DESC"]
+        return f"_epilogue({x}, {', '.join(args)})"
+
+    whole = call(value, "pid_n * BLOCK_N", "BLOCK_N")
+    if any(op.spec.row or op.spec.reduces for op in spec.chain):
+        return [whole]
+    return ["if EPI_SPLIT:",
+            f"    lo, hi = tl.split(tl.permute(tl.reshape({value}, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))",
+            "    " + call("lo", "pid_n * BLOCK_N", "BLOCK_N // 2"),
+            "    " + call("hi", "pid_n * BLOCK_N + BLOCK_N // 2", "BLOCK_N // 2"),
+            "else:", "    " + whole]
 
 
 def kernel_source(spec: KernelSpec, load_path: int) -> str:
@@ -292,8 +314,6 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
     if load_path == 1 and spec.op == "conv2d":
         raise InvalidInput("load path L for conv2d", load_path, "0 (implicit GEMM gathers its rows: pointer loads)")
     ptrs, strides = tensor_params(spec)
-    tail = ", ".join(["c_ptr", *ptrs, "pid_m * BLOCK_M", "pid_n * BLOCK_N", "bid", "M", "N", "stride_cb", "stride_cm",
-                      "stride_cn", *strides, "BLOCK_M", "BLOCK_N", "INTERPRET", "C_DESC"])
     body = ["pid = tl.program_id(0)", "pid_k = tl.program_id(1)", "bid = tl.program_id(2)", "bid64 = bid.to(tl.int64)",
             "pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, "
             "BLOCK_M, BLOCK_N, BLOCK_K)",
@@ -316,9 +336,9 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
              "    ok = (rm < M)[:, None] & (rn < N)[None, :]",
              "    if _split_arrive(acc, ws, cnt_ptr, tile, pid_k, rm, rn, ok, M, N) == SPLIT_K - 1:",
              "        total = _split_total(ws, cnt_ptr, tile, rm, rn, ok, M, N, SPLIT_K, BLOCK_M, BLOCK_N)",
-             f"        _epilogue(total, {tail})",
+             *("        " + x for x in _epilogue_calls(spec, "total")),
              "else:",
-             f"    _epilogue(acc, {tail})"]
+             *("    " + x for x in _epilogue_calls(spec, "acc"))]
     params = ", ".join([*kernel_params(spec, load_path), *(f"{c}: tl.constexpr" for c in CONSTEXPRS)])
     dont = ["M", "N", "K", "GROUP_M", "SPLIT_K"] + (list(CONV_ARGS) if spec.op == "conv2d" else [])
     return "\n".join([f"@triton.jit(do_not_specialize={dont!r})", f"def {spec.name}({params}):",
