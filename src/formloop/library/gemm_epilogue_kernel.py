@@ -136,6 +136,12 @@ class EpiloguePlan:
     def bind(self, inputs: Mapping[str, torch.Tensor], out: torch.Tensor, workspace: torch.Tensor | None = None):
         """The launch with its arguments checked and built once (descriptors, strides, alignment):
         calling the result enqueues the kernel and nothing else."""
+        args, options = self.call_args(inputs, out, workspace)
+        launcher = self.kernel[self.grid]
+        return lambda: launcher(*args, **options)
+
+    def call_args(self, inputs: Mapping[str, torch.Tensor], out: torch.Tensor, workspace: torch.Tensor | None = None):
+        """(the kernel's arguments in order, its constexpr and launch options) for one launch."""
         spec, cfg, s = self.spec, self.config, self.shape
         a, b = inputs["a"], inputs["b"]
         split = cfg.KS > 1
@@ -165,12 +171,11 @@ class EpiloguePlan:
         args = [a_arg, b_arg, c_arg, ws, cnt, *tensors, s.M, s.N, s.K, _batch_stride(a), _lead(a, spec.la),
                 _batch_stride(b), _lead(b, spec.lb),
                 *self._out_strides(out), *strides, *conv, cfg.G, cfg.KS]
-        launcher = self.kernel[self.grid]
         options = dict(BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align, PRECISION=PRECISION[spec.ab],
                        TO_WORKSPACE=split, WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), INTERPRET=INTERPRETED,
                        C_DESC=c_desc, EPI_SPLIT=self.epi_split, num_warps=cfg.W,
                        num_stages=cfg.S)
-        return lambda: launcher(*args, **options)
+        return args, options
 
     def _out_strides(self, out: torch.Tensor) -> list[int]:
         if self.facts.reduces:
