@@ -153,7 +153,7 @@ def _op_lines(op: EpilogueOp, dims: int) -> list[str]:
     simple = {
         "scale": f"x * {a.get('by')!r}",
         "relu": "tl.maximum(x, 0.0)",
-        "silu": "x * _sigmoid(x)",
+        "silu": "_silu(x)",
         "sigmoid": "_sigmoid(x)",
         "tanh": "_tanh(x)",
         "mish": "x * _tanh(_softplus(x, 1.0, 20.0))",
@@ -182,7 +182,7 @@ def _op_lines(op: EpilogueOp, dims: int) -> list[str]:
         return lines + (["x = ex * (1.0 / tl.sum(ex, 1))[:, None]"] if k == "softmax"
                         else ["x = mx + tl.log(tl.sum(ex, 1))"])
     if k == "glu":
-        act = {"silu": "g * _sigmoid(g)", "sigmoid": "_sigmoid(g)", "relu": "tl.maximum(g, 0.0)",
+        act = {"silu": "_silu(g)", "sigmoid": "_sigmoid(g)", "relu": "tl.maximum(g, 0.0)",
                "gelu": _gelu("g", "erf"), "gelu_tanh": _gelu("g", "tanh")}[a["act"]]
         return ["g, u = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_N // 2, 2)))", f"x = ({act}) * u",
                 "rn = col0 // 2 + tl.arange(0, BLOCK_N // 2)", "col_ok = rn < N // 2"]
@@ -192,7 +192,8 @@ def _op_lines(op: EpilogueOp, dims: int) -> list[str]:
 def _gelu(x: str, approx: str) -> str:
     if approx == "erf":
         return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
-    return f"0.5 * {x} * (1.0 + _tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))"
+    # 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + e^(-2u)): one exp, one fast division
+    return f"tl.fdiv({x}, 1.0 + tl.exp(-1.5957691216057308 * ({x} + 0.044715 * {x} * {x} * {x})))"
 
 
 def stores_by_copy(spec: KernelSpec) -> bool:
@@ -350,6 +351,12 @@ def _sigmoid(x):
     # 1 / (1 + e^-x), spelled out so the division is visibly the fast one (Triton lowers an fp32
     # divide to div.full, 2 ulp; tl.math.div_rn would be the IEEE one) and exp is ex2.approx
     return tl.fdiv(1.0, 1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _silu(x):
+    # x * sigmoid(x) as one fast division: x / (1 + e^-x)
+    return tl.fdiv(x, 1.0 + tl.exp(-x))
 
 
 @triton.jit
