@@ -121,9 +121,9 @@ def _chain_rules(spec: SpecIR, diag: Collector) -> None:
         diag.add(k.chain_where[issue.index], f"epilogue[{issue.index + 1}] {issue.field}", issue.value, issue.allowed,
                  issue.message)
     for i, op in enumerate(k.chain):
-        if op.tensor_name in ("a", "b", "c"):
+        if op.tensor_name in ("a", "b", "c", "ws", "cnt"):  # n becomes the kernel's n_ptr: a, b, c, ws, cnt are taken
             diag.add(k.chain_where[i], f"epilogue[{i + 1}] {op.kind} name", op.tensor_name,
-                     "a name other than a, b, c (the operands)")
+                     "a name other than a, b, c (the operands), ws, cnt (the split-K workspace)")
 
 
 def _stage_rules(spec: SpecIR, diag: Collector) -> None:
