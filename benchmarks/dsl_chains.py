@@ -1,7 +1,7 @@
 """Fused GEMM chains written as kernel specs (formloop.dsl) vs the same chains in torch: eager
 (one kernel per operation) and torch.compile(mode="max-autotune-no-cudagraphs"), bf16, LLM sizes.
 
-    PYTHONPATH=src python3 benchmarks/dsl_chains.py --out $OUT     # on the GPU machine, one call, <= ~5 min
+    PYTHONPATH=src python3 benchmarks/dsl_chains.py --out $OUT     # on the GPU machine, one call (< 3 min)
     PYTHONPATH=src python3 benchmarks/dsl_chains.py --dry-run --out /tmp/d   # CPU: interpreter, tiny, no timing
 
 Each chain is a spec whose tile fields are all open. Per chain it measures the MILP pick of the
@@ -63,6 +63,22 @@ def _chains():
          "scale(row, fp32, w_scale) >> scale(col, fp32, x_scale) >> silu",
          lambda t: F.silu(_linear(t["a"], t["b"]).float() * t["w_scale"] * t["x_scale"][:, None]).to(torch.bfloat16)),
     ]
+
+
+# Designs measured beside the model's top-k where the template admits them (Tm,Tn,Tk,S,W,KS,G,L): two blocks
+# per SM (<= ~113 KiB of stages each) so one block's epilogue overlaps the other's main loop (the model credits
+# half of it, a prior: gemm_epilogue.EPI_OVERLAP), the 128x256 tile the epilogue halves admit beside a residual,
+# and the previous run's best where the model's pick moved away from it (attn 128x256x64).
+EXTRA = {
+    "linear_bias_gelu": ((128, 128, 64, 3, 4, 1, 8, 1), (128, 128, 64, 3, 8, 1, 8, 1)),
+    "linear_residual": ((128, 256, 64, 4, 8, 1, 8, 1), (128, 128, 64, 3, 4, 1, 8, 1), (128, 128, 64, 3, 8, 1, 8, 1)),
+    "router_softmax": ((64, 128, 64, 4, 4, 1, 8, 1), (64, 128, 128, 3, 4, 1, 8, 1), (128, 128, 64, 3, 8, 1, 8, 1)),
+    "attn_scores_softmax": ((128, 256, 64, 4, 8, 1, 8, 1), (64, 256, 128, 1, 8, 1, 8, 1), (64, 256, 64, 2, 8, 1, 8, 1),
+                            (128, 256, 128, 1, 8, 1, 8, 1),
+                            (64, 256, 64, 2, 4, 1, 8, 1)),
+    "dequant_silu": ((128, 128, 64, 3, 4, 1, 8, 1), (128, 128, 64, 3, 8, 1, 8, 1), (128, 256, 64, 3, 8, 1, 8, 1)),
+}
+DESIGN_KEYS = ("Tm", "Tn", "Tk", "S", "W", "KS", "G", "L")
 
 
 def spec_text(name, op, lb, c, dims, epilogue) -> str:
@@ -136,10 +152,14 @@ def sweep(v, gpu: bool, top: int, extra: tuple = ()) -> list[tuple[str, dict]]:
             out.append((f"model-top{len(shapes)}", a))
         if len(shapes) == top:
             break
-    for values in extra:  # --extra designs, where the template admits them at this chain's shape
-        a = dict(zip(("Tm", "Tn", "Tk", "S", "W", "KS", "G", "L"), values))
+    for values in extra:  # --extra and EXTRA designs, where the template admits them at this chain's shape
+        a = dict(zip(DESIGN_KEYS, values))
         if not t.check(a, workload_of(v.spec), get_chip("h200")):
             out.append(("extra-" + ",".join(map(str, values)), a))
+    from formloop.library.gemm_epilogue_ops import chain_facts, splits_epilogue
+
+    if splits_epilogue(chain_facts(v.spec.kernel.chain), int(out[0][1]["Tn"])):  # the pick's epilogue on the
+        out.append(("pick-whole", {**out[0][1], "EPI": 0}))                     # whole tile: what the halves gain
     return _unique(out)
 
 
@@ -149,14 +169,14 @@ def _sweep_job(job):
     from formloop.dsl.lower import read_spec
     from formloop.dsl.validate import validate
 
-    return sweep(validate(read_spec(text, name)), gpu, top, extra)
+    return sweep(validate(read_spec(text, name)), gpu, top, extra + (EXTRA.get(name, ()) if gpu else ()))
 
 
 def _unique(variants):
     """One entry per design; a design reached twice keeps both labels ("pick+pick-priors")."""
     by_key: dict[tuple, list] = {}
     for label, a in variants:
-        key = tuple(int(a[k]) for k in ("Tm", "Tn", "Tk", "S", "W", "KS", "G", "L"))
+        key = tuple(int(a[k]) for k in DESIGN_KEYS) + (a.get("EPI"),)
         if key in by_key:
             by_key[key][0] += f"+{label}"
         else:
@@ -176,12 +196,17 @@ def _compile_job(job):
         spec = read_spec(text)
         s = spec.kernel.shape
         small = Shape(min(s.M, 2 * assignment["Tm"]), s.N, s.K, batch=min(s.batch, 2), conv=s.conv)
-        prog = SpecProgram(spec, plan_of(spec, assignment, small))
+        prog = SpecProgram(spec, plan_of(spec, assignment, small, _epi(assignment)))
         prog.launch(prog.new_case("cuda", torch.Generator(device="cuda").manual_seed(0)))
         torch.cuda.synchronize()
         return ""
     except Exception as exc:  # noqa: BLE001 - recorded; the measurement will record the failure too
         return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _epi(assignment) -> bool | None:
+    """The epilogue halves of a design: None (the family's rule) unless the design says (EPI 0/1)."""
+    return None if assignment.get("EPI") is None else bool(assignment["EPI"])
 
 
 def precompile(jobs, workers: int) -> dict:
@@ -237,10 +262,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
     p.add_argument("--top", type=int, default=6, help="the model's top designs measured per chain (besides its pick)")
-    p.add_argument("--budget-s", type=float, default=240.0,
+    p.add_argument("--budget-s", type=float, default=150.0,
                    help="wall seconds after which no torch.compile baseline is started (phase 2)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its autotuning is most of the run)")
+    p.add_argument("--compile-from", default="", metavar="PREV_JSON",
+                   help="take the torch.compile baseline of each chain from an earlier run's dsl_chains.json (same "
+                   "device name, same shape and spec; labelled 'reused'); chains not found there are compiled")
     p.add_argument("--chains", default="", help="comma-separated chain names (default: all)")
     p.add_argument("--extra", default="", help="more designs for every chain that admits them: "
                    "'Tm,Tn,Tk,S,W,KS,G,L;...' (labelled extra-...)")
@@ -267,6 +295,12 @@ def main(argv=None) -> int:
         print(f"--chains: unknown {unknown}; allowed {names}", file=sys.stderr)
         return 2
     chains = [c for c in _chains() if not args.chains or c[0] in args.chains.split(",")]
+    try:
+        previous = _previous(args.compile_from)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"--compile-from: {args.compile_from!r} unreadable ({type(exc).__name__}: {exc}); allowed: a "
+              f"dsl_chains.json written by this benchmark", file=sys.stderr)
+        return 2
     texts = [spec_text(name, op, lb, c, dims if gpu else tiny(dims, op, epi), epi)
              for name, op, lb, c, dims, epi, fn in chains]
     try:
@@ -287,7 +321,8 @@ def main(argv=None) -> int:
     plans = [(c[0], text, validate(read_spec(text, c[0])), vs, c[6]) for c, text, vs in zip(chains, texts, sweeps)]
     print(f"[{time.time() - start:6.1f} s] {sum(len(vs) for vs in sweeps)} designs from the model", flush=True)
     result = {"device": torch.cuda.get_device_name() if gpu else "cpu (interpreter)", "chains": [],
-              "versions": {"torch": torch.__version__}, "command": " ".join(sys.argv)}
+              "versions": {"torch": torch.__version__}, "command": " ".join(sys.argv),
+              "compile_from": args.compile_from or None}
     if gpu:
         from formloop.measure.device import read_device_state
 
@@ -299,7 +334,7 @@ def main(argv=None) -> int:
     for name, text, v, variants, fn in plans:  # phase 1: our kernels and torch eager, every chain
         rows = []
         for label, a in variants:
-            prog = SpecProgram(v.spec, plan_of(v.spec, a))
+            prog = SpecProgram(v.spec, plan_of(v.spec, a, None, _epi(a)))
             rows.append({"label": label, "assignment": a, **measure(prog, gpu, gen, device)})
         base = SpecProgram(v.spec, plan_of(v.spec, variants[0][1]))
         bases[name] = (base, fn)
@@ -318,8 +353,12 @@ def main(argv=None) -> int:
               flush=True)
         _write(args.out, result)  # after every chain: a run cut short keeps what it measured
     for c in result["chains"] if gpu and not args.no_compile else []:  # phase 2: torch.compile
-        if time.time() - start > args.budget_s:
+        if time.time() - start > args.budget_s and not _reuse(previous, c, result["device"]):
             c["compiled"] = {"skipped": f"time budget ({args.budget_s:.0f} s) spent"}
+            continue
+        reused = _reuse(previous, c, result["device"])
+        if reused:
+            c["compiled"] = reused
             continue
         base, fn = bases[c["name"]]
         t0 = time.time()
@@ -334,6 +373,29 @@ def main(argv=None) -> int:
     print(f"wall time {result['wall_s']:.0f} s (compiles included); results in {args.out}/dsl_chains.json")
     ok = all(r["correct"] for c in result["chains"] for r in c["variants"])
     return 0 if ok else 1
+
+
+def _previous(path: str) -> dict:
+    """An earlier run's torch.compile rows by chain name (with its device, shape and spec), or {}."""
+    if not path:
+        return {}
+    with open(path) as fh:
+        prev = json.load(fh)
+    out = {}
+    for c in prev["chains"]:
+        cm = c.get("compiled") or {}
+        if cm.get("graph_us") or cm.get("eager_us"):
+            out[c["name"]] = {"device": prev["device"], "shape": c["shape"], "spec": c["spec"], "compiled": cm,
+                              "path": path, "started": (prev.get("device_state_start") or {}).get("time")}
+    return out
+
+
+def _reuse(previous: dict, chain: dict, device: str) -> dict | None:
+    """The earlier torch.compile row of `chain` if it was measured on the same device, shape and spec."""
+    p = previous.get(chain["name"])
+    if not p or p["device"] != device or p["shape"] != chain["shape"] or p["spec"] != chain["spec"]:
+        return None
+    return {**p["compiled"], "reused_from": p["path"], "skipped_compile": True}
 
 
 def _write(out: str, result: dict) -> None:
@@ -355,7 +417,7 @@ def print_table(result: dict, gpu: bool) -> None:
           f"{'SOL':>5s} | {'eager g':>7s} {'e':>7s} {'SOL':>5s} | {'cmp g':>7s} {'e':>7s} {'SOL':>5s} | "
           f"{'pk/eag':>6s} {'bs/eag':>6s} {'pk/cmp':>6s} {'bs/cmp':>6s} | {'mm g':>7s} {'bs/mm':>5s} | "
           f"{'SM MHz':>9s} {'W':>4s}")
-    sp = {k: [] for k in ("pe", "be", "pc", "bc")}
+    sp = {k: [] for k in ("pe", "be", "pc", "bc", "bm", "pm")}
     for c in result["chains"]:
         n_ok = f"{sum(r['correct'] for r in c['variants'])}/{len(c['variants'])}"
         pick, best, e, cm = c["pick"], c["best"] or {}, c["eager"], c["compiled"] or {}
@@ -366,6 +428,8 @@ def print_table(result: dict, gpu: bool) -> None:
                   "bc": _ratio(g(cm), g(best))}
         for k, x in ratios.items():
             sp[k].append(x)
+        sp["bm"].append(_ratio(g(best), g(mm)))
+        sp["pm"].append(_ratio(g(pick), g(mm)))
         cols = []
         for r in (pick, best, e, cm):
             cols.append(f"{_f(g(r), 7)} {_f(r.get('eager_us'), 7)} {_f(_ratio(floor, g(r)), 5, 2)}")
@@ -374,14 +438,20 @@ def print_table(result: dict, gpu: bool) -> None:
               + " ".join(_f(ratios[k], 6, 2) for k in ("pe", "be", "pc", "bc"))
               + f" | {_f(g(mm), 7)} {_f(_ratio(g(best), g(mm)), 5, 2)}"
               + f" | {_f(mhz[0], 4, 0)}/{_f(mhz[1], 4, 0)} {_f(best.get('power_w'), 4, 0)}")
+    reused = [c["name"] for c in result["chains"] if (c["compiled"] or {}).get("reused_from")]
     print("geomean speedup (graph): pick vs eager {:.2f}x, best vs eager {:.2f}x, pick vs compile {:.2f}x, "
-          "best vs compile {:.2f}x".format(*(geomean(sp[k]) for k in ("pe", "be", "pc", "bc"))))
+          "best vs compile {:.2f}x; time over the bare cuBLAS product (graph): best/mm {:.2f}, pick/mm {:.2f}".format(
+              *(geomean(sp[k]) for k in ("pe", "be", "pc", "bc", "bm", "pm"))))
+    if reused:
+        print(f"cmp = torch.compile times REUSED from an earlier run on the same device, shape and spec "
+              f"(--compile-from {result.get('compile_from')}), not re-measured: {', '.join(reused)}")
     for c in result["chains"]:
         fails = [f"{r['label']}: {r.get('failure') or _errors(r)}" for r in c["variants"] if not r["correct"]]
         base_fail = [f"{k} {c[k].get('failure') or _errors(c[k])}" for k in ("eager", "compiled")
                      if c[k] and "correct" in c[k] and not c[k]["correct"]]
         cm = c["compiled"] or {}
-        ctext = cm.get("skipped") or (f"{cm['wall_s']:.0f} s" if "wall_s" in cm else "not run")
+        ctext = cm.get("skipped") or ("reused from " + cm["reused_from"] if cm.get("reused_from") else
+                                      f"{cm['wall_s']:.0f} s" if "wall_s" in cm else "not run")
         print(f"  {c['name']}: pick {c['pick']['label']} {_cfg(c['pick'])}; best {(c['best'] or {}).get('label')} "
               f"{_cfg(c['best'])}; torch.compile {ctext}"
               + (f"; FAILED {fails}" if fails else "") + (f"; baselines off tol {base_fail}" if base_fail else ""))
@@ -395,7 +465,8 @@ def _cfg(r) -> str:
     if not r:
         return "-"
     a = r["assignment"]
-    return f"({a['Tm']},{a['Tn']},{a['Tk']},{a['S']},{a['W']},{a['KS']},{a['G']},{a['L']})"
+    whole = ", whole-tile epilogue" if a.get("EPI") == 0 else ""
+    return f"({a['Tm']},{a['Tn']},{a['Tk']},{a['S']},{a['W']},{a['KS']},{a['G']},{a['L']}{whole})"
 
 
 def _ratio(a, b):

@@ -110,6 +110,8 @@ CASES = [
     ("two-row-ops", "shape = 1024 x 1024 x 1024\n}\n>> bias(row) >> gelu(tanh)",
      "shape = 1024 x 256 x 1024\n}\n>> softmax >> softmax", "epilogue[1] softmax", CHAIN_LINE, "one row operation"),
     ("tensor-named-like-operand", "gelu(tanh)", "add(a)", "epilogue[2] add name", CHAIN_LINE, "other than a, b, c"),
+    ("tensor-named-like-workspace", "gelu(tanh)", "scale(col, fp32, ws)", "epilogue[2] scale name", CHAIN_LINE,
+     "ws, cnt"),
     ("tensor-name-two-shapes", "gelu(tanh)", "add(bias)", "epilogue[2] add name", CHAIN_LINE, "other shape"),
     ("lse-into-col-c", "c = bf16 row", "c = fp32 col", "c layout", 4, "row"),
 ]

@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
+from formloop.errors import InvalidInput  # noqa: E402
 from formloop.evaluate.gpu import check  # noqa: E402
 from formloop.library.gemm_epilogue_emit import Conv2d, KernelSpec, Shape  # noqa: E402
 from formloop.library.gemm_epilogue_kernel import EpilogueGemm, EpiloguePlan, new_inputs  # noqa: E402
@@ -151,3 +152,38 @@ def test_the_copy_engine_stores_c_with_ragged_edges(op, chain, shape):
                       dtype=torch.bfloat16)
     assert plan._out_descriptor(out) is not out  # the descriptor path is the one under test
     assert _check(spec, plan.config, shape).passed
+
+
+@pytest.mark.parametrize("op,chain,shape,cfg", [
+    ("gemm", (make_op("bias", ["row", "fp32"]), make_op("gelu", ["tanh"])), Shape(37, 72, 64),
+     TileConfig(16, 64, 32, KS=1, L=1)),
+    ("gemm", (make_op("add", ["residual", "fp32"]), make_op("silu")), Shape(33, 40, 96), TileConfig(16, 32, 32, L=0)),
+    ("gemm", (make_op("glu", ["silu"]), make_op("bias", ["row", "fp32"])), Shape(37, 136, 64),
+     TileConfig(16, 64, 32, KS=1, L=1)),
+    ("gemm", (make_op("scale", ["row", "fp32", "w_scale"]), make_op("scale", ["col", "fp32", "x_scale"]),
+              make_op("silu")),
+     Shape(40, 72, 200), TileConfig(16, 64, 32, KS=2, L=1)),
+    ("batched_gemm", (make_op("mul", ["other", "fp32"]), make_op("tanh")), Shape(24, 40, 64, batch=3),
+     TileConfig(16, 32, 32, KS=1, L=1)),
+], ids=["bias-gelu-tma", "residual-ptr", "glu-tma", "dequant-splitk", "batched-mul"])
+@pytest.mark.parametrize("split", [True, False], ids=["halves", "whole"])
+def test_the_epilogue_in_column_halves_matches_the_whole_tile(op, chain, shape, cfg, split):
+    # EPI_SPLIT: each half of the tile loads its slices of the chain's tensors (vectors, tiles) and
+    # stores its own half of C (through the descriptor's half-width block on L=1); ragged N so the
+    # second half of the last column tile is partly or wholly outside C.
+    spec = KernelSpec(op=op, lb="col", c="fp32", chain=chain, name="halves")
+    plan = EpiloguePlan(spec, cfg, shape, epi_split=split)
+    assert plan.epi_split is split
+    inst = EpilogueGemm(plan)
+    result = check(inst, "cpu", torch.Generator().manual_seed(3))
+    assert result.all_written and result.passed
+
+
+def test_the_epilogue_halves_are_refused_where_the_row_must_be_whole():
+    soft = KernelSpec(c="fp32", chain=(make_op("softmax"),), name="soft_h")
+    assert EpiloguePlan(soft, TileConfig(16, 64, 32), Shape(16, 64, 32)).epi_split is False
+    glu = KernelSpec(c="fp32", chain=(make_op("glu", ["silu"]),), name="glu_h")
+    assert EpiloguePlan(glu, TileConfig(16, 32, 32), Shape(16, 64, 32)).epi_split is False  # Tn/4 < 16: whole
+    assert EpiloguePlan(glu, TileConfig(16, 64, 32), Shape(16, 64, 32)).epi_split is True
+    with pytest.raises(InvalidInput, match="epi_split"):
+        EpiloguePlan(soft, TileConfig(16, 64, 32), Shape(16, 64, 32), epi_split=True)

@@ -63,6 +63,15 @@ def test_walls_of_the_epilogue():
     res = _template("add(name=r)")
     wide = {**DESIGN, "Tn": 256, "W": 4, "S": 3}
     assert "E2" in {v.name for v in check_instance(res, wide, ge.workload(256, 256, 256, "bf16"), CHIP).violations}
+    # on 8 warps the epilogue in column halves holds half the residual beside the accumulator:
+    # 128 + 64 = 192 values per thread (admitted); a chain with a row operation runs on the whole
+    # tile and holds all of it (128 + 128)
+    eight = {**wide, "W": 8, "Tk": 64, "S": 4}
+    assert "E2" not in {v.name for v in check_instance(res, eight, ge.workload(4096, 4096, 4096, "bf16"),
+                                                        CHIP).violations}
+    row = _template("add(name=r) >> softmax")
+    assert "E2" in {v.name for v in check_instance(row, eight, ge.workload(4096, 256, 4096, "bf16"),
+                                                    CHIP).violations}
     conv = ge.workload(256, 256, 256, "bf16", gather_=1)
     assert {v.name for v in check_instance(_template(), DESIGN, conv, CHIP).violations} == {"C6"}
     assert check_instance(_template(), {**DESIGN, "L": 0}, conv, CHIP).ok
@@ -116,3 +125,23 @@ def test_template_program_runs_its_instance():
     t = _template("gelu(approx=erf)", out="fp32")
     inst = t.program({**DESIGN, "Tm": 16, "Tn": 32, "Tk": 32, "L": 0}, ge.workload(33, 40, 64, "bf16"))
     assert check(inst, "cpu", torch.Generator().manual_seed(0)).passed
+
+
+@pytest.mark.parametrize("design,shape,two", [
+    ({"Tm": 128, "Tn": 128, "Tk": 64, "S": 3, "W": 4}, (4096, 4096, 4096), True),    # 96 KiB of stages
+    ({"Tm": 128, "Tn": 128, "Tk": 64, "S": 4, "W": 4}, (4096, 4096, 4096), False),   # 128 KiB: one block
+    ({"Tm": 128, "Tn": 256, "Tk": 32, "S": 3, "W": 8}, (4096, 4096, 4096), False),   # 32768 values + others
+    ({"Tm": 128, "Tn": 128, "Tk": 64, "S": 3, "W": 4}, (1024, 1024, 4096), False),   # 64 blocks < 132 SMs
+], ids=["two-blocks", "smem", "regs", "one-wave"])
+def test_the_epilogue_is_half_hidden_where_two_blocks_share_an_sm(design, shape, two):
+    # the chain's epilogue time (T_comp with the chain minus without it) against the formula on
+    # numbers: waves * Tm * Tn * ops SIMT operations at the SM's fp32 rate, halved with two blocks
+    d = {**DESIGN, **design}
+    wl = ge.workload(*shape, "bf16")
+    chain, plain = _template("bias(axis=row,name=bias) >> gelu(approx=tanh)"), _template()
+    v = chain.bind(wl, CHIP)
+    epi = chain.evaluate_terms(d, v)["T_comp_us"] - plain.evaluate_terms(d, plain.bind(wl, CHIP))["T_comp_us"]
+    waves = -(-(-(-shape[0] // d["Tm"]) * -(-shape[1] // d["Tn"])) // CHIP.sm_count)
+    ops = 2 + 20  # bias, gelu (gemm_epilogue_ops.KINDS)
+    full = waves * d["Tm"] * d["Tn"] * ops / (CHIP.peak("fp32") / (2 * CHIP.sm_count)) * 1e6
+    assert epi == pytest.approx(full * (1 - ge.EPI_OVERLAP if two else 1), rel=1e-9)

@@ -17,9 +17,10 @@ from formloop.library.gemm_tiling_instance import poison
 from formloop.library.gemm_tiling_kernel import TORCH_DTYPES, TileConfig
 
 
-def plan_of(spec: SpecIR, assignment, shape=None) -> EpiloguePlan:
+def plan_of(spec: SpecIR, assignment, shape=None, epi_split: bool | None = None) -> EpiloguePlan:
+    """The kernel plan of a spec at a design; `epi_split` None = the family's rule for the epilogue halves."""
     k = spec.kernel
-    return EpiloguePlan(k.kernel_spec(), TileConfig.from_assignment(assignment), shape or k.shape, k.align)
+    return EpiloguePlan(k.kernel_spec(), TileConfig.from_assignment(assignment), shape or k.shape, k.align, epi_split)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from formloop.library import get_template
 from formloop.library import gemm_epilogue as family
 from formloop.library import gemm_tiling_gpu as base
 from formloop.library.gemm_epilogue_emit import aligned_extents
-from formloop.library.gemm_epilogue_ops import chain_facts, chain_issues, chain_text
+from formloop.library.gemm_epilogue_ops import chain_facts, chain_issues, chain_text, splits_epilogue
 from formloop.template import Template
 
 WALL_FIELDS = {"C1": ("stages", "tile"), "C2": ("warps", "tile"), "C3": ("warps", "tile"), "C4": ("split_k", "tile"),
@@ -121,9 +121,9 @@ def _chain_rules(spec: SpecIR, diag: Collector) -> None:
         diag.add(k.chain_where[issue.index], f"epilogue[{issue.index + 1}] {issue.field}", issue.value, issue.allowed,
                  issue.message)
     for i, op in enumerate(k.chain):
-        if op.tensor_name in ("a", "b", "c"):
+        if op.tensor_name in ("a", "b", "c", "ws", "cnt"):  # n becomes the kernel's n_ptr: a, b, c, ws, cnt are taken
             diag.add(k.chain_where[i], f"epilogue[{i + 1}] {op.kind} name", op.tensor_name,
-                     "a name other than a, b, c (the operands)")
+                     "a name other than a, b, c (the operands), ws, cnt (the split-K workspace)")
 
 
 def _stage_rules(spec: SpecIR, diag: Collector) -> None:
@@ -240,8 +240,10 @@ def _wall_text(c, k, env) -> str:
         need = evaluate(base.smem_bytes, {**env, **k.pins, "L": k.pins.get("L", 0)})
         detail = f": needs {int(need)} B of shared memory, {k.chip} allows {int(env['Ms'])} B per block"
     if c.name in ("C2", "E2") and all(d in k.pins for d in ("Tm", "Tn", "W")):
-        tiles = 1 + chain_facts(k.chain).tiles if c.name == "E2" else 1
-        per = k.pins["Tm"] * k.pins["Tn"] * tiles // (32 * k.pins["W"])
+        facts = chain_facts(k.chain)
+        held = facts.tiles / (2 if splits_epilogue(facts, k.pins["Tn"]) else 1)
+        tiles = 1 + held if c.name == "E2" else 1
+        per = int(k.pins["Tm"] * k.pins["Tn"] * tiles // (32 * k.pins["W"]))
         limit = env["epi_regs"] if c.name == "E2" else env["acc_regs"]
         detail = f": {per} fp32 values per thread, at most {int(limit)}"
     return f"wall {c.name} ({c.doc}){detail}"

@@ -15,7 +15,9 @@ Walls and rules (beside gemm-tiling-gpu's C1–C4):
               replaces the base C5, which assumes row-major A and B
   C6 gather   L = 0 when A is gathered (the copy engine moves boxes, not gathered rows)
   E1 row      Tn ≥ N when the chain reduces rows (softmax, logsumexp): one tile holds the row
-  E2 regs     Tm·Tn·(1 + tiles) ≤ epi_regs·32·W: the accumulator and the epilogue's tiles fit
+  E2 regs     Tm·Tn·(1 + tiles) ≤ epi_regs·32·W: the accumulator and the epilogue's tiles fit; where
+              the epilogue runs in two column halves (elementwise chains, Tn ≥ split_min_tn) the
+              tiles are held half at a time: Tm·Tn·(1 + tiles/2)
 Preconditions: the base lifetime rule; with a row reduction, ⌈N/Tn⌉ = 1 (K1 proves E1 implies it).
 Scope: with a row reduction N ≤ 256 (the widest tile); with glu, N even.
 
@@ -23,18 +25,20 @@ Cost: the base terms with the epilogue's traffic and arithmetic added. DRAM byte
 chain's tensors (tile tensors per element, vectors per row or column), C at its own dtype and
 width (halved by glu, one value per row after logsumexp) and B once per batch; T_mem scales by
 bytes'/bytes (same rate). Each tile's epilogue costs Tm·Tn·ops SIMT operations at the SM's fp32
-rate. T composes T_mem and T_comp as gemm-tiling-gpu does."""
+rate (transcendentals count 4), half of it where two blocks fit one SM (stages ≤ half the shared
+memory, accumulator + held epilogue tiles + 40 registers per thread ≤ half the register file): one
+block's epilogue runs under the other's main loop. T composes T_mem and T_comp as gemm-tiling-gpu does."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from formloop.errors import InvalidInput
-from formloop.expr import ceildiv, floordiv, maximum, param
+from formloop.expr import ceildiv, floordiv, maximum, param, where
 from formloop.hw.chips import Chip
 from formloop.library import gemm_tiling_gpu as base
 from formloop.library import register_template
 from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
-from formloop.library.gemm_epilogue_ops import VALUE_BYTES, chain_facts, chain_text, parse_chain_text
+from formloop.library.gemm_epilogue_ops import VALUE_BYTES, chain_facts, chain_text, parse_chain_text, split_min_tn
 from formloop.template import Constraint, Template
 from formloop.verify.certificate import ProofPlan
 from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
@@ -42,6 +46,9 @@ from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
 NAME = "gemm-epilogue-gpu"
 EPI_REGS = 192  # fp32 values a thread may hold for accumulator + epilogue tiles (255-register cap, less addressing)
 ROW_TILE_MAX = max(base.Tn.decision.menu)
+EPI_OVERLAP = 0.5  # share of the epilogue hidden under the other block's main loop with two blocks per SM
+REGS_FIXED = 40    # registers per thread beside the accumulator and epilogue tiles (addresses, indices)
+RF_REGS = 65536    # 32-bit registers of one Hopper SM
 US = base.US
 
 Tm, Tn, Tk, S, W, KS, G, L = base.Tm, base.Tn, base.Tk, base.S, base.W, base.KS, base.G, base.L
@@ -67,9 +74,33 @@ def _model(facts, e_c: int):
              + M * (facts.vec_col_bytes + c_row) + (batch - 1) * K * N * e)
     t_mem = base.T_mem * (1 + extra / base.bytes_dram)
     t_epi = base.waves * Tm * Tn * facts.ops / (flops_simt / (2 * base.n_sm)) * US
+    # Two blocks per SM (stages within half the shared memory, registers within half the file) let
+    # one block's epilogue run under the other's main loop: half of it is counted (a prior, not fitted).
+    t_epi = t_epi * where(_two_blocks(facts), 1 - EPI_OVERLAP, 1)
     t_comp = base.T_comp + t_epi
     total = (1 - base.alpha) * maximum(t_mem, t_comp) + base.alpha * (t_mem + t_comp) + base.t_launch * US
     return t_mem, t_comp, total
+
+
+def _two_blocks(facts):
+    """Whether two blocks share an SM: more blocks than SMs, stages in half the shared memory, and
+    the accumulator, the epilogue's tiles (halved where the epilogue runs in halves) and REGS_FIXED
+    others per thread within half the register file."""
+    least = split_min_tn(facts)
+    held = facts.tiles if least is None else where(Tn >= least, facts.tiles / 2, facts.tiles)
+    # the stages alone (not fp32's staged C tile on the TMA path): the term then reads 6 decisions, which the
+    # MILP's tables hold
+    stages = S * (Tm + Tn) * Tk * e
+    return (2 * stages <= base.Ms) & (Tm * Tn * (1 + held) + REGS_FIXED * 32 * W <= RF_REGS // 2) \
+        & (base.blocks > base.n_sm)
+
+
+def _e2(facts):
+    whole = Tm * Tn * (1 + facts.tiles) <= epi_regs * 32 * W
+    least = split_min_tn(facts)
+    if least is None or not facts.tiles:
+        return whole
+    return whole | ((Tn >= least) & (Tm * Tn * (2 + facts.tiles) <= 2 * epi_regs * 32 * W))
 
 
 def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -108,8 +139,7 @@ def gemm_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
         Constraint("C5", L.eq(0) | (_aligned(pa * e) & _aligned(pb * e)), "layout",
                    "the copy engine needs 16-byte aligned row pitches of A and B as stored"),
         Constraint("C6", L.eq(0) | gather.eq(0), "layout", "gathered rows take the pointer path"),
-        Constraint("E2", Tm * Tn * (1 + facts.tiles) <= epi_regs * 32 * W, "capacity",
-                   "the accumulator and the epilogue's tiles fit the registers"),
+        Constraint("E2", _e2(facts), "capacity", "the accumulator and the epilogue's tiles fit the registers"),
     )
     pre = base_t.preconditions
     scope = base_t.scope + (Constraint("gather_flag", gather <= 1, "scope", "gather is 0 or 1"),)

@@ -153,7 +153,7 @@ def _op_lines(op: EpilogueOp, dims: int) -> list[str]:
     simple = {
         "scale": f"x * {a.get('by')!r}",
         "relu": "tl.maximum(x, 0.0)",
-        "silu": "x * _sigmoid(x)",
+        "silu": "_silu(x)",
         "sigmoid": "_sigmoid(x)",
         "tanh": "_tanh(x)",
         "mish": "x * _tanh(_softplus(x, 1.0, 20.0))",
@@ -182,7 +182,7 @@ def _op_lines(op: EpilogueOp, dims: int) -> list[str]:
         return lines + (["x = ex * (1.0 / tl.sum(ex, 1))[:, None]"] if k == "softmax"
                         else ["x = mx + tl.log(tl.sum(ex, 1))"])
     if k == "glu":
-        act = {"silu": "g * _sigmoid(g)", "sigmoid": "_sigmoid(g)", "relu": "tl.maximum(g, 0.0)",
+        act = {"silu": "_silu(g)", "sigmoid": "_sigmoid(g)", "relu": "tl.maximum(g, 0.0)",
                "gelu": _gelu("g", "erf"), "gelu_tanh": _gelu("g", "tanh")}[a["act"]]
         return ["g, u = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_N // 2, 2)))", f"x = ({act}) * u",
                 "rn = col0 // 2 + tl.arange(0, BLOCK_N // 2)", "col_ok = rn < N // 2"]
@@ -192,7 +192,8 @@ def _op_lines(op: EpilogueOp, dims: int) -> list[str]:
 def _gelu(x: str, approx: str) -> str:
     if approx == "erf":
         return f"0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"
-    return f"0.5 * {x} * (1.0 + _tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))"
+    # 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + e^(-2u)): one exp, one fast division
+    return f"tl.fdiv({x}, 1.0 + tl.exp(-1.5957691216057308 * ({x} + 0.044715 * {x} * {x} * {x})))"
 
 
 def stores_by_copy(spec: KernelSpec) -> bool:
@@ -282,7 +283,29 @@ def kernel_params(spec: KernelSpec, load_path: int = 0) -> list[str]:
             "stride_bb", "stride_b", "stride_cb", "stride_cm", "stride_cn", *strides, *conv, "GROUP_M", "SPLIT_K"]
 
 
-CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET", "C_DESC")
+CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET", "C_DESC",
+              "EPI_SPLIT")
+
+
+def _epilogue_calls(spec: KernelSpec, value: str) -> list[str]:
+    """The epilogue applied to the accumulator tile `value`: whole, or (EPI_SPLIT, elementwise
+    chains only: gemm_epilogue_ops.splits_epilogue) in two column halves, each loading its slice
+    of the chain's tensors and storing its own half of C, so half the temporaries are live."""
+    ptrs, strides = tensor_params(spec)
+
+    def call(x: str, col0: str, width: str) -> str:
+        args = ["c_ptr", *ptrs, "pid_m * BLOCK_M", col0, "bid", "M", "N", "stride_cb", "stride_cm", "stride_cn",
+                *strides, "BLOCK_M", width, "INTERPRET", "C_DESC"]
+        return f"_epilogue({x}, {', '.join(args)})"
+
+    whole = call(value, "pid_n * BLOCK_N", "BLOCK_N")
+    if any(op.spec.row or op.spec.reduces for op in spec.chain):
+        return [whole]
+    return ["if EPI_SPLIT:",
+            f"    lo, hi = tl.split(tl.permute(tl.reshape({value}, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))",
+            "    " + call("lo", "pid_n * BLOCK_N", "BLOCK_N // 2"),
+            "    " + call("hi", "pid_n * BLOCK_N + BLOCK_N // 2", "BLOCK_N // 2"),
+            "else:", "    " + whole]
 
 
 def kernel_source(spec: KernelSpec, load_path: int) -> str:
@@ -292,8 +315,6 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
     if load_path == 1 and spec.op == "conv2d":
         raise InvalidInput("load path L for conv2d", load_path, "0 (implicit GEMM gathers its rows: pointer loads)")
     ptrs, strides = tensor_params(spec)
-    tail = ", ".join(["c_ptr", *ptrs, "pid_m * BLOCK_M", "pid_n * BLOCK_N", "bid", "M", "N", "stride_cb", "stride_cm",
-                      "stride_cn", *strides, "BLOCK_M", "BLOCK_N", "INTERPRET", "C_DESC"])
     body = ["pid = tl.program_id(0)", "pid_k = tl.program_id(1)", "bid = tl.program_id(2)", "bid64 = bid.to(tl.int64)",
             "pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, "
             "BLOCK_M, BLOCK_N, BLOCK_K)",
@@ -316,9 +337,9 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
              "    ok = (rm < M)[:, None] & (rn < N)[None, :]",
              "    if _split_arrive(acc, ws, cnt_ptr, tile, pid_k, rm, rn, ok, M, N) == SPLIT_K - 1:",
              "        total = _split_total(ws, cnt_ptr, tile, rm, rn, ok, M, N, SPLIT_K, BLOCK_M, BLOCK_N)",
-             f"        _epilogue(total, {tail})",
+             *("        " + x for x in _epilogue_calls(spec, "total")),
              "else:",
-             f"    _epilogue(acc, {tail})"]
+             *("    " + x for x in _epilogue_calls(spec, "acc"))]
     params = ", ".join([*kernel_params(spec, load_path), *(f"{c}: tl.constexpr" for c in CONSTEXPRS)])
     dont = ["M", "N", "K", "GROUP_M", "SPLIT_K"] + (list(CONV_ARGS) if spec.op == "conv2d" else [])
     return "\n".join([f"@triton.jit(do_not_specialize={dont!r})", f"def {spec.name}({params}):",
@@ -330,6 +351,12 @@ def _sigmoid(x):
     # 1 / (1 + e^-x), spelled out so the division is visibly the fast one (Triton lowers an fp32
     # divide to div.full, 2 ulp; tl.math.div_rn would be the IEEE one) and exp is ex2.approx
     return tl.fdiv(1.0, 1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _silu(x):
+    # x * sigmoid(x) as one fast division: x / (1 + e^-x)
+    return tl.fdiv(x, 1.0 + tl.exp(-x))
 
 
 @triton.jit

@@ -26,7 +26,7 @@ from formloop.errors import InvalidInput
 from formloop.library.gemm_epilogue_emit import (  # noqa: F401 (Conv2d, Shape re-exported)
     Conv2d, KernelSpec, Shape, aligned_extents, module_source, stores_by_copy,
 )
-from formloop.library.gemm_epilogue_ops import TL_DTYPES, chain_facts, tensor_dtype_of
+from formloop.library.gemm_epilogue_ops import TL_DTYPES, chain_facts, chain_text, splits_epilogue, tensor_dtype_of
 from formloop.library.gemm_epilogue_reference import AMBIGUOUS, AMBIGUOUS_DEFAULT, admissible, apply_chain_pair
 from formloop.library.gemm_tiling_instance import poison
 from formloop.library.gemm_tiling_kernel import INTERPRETED, PRECISION, TOLERANCE, TORCH_DTYPES, TileConfig, alignment
@@ -72,7 +72,8 @@ class EpiloguePlan:
     """One instance: a spec, a tile configuration and a shape. `align` is the hint the kernel may
     assume (None: the largest the tensors allow, computed at each launch)."""
 
-    def __init__(self, spec: KernelSpec, config: TileConfig, shape: Shape, align: int | None = None):
+    def __init__(self, spec: KernelSpec, config: TileConfig, shape: Shape, align: int | None = None,
+                 epi_split: bool | None = None):
         if spec.op == "conv2d" and (shape.conv is None or config.L):
             raise InvalidInput("conv2d plan", (shape.conv, config.L), "a Conv2d shape and the pointer path (L=0)")
         if spec.op == "gemm" and shape.batch != 1:
@@ -84,6 +85,12 @@ class EpiloguePlan:
                                "below 2^31 (the kernel's offsets within a matrix are 32-bit)")
         self.spec, self.config, self.shape, self.align = spec, config, shape, align
         self.facts = chain_facts(spec.chain, default_dtype=spec.c)
+        allowed = splits_epilogue(self.facts, config.Tn)
+        if epi_split and not allowed:
+            raise InvalidInput("epi_split", epi_split, f"False or None: the epilogue of {chain_text(spec.chain)!r} "
+                                                       f"at Tn={config.Tn} runs on the whole tile")
+        # the epilogue in two column halves wherever the chain allows it (None: the family's rule)
+        self.epi_split = allowed if epi_split is None else bool(epi_split)
         if self.facts.pairs and shape.N % 2:
             raise InvalidInput("N of a glu chain", shape.N, "an even number (gate and up columns interleave)")
         self.kernel = load_kernel(spec, config.L)
@@ -129,6 +136,12 @@ class EpiloguePlan:
     def bind(self, inputs: Mapping[str, torch.Tensor], out: torch.Tensor, workspace: torch.Tensor | None = None):
         """The launch with its arguments checked and built once (descriptors, strides, alignment):
         calling the result enqueues the kernel and nothing else."""
+        args, options = self.call_args(inputs, out, workspace)
+        launcher = self.kernel[self.grid]
+        return lambda: launcher(*args, **options)
+
+    def call_args(self, inputs: Mapping[str, torch.Tensor], out: torch.Tensor, workspace: torch.Tensor | None = None):
+        """(the kernel's arguments in order, its constexpr and launch options) for one launch."""
         spec, cfg, s = self.spec, self.config, self.shape
         a, b = inputs["a"], inputs["b"]
         split = cfg.KS > 1
@@ -158,12 +171,11 @@ class EpiloguePlan:
         args = [a_arg, b_arg, c_arg, ws, cnt, *tensors, s.M, s.N, s.K, _batch_stride(a), _lead(a, spec.la),
                 _batch_stride(b), _lead(b, spec.lb),
                 *self._out_strides(out), *strides, *conv, cfg.G, cfg.KS]
-        launcher = self.kernel[self.grid]
         options = dict(BLOCK_M=cfg.Tm, BLOCK_N=cfg.Tn, BLOCK_K=cfg.Tk, ALIGN=align, PRECISION=PRECISION[spec.ab],
                        TO_WORKSPACE=split, WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), INTERPRET=INTERPRETED,
-                       C_DESC=c_desc, num_warps=cfg.W,
+                       C_DESC=c_desc, EPI_SPLIT=self.epi_split, num_warps=cfg.W,
                        num_stages=cfg.S)
-        return lambda: launcher(*args, **options)
+        return args, options
 
     def _out_strides(self, out: torch.Tensor) -> list[int]:
         if self.facts.reduces:
@@ -182,7 +194,8 @@ class EpiloguePlan:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         cfg = self.config
-        block = [cfg.Tm, cfg.Tn // 2 if self.facts.pairs else cfg.Tn]
+        width = cfg.Tn // 2 if self.epi_split else cfg.Tn  # one store per half with EPI_SPLIT
+        block = [cfg.Tm, width // 2 if self.facts.pairs else width]
         if self.spec.batched:  # the kernel stores [batch, rows, columns] tiles
             out, block = (out if out.dim() == 3 else out.unsqueeze(0)), [1, *block]
         return TensorDescriptor(out, list(out.shape), list(out.stride()), block)

@@ -281,6 +281,21 @@ def chain_facts(chain: Sequence[EpilogueOp], tensor_dtype: Mapping[str, str] | N
                       vec_row_bytes=vec_row, vec_col_bytes=vec_col)
 
 
+def split_min_tn(facts: ChainFacts) -> int | None:
+    """The narrowest Tn at which the epilogue runs in two column halves of the tile (each half
+    loads its slice of the chain's tensors, computes and stores on its own, so the epilogue holds
+    half the temporaries beside the accumulator); None when the chain needs the whole row."""
+    if facts.row or facts.reduces:
+        return None
+    return 64 if facts.pairs else 32
+
+
+def splits_epilogue(facts: ChainFacts, tn: int) -> bool:
+    """Whether an instance with tile width `tn` runs its epilogue in halves (the kernel's EPI_SPLIT)."""
+    least = split_min_tn(facts)
+    return least is not None and tn >= least
+
+
 def tensor_dtype_of(op: EpilogueOp, default_dtype: str) -> str:
     return op.arg("dtype") or default_dtype
 
