@@ -117,7 +117,12 @@ def recheck_certificate(certificate: str, *, timeout_s: float = 10.0) -> dict:
     path = Path(certificate)
     if not path.is_file():
         raise InvalidInput("--recheck", str(certificate), "a certificate file written by `formloop prove --out`")
-    old = Certificate.from_json(path.read_text())
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput("--recheck", str(certificate), f"a UTF-8 certificate file (byte {exc.start} is not "
+                           "UTF-8)") from None
+    old = Certificate.from_json(text)
     result = old.recheck(get_template(old.template, **dict(old.options)), timeout_s=timeout_s)
     return plain({"agrees": result.agrees, "changes": list(result.changes), "old_verdict": old.verdict,
                   "new_verdict": result.new.verdict, "template": old.template,

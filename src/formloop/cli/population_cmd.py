@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import console, friendly, parse_options, print_json
 from formloop.settings import load_settings
 
@@ -22,7 +22,9 @@ JSON = typer.Option(False, "--json", help="print JSON")
 CHIP = typer.Option(None, "--chip", help="only this chip")
 WORKLOAD = typer.Option(None, "--workload", help="a workload key, or an operator name (gemm) for all of its workloads")
 TEMPLATE = typer.Option(None, "--template", help="a template name or hash prefix")
-TIER = typer.Option(None, help="model | emulated | simulated | gpu")
+TIER = typer.Option(None, help="model | emulated | simulated | gpu",
+                    callback=args.choice("--tier", ("model", "emulated", "simulated", "gpu")))
+STATUSES = ("proved", "refuted", "unresolved")
 
 
 def _query(store: str | None, kind: str, **filters) -> dict:
@@ -40,7 +42,8 @@ def _when(t: float) -> str:
 
 @population_app.command("ls")
 @friendly
-def ls(store: Optional[str] = STORE, status: Optional[str] = typer.Option(None, help="proved | refuted | unresolved"),
+def ls(store: Optional[str] = STORE, status: Optional[str] = typer.Option(None, help="proved | refuted | unresolved",
+                                     callback=args.choice("--status", STATUSES)),
        json_out: bool = JSON) -> None:
     """Stored templates with their proof status and descriptor."""
     out = _query(store, "templates", status=status)
@@ -124,7 +127,8 @@ def measurements(store: Optional[str] = STORE, chip: Optional[str] = CHIP, workl
 def query(kind: str = typer.Option("templates", help="templates | template | designs | measurements"),
           store: Optional[str] = STORE, chip: Optional[str] = CHIP, workload: Optional[str] = WORKLOAD,
           template: Optional[str] = TEMPLATE, status: Optional[str] = typer.Option(None, help="proved | refuted | "
-                                                                                        "unresolved"),
+                                                                                        "unresolved",
+                                                                  callback=args.choice("--status", STATUSES)),
           tier: Optional[str] = TIER) -> None:
     """One query of the store as JSON, the answer the MCP tool population_query gives."""
     print_json(_query(store, kind, chip=chip, workload=workload, template=template, status=status, tier=tier))

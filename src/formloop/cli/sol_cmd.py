@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import console, friendly, print_json
 from formloop.sol.report import SOLReport
 from formloop.workload import EXTENTS
@@ -38,11 +38,13 @@ def sol(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="storage dtype: fp32, bf16, fp16, fp8 "
                                         "(op default fp32; problem default: its own)"),
     chip: str = typer.Option("h100", "--chip", help="chip name (formloop.hw.chips)"),
-    clock_mhz: Optional[float] = typer.Option(None, "--clock-mhz", help="locked SM clock; compute peaks scale with it"),
+    clock_mhz: Optional[float] = typer.Option(None, "--clock-mhz", help="locked SM clock, MHz (at most the chip's "
+                                              "boost); compute peaks scale with it", callback=args.clock_mhz),
     precision: Optional[str] = typer.Option(None, "--precision",
                                             help="compute precision (default: tf32 for fp32 GEMMs, else the dtype's)"),
     problem: Optional[Path] = typer.Option(None, "--problem",
-                                           help="problem file (Model/get_inputs/get_init_inputs): automatic SOL"),
+                                           help="problem file (Model/get_inputs/get_init_inputs): automatic SOL",
+                                           callback=args.existing_file("--problem", suffix=".py")),
     ops: bool = typer.Option(False, "--ops", help="list the operators and their shape fields"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
