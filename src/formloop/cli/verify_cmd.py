@@ -143,9 +143,12 @@ def verify(
 
 
 def _print_recheck(result: dict, path: Path, json_out: bool) -> None:
+    """Exit status 1 on any difference (each names the field that differs)."""
     if json_out:
         print_json({k: result[k] for k in ("agrees", "changes", "old_verdict", "new_verdict", "template_hash",
                                            "seconds")})
+        if not result["agrees"]:
+            raise typer.Exit(1)
         return
     if result["agrees"]:
         console.print(Text(f"recheck agrees: {result['template']} ({result['template_hash']}) is still "
@@ -155,3 +158,4 @@ def _print_recheck(result: dict, path: Path, json_out: bool) -> None:
         console.print(Text(f"recheck differs from {path}:", style="bold red"))
         for change in result["changes"]:
             console.print(f"  {change}", highlight=False)
+        raise typer.Exit(1)

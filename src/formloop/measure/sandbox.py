@@ -298,7 +298,10 @@ class UntrustedCodeFailed(StructureError):
 
 def run_untrusted(fn: Callable, /, *args: Any, what: str, wall_s: float = 60.0, **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` in a child under a `wall_s` limit: its value when it completes; its formloop
-    error raised again when it fails; `UntrustedCodeFailed` (crashed, timed-out, exited) otherwise."""
+    error raised again when it fails; `UntrustedCodeFailed` (crashed, timed-out, exited) otherwise.
+    Inside a sandboxed child already (an MCP tool call) it runs in place: that child is the guard."""
+    if _CHANNEL is not None:
+        return fn(*args, **kwargs)
     outcome = run_in_child(fn, *args, limits=Limits(wall_s=wall_s), **kwargs)
     if outcome.ok:
         return outcome.value
