@@ -14,7 +14,7 @@ environment's).
     measuring   evaluate, measure, sol_report, sol_ops
     kernel specs dsl_check, dsl_emit, dsl_run  (the spec language: validate, emit Triton, run vs torch)
     co-design   wall_relax, codesign_study
-    population  population_query
+    population  population_query, population_check, population_backup, population_export
     the loop    run
     campaigns   harness, integrity, schedule, campaign, synth_log
 """
@@ -24,7 +24,7 @@ from formloop.api.codesign import codesign_study, wall_relax
 from formloop.api.dsl import dsl_check, dsl_emit, dsl_run
 from formloop.api.loop import run
 from formloop.api.measure import evaluate, measure
-from formloop.api.population import population_query
+from formloop.api.population import population_backup, population_check, population_export, population_query
 from formloop.api.sol import sol_ops, sol_report
 from formloop.api.solve import check, solve
 from formloop.api.templates import list_templates, show_template
@@ -33,7 +33,8 @@ from formloop.api.verify import chain_faults, prove_chain, prove_template, reche
 __all__ = [
     "add_template", "admit_template", "campaign", "chain_faults", "check", "codesign_study", "dsl_check", "dsl_emit",
     "dsl_run", "evaluate", "harness",
-    "integrity", "list_templates", "measure", "population_query", "prove_chain", "prove_template",
+    "integrity", "list_templates", "measure", "population_backup", "population_check", "population_export",
+    "population_query", "prove_chain", "prove_template",
     "recheck_certificate", "run", "schedule", "show_template", "sol_ops", "sol_report", "solve", "synth_log", "verify",
     "wall_relax",
 ]

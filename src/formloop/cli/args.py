@@ -145,9 +145,11 @@ def existing_file(field: str, *, suffix: str | None = None, text: bool = False) 
     return _checked(check)
 
 
-def new_file(field: str) -> Callable[[Any], Any]:
-    """A file to write: not a directory, its directory exists and is writable (an existing file is replaced)."""
-    what = "a file path whose directory exists and is writable (not a directory)"
+def new_file(field: str, *, replace: bool = True) -> Callable[[Any], Any]:
+    """A file to write: not a directory, its directory exists and is writable; an existing file is
+    replaced where `replace`, else refused."""
+    what = "a file path whose directory exists and is writable (not a directory)" + \
+        ("" if replace else "; no file there yet (nothing is overwritten)")
 
     def check(v: Any) -> Any:
         p = Path(str(v)).expanduser()
@@ -155,6 +157,8 @@ def new_file(field: str) -> Callable[[Any], Any]:
             raise InvalidInput(field, str(v), what)
         parent = p.parent if str(p.parent) else Path(".")
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise InvalidInput(field, str(v), what)
+        if not replace and (p.exists() or p.is_symlink()):
             raise InvalidInput(field, str(v), what)
         if p.exists() and (not p.is_file() or not os.access(p, os.W_OK)):
             raise InvalidInput(field, str(v), what + "; an existing entry must be a writable regular file")
