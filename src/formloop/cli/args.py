@@ -1,8 +1,9 @@
 """Every CLI argument's declared range and every path's declared kind, in one place.
 
-Each validator is a typer callback: it runs while the command line is parsed, before the command
-body, so a violation writes nothing. A violation prints one line naming the argument and what is
-allowed (`error: invalid --seed: -1; allowed: an integer 0 ... 4294967295 (2^32-1)`) and exits 2.
+Each validator is a typer callback (numbers: a typer `parser`, so that it sees the text as typed)
+and runs while the command line is parsed, before the command body, so a violation writes nothing.
+A violation prints one line naming the argument and what is allowed
+(`error: invalid --seed: -1; allowed: an integer 0 ... 4294967295 in ASCII digits (2^32-1)`), exit 2.
 The bounds are stated in the help of each option (`help=SEED_HELP` and the like), from the same
 constants the validators use.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,6 +32,8 @@ MAX_PHASES = 16
 MAX_SOLVER_TIMEOUT_S = 3600.0
 MAX_RUN_TIMEOUT_S = 86400.0
 TEXT_PROBE_BYTES = 1 << 20
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 
 SEED_RANGE = f"0 ... {MAX_SEED} (2^32-1)"
 WARPS_RANGE = f"1 ... {MAX_WARPS}"
@@ -61,10 +65,13 @@ def _checked(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
 # -- numbers ----------------------------------------------------------------------------------
 
 def int_range(field: str, lo: int, hi: int, note: str = "") -> Callable[[Any], Any]:
-    """An integer lo ... hi (both included)."""
-    allowed = f"an integer {lo} ... {hi}" + (f" ({note})" if note else "")
+    """An integer lo ... hi (both included) in ASCII digits. A typer `parser=`: it sees the text as
+    typed, so '４０９６' and '4_096', which int() would take, are refused."""
+    allowed = f"an integer {lo} ... {hi} in ASCII digits" + (f" ({note})" if note else "")
 
     def check(v: Any) -> int:
+        if isinstance(v, str):
+            v = int(v.strip()) if _INT.fullmatch(v.strip()) else v
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise InvalidInput(field, v, allowed)
         return v
@@ -73,11 +80,14 @@ def int_range(field: str, lo: int, hi: int, note: str = "") -> Callable[[Any], A
 
 def float_range(field: str, lo: float, hi: float, *, lo_open: bool = True, hi_open: bool = False,
                 unit: str = "") -> Callable[[Any], Any]:
-    """A finite number in (lo, hi] by default; `lo_open`/`hi_open` say which ends are excluded."""
+    """A finite number in (lo, hi] by default (`lo_open`/`hi_open` say which ends are excluded),
+    written in ASCII (a typer `parser=`, like `int_range`)."""
     allowed = f"a finite number {lo:g} {'<' if lo_open else '<='} x {'<' if hi_open else '<='} {hi:g}" + \
         (f" ({unit})" if unit else "")
 
     def check(v: Any) -> float:
+        if isinstance(v, str):
+            v = float(v.strip()) if _FLOAT.fullmatch(v.strip()) else v
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         ok = ok and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
         if not ok:

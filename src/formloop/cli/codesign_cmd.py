@@ -109,9 +109,9 @@ def wall_relax(
     start: Optional[str] = typer.Option(None, help="the study's start chip label (default: its first)"),
     coupled: bool = typer.Option(False, help="also screen pairs of walls (coupled variant)"),
     k: Optional[int] = typer.Option(None, help="menu steps priced out and in, 1 ... 64 (default: the study's)",
-                                    callback=args.int_range("--k", 1, 64)),
+                                    parser=args.int_range("--k", 1, 64)),
     rounds: Optional[int] = typer.Option(None, help="purchase rounds at most, 1 ... 1000 (default: the study's)",
-                                         callback=args.int_range("--rounds", 1, 1000)),
+                                         parser=args.int_range("--rounds", 1, 1000)),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Wall relaxation from one start: price the walls that bind the best software, buy the largest

@@ -86,8 +86,10 @@ def evaluate(
                        tier=tier, settings=load_settings())
     if json_out:
         print_json(out)
-        return
-    m = out["measurement"]
-    latency = f"{m['latency_us']:.2f} us" if m["ok"] else f"failed: {m['failure'] or 'correctness check failed'}"
-    console.print(f"{out['template']} · {out['workload']} · chip {out['chip']} · design {m['assignment']}: "
-                  f"{latency} ({m['tier']} tier on {m['provenance']['device']})", highlight=False)
+    else:
+        m = out["measurement"]
+        latency = f"{m['latency_us']:.2f} us" if m["ok"] else f"failed: {m['failure'] or 'correctness check failed'}"
+        console.print(f"{out['template']} · {out['workload']} · chip {out['chip']} · design {m['assignment']}: "
+                      f"{latency} ({m['tier']} tier on {m['provenance']['device']})", highlight=False)
+    if not out["measurement"]["ok"]:
+        raise typer.Exit(1)  # an infeasible or failing design is never a result

@@ -39,7 +39,7 @@ def sol(
                                         "(op default fp32; problem default: its own)"),
     chip: str = typer.Option("h100", "--chip", help="chip name (formloop.hw.chips)"),
     clock_mhz: Optional[float] = typer.Option(None, "--clock-mhz", help="locked SM clock, MHz (at most the chip's "
-                                              "boost); compute peaks scale with it", callback=args.clock_mhz),
+                                              "boost); compute peaks scale with it", parser=args.clock_mhz),
     precision: Optional[str] = typer.Option(None, "--precision",
                                             help="compute precision (default: tf32 for fp32 GEMMs, else the dtype's)"),
     problem: Optional[Path] = typer.Option(None, "--problem",

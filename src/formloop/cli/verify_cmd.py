@@ -92,7 +92,7 @@ def prove(
     dtype: str = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (templates with a dtype option; "
                                          "default: the template's)"),
     timeout: float = typer.Option(10.0, help=f"per-query solver timeout, seconds, {args.SOLVER_TIMEOUT_RANGE}",
-                                  callback=args.solver_timeout),
+                                  parser=args.solver_timeout),
     out: Path = typer.Option(None, help="write the certificate (JSON) here (a new or replaced file)",
                              callback=args.new_file("--out")),
     json_out: bool = typer.Option(False, "--json", help="print the obligations as a JSON list"),
@@ -121,13 +121,13 @@ def verify(
     schedule: str = typer.Option(None, help="one slot schedule S,P,BETA"),
     design: str = typer.Option(None, help="one design Tm,Tn,Tk,S,P,BETA (with --shape)"),
     shape: str = typer.Option("1000,1000,1000", help=f"GEMM {SHAPE_HELP}, for --design"),
-    warps: int = typer.Option(2, help=f"warps in the bounded event model, {args.WARPS_RANGE}", callback=args.warps),
+    warps: int = typer.Option(2, help=f"warps in the bounded event model, {args.WARPS_RANGE}", parser=args.warps),
     phases: int = typer.Option(5, help=f"reduction phases in the bounded event model, {args.PHASES_RANGE}",
-                               callback=args.phases),
+                               parser=args.phases),
     recheck: Path = typer.Option(None, help="re-run the proof behind a certificate (JSON) and compare; exit 1 "
                                             "on any difference", callback=args.existing_file("--recheck", text=True)),
     timeout: float = typer.Option(10.0, help=f"per-query solver timeout, seconds, {args.SOLVER_TIMEOUT_RANGE}",
-                                  callback=args.solver_timeout),
+                                  parser=args.solver_timeout),
     json_out: bool = typer.Option(False, "--json", help="print the obligations as a JSON list"),
 ) -> None:
     """Check one fault, one schedule or one design against the obligations; or recheck a certificate."""
