@@ -110,3 +110,21 @@ def test_a_good_problem_file_still_has_its_sol():
     assert d["flops"] is not None or d["report"]
     r = runner.invoke(app, ["sol", "--problem", str(ADD), "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("old, new, code", [
+    ("        return x + y", '        return "nonsense"', 0),            # no work: a 0 floor, rendered
+    ("        return x + y", '        raise RuntimeError("boom")', 2),
+    ("    return [torch.randn(N), torch.randn(N)]", "    return 5", 2),
+    ("    return []", '    return ["x", {}]', 2),
+])
+def test_problem_code_that_raises_or_returns_nonsense_is_named(tmp_path, old, new, code):
+    text = ADD.read_text()
+    assert old in text
+    path = tmp_path / "p.py"
+    path.write_text(text.replace(old, new))
+    r = runner.invoke(app, ["sol", "--problem", str(path)])
+    assert r.exit_code == code and "Traceback" not in r.output and r.exception is None or \
+        isinstance(r.exception, SystemExit), r.output
+    if code:
+        assert r.output.startswith("error: problem file"), r.output

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from formloop import api
+from formloop.api.values import with_non_finite
 from formloop.cli import app, args
 from formloop.cli.common import console, friendly, print_json
 from formloop.sol.report import SOLReport
@@ -25,6 +26,7 @@ def _ops_table(ops: list[dict]) -> Table:
 
 def render(report: dict) -> Table:
     """The report's own table (the dict holds every field of a SOLReport)."""
+    report = with_non_finite(report)  # a problem that does no work has intensity 0/0: shown, not a crash
     fields = {k: v for k, v in report.items() if k in SOLReport.__dataclass_fields__}
     return SOLReport(**{**fields, "notes": tuple(fields.get("notes", ()))}).table()
 
