@@ -124,7 +124,7 @@ def test_problem_code_that_raises_or_returns_nonsense_is_named(tmp_path, old, ne
     path = tmp_path / "p.py"
     path.write_text(text.replace(old, new))
     r = runner.invoke(app, ["sol", "--problem", str(path)])
-    assert r.exit_code == code and "Traceback" not in r.output and r.exception is None or \
-        isinstance(r.exception, SystemExit), r.output
+    assert r.exit_code == code and "Traceback" not in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
     if code:
         assert r.output.startswith("error: problem file"), r.output
