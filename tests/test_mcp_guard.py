@@ -103,3 +103,31 @@ def test_bad_tool_timeout_setting_is_named(monkeypatch):
     for bad in ("nan", "-1", "inf", "x"):
         with pytest.raises(guard.InvalidInput, match=guard.TIMEOUT_ENV):
             guard.tool_timeout({guard.TIMEOUT_ENV: bad})
+
+
+def test_the_stdio_server_survives_hostile_calls(tmp_path, monkeypatch):
+    anyio = pytest.importorskip("anyio")
+    pytest.importorskip("mcp")
+    from tests.test_mcp_server import session_run
+
+    root = tmp_path / "root"
+    root.mkdir()
+    monkeypatch.setenv(guard.ROOTS_ENV, str(root))
+    monkeypatch.setenv(guard.TIMEOUT_ENV, "8")
+    marker = tmp_path / "ran"
+    outside = tmp_path / "evil.py"
+    outside.write_text(f"import os\nos.system('touch {marker}')\n")
+    calls = [("outside", "show_template", {"template": f"{outside}:x"}),
+             ("exit", "show_template", {"template": _hostile(root / "a.py", "import os\nos._exit(3)")}),
+             ("interrupt", "show_template", {"template": _hostile(root / "b.py", "raise KeyboardInterrupt")}),
+             ("sleep", "show_template", {"template": _hostile(root / "c.py", "import time\ntime.sleep(600)")}),
+             ("passwd", "wall_relax", {"study": "/etc/passwd", "objective": "x"}),
+             ("after", "show_template", {"template": "gemm-tiling"})]
+    out = anyio.run(session_run, tmp_path / "p.db", calls)
+    kinds = {k: json.loads(out[k].content[0].text) for k, *_ in calls}
+    assert kinds["outside"]["error"]["type"] == "OutsideRoots" and not marker.exists(), kinds
+    assert kinds["exit"]["error"]["type"] == "ToolExited"
+    assert kinds["interrupt"]["ok"] is False
+    assert kinds["sleep"]["error"]["type"] == "ToolTimedOut"
+    assert kinds["passwd"]["error"]["type"] == "OutsideRoots"
+    assert kinds["after"]["ok"] is True and kinds["after"]["name"] == "gemm-tiling"

@@ -2,12 +2,12 @@
 strict JSON.
 
 1. Roots. A tool argument that names a file formloop would run or read as a study (a template
-   `path.py:NAME`, a problem file, a study TOML, a spec file, a proof store) must lie under one of
-   the configured roots: the project's `examples/` and `studies/` folders, the directory of the
-   server's population store, and the directories listed in FORMLOOP_TEMPLATE_ROOTS (separated by
-   the OS path separator, e.g. `:` on Linux). Anything else is refused with `OutsideRoots`, before
-   any file is opened. Symlinks are resolved first, so a link inside a root to a file outside is
-   refused too.
+   `path.py:NAME`, a problem file, a study TOML, a spec file) must lie under one of the configured
+   roots: the project's `examples/` and `studies/` folders and the directories listed in
+   FORMLOOP_TEMPLATE_ROOTS (separated by the OS path separator, e.g. `:` on Linux). A proof store
+   (prove_chain's `store`) may also lie in the directory of the server's population store.
+   Anything else is refused with `OutsideRoots`, before any file is opened. Symlinks are resolved
+   first, so a link inside a root to a file outside is refused too.
 2. A child process. The tool runs in a child (formloop.measure.sandbox) under FORMLOOP_TOOL_TIMEOUT
    seconds (default 600): sys.exit, os._exit, KeyboardInterrupt, signals, endless loops and any other
    BaseException in a tool become a structured error `ToolCrashed`, `ToolTimedOut` or `ToolExited`
@@ -46,11 +46,16 @@ class OutsideRoots(InvalidInput):
     """A file argument outside the server's configured roots."""
 
 
-def roots(settings: Settings, env: dict[str, str] | None = None) -> tuple[Path, ...]:
+def roots(env: dict[str, str] | None = None) -> tuple[Path, ...]:
+    """Where template, problem, study and spec files may come from."""
     env = os.environ if env is None else env
     extra = [Path(p).expanduser() for p in env.get(ROOTS_ENV, "").split(os.pathsep) if p.strip()]
-    store_dir = Path(settings.store_path).expanduser().resolve().parent
-    return tuple(p.resolve() for p in (*PROJECT_ROOTS, store_dir, *extra))
+    return tuple(p.resolve() for p in (*PROJECT_ROOTS, *extra))
+
+
+def store_roots(settings: Settings, env: dict[str, str] | None = None) -> tuple[Path, ...]:
+    """Where a proof store may lie: the roots and the directory of the server's population store."""
+    return (*roots(env), Path(settings.store_path).expanduser().resolve().parent)
 
 
 def tool_timeout(env: dict[str, str] | None = None) -> float:
@@ -67,9 +72,11 @@ def tool_timeout(env: dict[str, str] | None = None) -> float:
     return value
 
 
-def check_paths(kwargs: dict[str, Any], allowed: tuple[Path, ...]) -> None:
-    """Refuse every file argument outside `allowed` (OutsideRoots), before anything is opened."""
+def check_paths(kwargs: dict[str, Any], allowed: tuple[Path, ...], stores: tuple[Path, ...] = ()) -> None:
+    """Refuse every file argument outside `allowed` (a proof store: outside `stores`) with OutsideRoots,
+    before anything is opened."""
     for name, (what, suffixes) in PATH_ARGS.items():
+        within = stores if name == "store" else allowed
         value = kwargs.get(name)
         if not isinstance(value, str) or not value:
             continue
@@ -86,8 +93,8 @@ def check_paths(kwargs: dict[str, Any], allowed: tuple[Path, ...]) -> None:
             raise OutsideRoots(name, value, "a path that resolves") from None
         if suffixes and real.suffix not in suffixes:
             raise OutsideRoots(name, value, f"a {what} ({', '.join(suffixes)}) under the server's roots")
-        if not any(real == r or r in real.parents for r in allowed):
-            raise OutsideRoots(name, value, f"a {what} under the server's roots: {', '.join(map(str, allowed))} "
+        if not any(real == r or r in real.parents for r in within):
+            raise OutsideRoots(name, value, f"a {what} under the server's roots: {', '.join(map(str, within))} "
                                             f"(add directories with {ROOTS_ENV})")
 
 
@@ -119,7 +126,7 @@ def error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
 def guarded(settings: Settings, name: str, method: Callable[..., dict]) -> Callable[..., dict]:
     """The server's form of tool `name`: roots checked here, the tool run in a child, strict JSON."""
     sig = inspect.signature(method)
-    allowed = roots(settings)
+    allowed, stores = roots(), store_roots(settings)
     limit = tool_timeout()
 
     @functools.wraps(method)
@@ -127,7 +134,7 @@ def guarded(settings: Settings, name: str, method: Callable[..., dict]) -> Calla
         try:
             bound = sig.bind(*args, **kwargs)
             call = dict(bound.arguments)
-            check_paths(call, allowed)
+            check_paths(call, allowed, stores)
             outcome = sandbox.run_in_child(call_tool, settings, name, call,
                                            limits=sandbox.Limits(wall_s=limit))
         except FormloopError as exc:
