@@ -14,7 +14,7 @@ dsl_app = typer.Typer(no_args_is_help=True, help="kernel specs: check, emit the 
 app.add_typer(dsl_app, name="dsl")
 
 SOLVER_HELP = "solver for the open fields: milp (HiGHS) or enumerate (the joint menu, numpy)"
-SPEC = args.existing_file("FILE", text=True)
+SPEC = args.existing_file("FILE (spec file)", text=True)
 CALIBRATION = args.existing_file("--calibration", text=True)
 SOLVER = args.choice("--solver", ("milp", "enumerate"))
 SHAPE_HELP = "problem size: gemm MxNxK, batched_gemm BxMxNxK, conv2d NxHxWxCxK (overrides the spec's shape)"

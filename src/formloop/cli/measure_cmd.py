@@ -81,7 +81,8 @@ def evaluate(
                                        callback=args.choice("--tier", TIERS)),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Evaluate one design on a tier and say which tier and device produced the number."""
+    """Evaluate one design on a tier and say which tier and device produced the number.
+    Exit status 1 when the design fails (infeasible, or its measurement failed)."""
     out = api.evaluate(template, design, shape, op=op, dtype=dtype, chip=chip, options=parse_options(option),
                        tier=tier, settings=load_settings())
     if json_out:
