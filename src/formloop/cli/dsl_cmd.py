@@ -16,7 +16,7 @@ app.add_typer(dsl_app, name="dsl")
 SOLVER_HELP = "solver for the open fields: milp (HiGHS) or enumerate (the joint menu, numpy)"
 SPEC = args.existing_file("FILE (spec file)", text=True)
 CALIBRATION = args.existing_file("--calibration", text=True)
-SOLVER = args.choice("--solver", ("milp", "enumerate"))
+SOLVER = args.choice("--solver", ("enumerate", "milp"))
 SHAPE_HELP = "problem size: gemm MxNxK, batched_gemm BxMxNxK, conv2d NxHxWxCxK (overrides the spec's shape)"
 
 

@@ -22,7 +22,7 @@ def measure(
     chip: Optional[str] = typer.Option(None, help="chip spec: h200 | h100 (default: the template's, h200)"),
     dtype: Optional[str] = typer.Option(None, help="bf16 | fp16 | tf32 | fp32 (default: the template's, bf16)"),
     solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate",
-                               callback=args.choice("--solver", ("milp", "enumerate"))),
+                               callback=args.choice("--solver", ("enumerate", "milp"))),
     calibration: str = typer.Option(None, help="calibration JSON (benchmarks/gemm.py, benchmarks/attention.py) for "
                                                "the cost model",
                                     callback=args.existing_file("--calibration", text=True)),

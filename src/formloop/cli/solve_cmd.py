@@ -18,7 +18,7 @@ DTYPE = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (defaul
 CHIP = typer.Option(None, help="chip spec name (default: the template's; illustrative, h200 for the Triton families; "
                                "h200/h100: gemm-tiling's GPU contract)")
 JSON = typer.Option(False, "--json", help="print one JSON object")
-SOLVERS = ("milp", "enumerate")
+SOLVERS = ("enumerate", "milp")
 
 
 @app.command()
