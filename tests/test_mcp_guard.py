@@ -20,11 +20,11 @@ STUDY = ROOT / "studies" / "wall_relaxation_capacity.toml"
 
 @pytest.fixture
 def server(tmp_path, monkeypatch):
-    """guarded tools with tmp_path/root as the extra root, a 6 s tool limit, the store in tmp_path/store."""
+    """guarded tools with tmp_path/root as the extra root, a 20 s tool limit, the store in tmp_path/store."""
     (tmp_path / "root").mkdir()
     (tmp_path / "store").mkdir()
     monkeypatch.setenv(guard.ROOTS_ENV, str(tmp_path / "root"))
-    monkeypatch.setenv(guard.TIMEOUT_ENV, "6")
+    monkeypatch.setenv(guard.TIMEOUT_ENV, "20")  # generous: a loaded machine starts children slowly
     settings = load_settings({"FORMLOOP_STORE": str(tmp_path / "store" / "p.db"), "FORMLOOP_TIER": "model"})
     tools = Tools(settings)
     return {name: guard.guarded(settings, name, getattr(tools, name)) for name in TOOL_NAMES}
@@ -113,7 +113,7 @@ def test_the_stdio_server_survives_hostile_calls(tmp_path, monkeypatch):
     root = tmp_path / "root"
     root.mkdir()
     monkeypatch.setenv(guard.ROOTS_ENV, str(root))
-    monkeypatch.setenv(guard.TIMEOUT_ENV, "8")
+    monkeypatch.setenv(guard.TIMEOUT_ENV, "20")
     marker = tmp_path / "ran"
     outside = tmp_path / "evil.py"
     outside.write_text(f"import os\nos.system('touch {marker}')\n")
