@@ -35,7 +35,7 @@ def test_a_failed_measurement_is_null_with_its_failure_on_both_faces(tmp_path):
     env = {"FORMLOOP_TIER": "model", "FORMLOOP_STORE": str(tmp_path / "p.db")}
     res = CliRunner().invoke(app, ["evaluate", "gemm-tiling", "--design", RACY, "--shape", "1000,1000,1000", "--json"],
                              env=env)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # a failed design is answered, never accepted
     out = strict_loads(res.stdout)
     m = out["measurement"]
     assert m["latency_us"] is None and out["non_finite"] == {"measurement.latency_us": "inf"}

@@ -78,15 +78,15 @@ def test_bad_input_is_one_line_with_exit_2(tmp_path):
     no_inputs.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_init_inputs():\n    return []\n")
     cases = [
         (("schedule", bad_log), "status"),
-        (("schedule", tmp_path / "none.jsonl"), "log path"),
-        (("schedule", FIX / "problems" / "add.py", "--window", 0), "JSON"),
+        (("schedule", tmp_path / "none.jsonl"), "invalid LOG"),
+        (("schedule", FIX / "problems" / "add.py"), "JSON"),
         (("harness", no_inputs, FIX / "honest" / "add.py"), "get_inputs"),
-        (("harness", FIX / "problems" / "add.py", FIX / "honest" / "add.py", "--sets", 0), "sets"),
+        (("harness", FIX / "problems" / "add.py", FIX / "honest" / "add.py", "--sets", 0), "--sets"),
         (("harness", FIX / "problems" / "add.py", FIX / "honest" / "add.py", "--chip", "nochip", "--no-time"), "nochip"),
         (("integrity", FIX / "problems" / "add.py", FIX / "honest" / "add.py", "--probe", "magic"), "probe"),
-        (("schedule", good_log, "--sweep", "--eps-grid", "a,b"), "eps grid"),
-        (("schedule", good_log, "--window", 0), "window"),
-        (("synth-log", tmp_path / "x.jsonl", "--problems", 0), "n_problems"),
+        (("schedule", good_log, "--sweep", "--eps-grid", "a,b"), "--eps-grid"),
+        (("schedule", good_log, "--window", 0), "--window"),
+        (("synth-log", tmp_path / "x.jsonl", "--problems", 0), "--problems"),
     ]
     for args, needle in cases:
         r = invoke(*args)

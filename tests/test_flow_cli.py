@@ -87,7 +87,7 @@ def test_population_views_and_filters(store):
     (("run", "gemm", "--shape", "1,1,1", "--chip", "nochip"), "chip"),
     (("run", "rmsnorm", "--shape", "R=1,D=1", "--template", "missing.py:T"), "template spec path"),
     (("population", "show", "ffffffff"), "template hash"),
-    (("population", "ls", "--status", "maybe"), "status"),
+    (("population", "ls", "--status", "maybe"), "--status"),
 ])
 def test_bad_input_is_one_line_exit_2(store, args, field):
     res = invoke(*args, "--store", store)

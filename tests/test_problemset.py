@@ -67,7 +67,7 @@ def test_cli_table_small_and_errors(tmp_path):
     assert "gemm_scale_clamp" in out.stdout and "floor" in out.stdout and "…" not in out.stdout
     if not torch.cuda.is_available():
         assert NO_CUDA in out.stdout
-    for args, message in [((str(tmp_path / "none"),), "problem directory"), ((str(ROOT), "--chip", "tpu"), "chip"),
+    for args, message in [((str(tmp_path / "none"),), "invalid DIRECTORY"), ((str(ROOT), "--chip", "tpu"), "chip"),
                           ((str(ROOT), "--level", "7"), "level")]:
         bad = runner.invoke(app, ["problems", *args])
         assert bad.exit_code == 2 and message in bad.output and "Traceback" not in bad.output

@@ -52,8 +52,8 @@ def test_problem_file_and_named_shape_fields():
     (("gemm", "--shape", "2,2,2", "--chip", "ventus", "--precision", "fp16"), "precision for chip ventus"),
     (("gemm",), "--shape"),
     ((), "operator"),
-    (("--problem", "no/such/file.py"), "problem path"),
-    (("gemm", "--shape", "2,2", "--problem", "x.py"), "not both"),
+    (("--problem", "no/such/file.py"), "invalid --problem"),
+    (("gemm", "--shape", "2,2", "--problem", __file__), "not both"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     out = sol(*args)

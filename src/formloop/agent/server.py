@@ -3,7 +3,9 @@
 Every tool returns the api function's JSON object with `ok` added; the CLI twin of each tool
 (`CLI_TWINS`) prints the same object with --json. On bad input or a failed step a tool returns
 `{"ok": false, "error": {"type", "message", "field", "allowed", "fix"}}`; the server itself never
-raises out of a tool, so one bad call does not end the session. The tool functions are plain
+raises out of a tool, so one bad call does not end the session. The server wraps each tool with
+`formloop.agent.guard.guarded`: file arguments only from the configured roots, the call in a child
+process under a time limit, strict JSON (see that module). The tool functions are plain
 Python (callable and testable without the SDK); only `build_server` imports `mcp`."""
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ def structured(fn: Callable[..., dict]) -> Callable[..., dict]:
             return {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc),
                                            "field": getattr(exc, "field", None),
                                            "allowed": getattr(exc, "allowed", None), "fix": exc.fix}}
-        except Exception as exc:  # a bug, reported as data so the session survives it
+        except BaseException as exc:  # noqa: BLE001 - a bug, exit or interrupt, reported as data
             return {"ok": False, "error": {"type": "InternalError", "message": f"{type(exc).__name__}: {exc}",
                                            "field": None, "allowed": None, "fix": None,
                                            "traceback": traceback.format_exc(limit=6)}}
@@ -170,12 +172,17 @@ def build_server(settings: Settings | None = None):
     except ImportError:  # mcp 1.x names the same server FastMCP
         from mcp.server.fastmcp import FastMCP as Server
 
+    from formloop.agent.guard import guarded
+    from formloop.measure import sandbox
+
+    if "formloop.agent.server" not in sandbox.PRELOAD:  # tool children start with formloop.api imported
+        sandbox.PRELOAD.append("formloop.agent.server")
     tools = Tools(settings)
     server = Server("formloop", instructions="Prove, solve, check and measure kernel templates; "
                     "every number names its unit and source (model, sol, solver, emulated, gpu).")
     for name in TOOL_NAMES:
         method = getattr(tools, name)
-        server.add_tool(structured(method), name=name, structured_output=True,
+        server.add_tool(guarded(tools.settings, name, method), name=name, structured_output=True,
                         description=(method.__doc__ or name).strip().splitlines()[0])
     return server
 

@@ -15,7 +15,7 @@ environment's).
     kernel specs dsl_check, dsl_emit, dsl_run  (the spec language: validate, emit Triton, run vs torch)
     models      layer  (a whole Qwen3 decoder layer per scenario: fusion MILP, parts, measured on a GPU)
     co-design   wall_relax, codesign_study
-    population  population_query
+    population  population_query, population_check, population_backup, population_export
     the loop    run
     campaigns   harness, integrity, schedule, campaign, synth_log
     optimizing  optimize, optimize_status, optimize_submit (problem files to verified ModelNew kernels)
@@ -28,7 +28,7 @@ from formloop.api.layer import layer
 from formloop.api.loop import run
 from formloop.api.measure import evaluate, measure
 from formloop.api.optimize import optimize, optimize_status, optimize_submit
-from formloop.api.population import population_query
+from formloop.api.population import population_backup, population_check, population_export, population_query
 from formloop.api.sol import sol_ops, sol_report
 from formloop.api.solve import check, solve
 from formloop.api.templates import list_templates, show_template
@@ -37,8 +37,8 @@ from formloop.api.verify import chain_faults, prove_chain, prove_template, reche
 __all__ = [
     "add_template", "admit_template", "campaign", "chain_faults", "check", "codesign_study", "dsl_check", "dsl_emit",
     "dsl_run", "evaluate", "harness",
-    "integrity", "layer", "list_templates", "measure",
-    "optimize", "optimize_status", "optimize_submit", "population_query", "prove_chain", "prove_template",
+    "integrity", "layer", "list_templates", "measure", "optimize", "optimize_status", "optimize_submit",
+    "population_backup", "population_check", "population_export", "population_query", "prove_chain", "prove_template",
     "recheck_certificate", "run", "schedule", "show_template", "sol_ops", "sol_report", "solve", "synth_log", "verify",
     "wall_relax",
 ]

@@ -4,9 +4,10 @@ Reads never create a missing store: they answer as an empty one would. Latencies
 measured on the row's tier and device; predictions are in the template's unit (model)."""
 from __future__ import annotations
 
-from formloop.api.resolve import read_population
+from formloop.api.resolve import read_population, settings_from
 from formloop.api.values import plain
 from formloop.errors import InvalidInput
+from formloop.population.maintenance import backup_store, check_store, export_store
 from formloop.settings import Settings
 
 QUERY_KINDS = ("templates", "template", "designs", "measurements")
@@ -41,3 +42,27 @@ def population_query(kind: str = "templates", *, chip: str | None = None, worklo
     return plain({"kind": kind, "store": path, "schema_version": schema, "count": len(rows), "rows": rows,
                   "units": {"latency_s": "s (tier column)", "predicted": "template unit (model)",
                             "created_at": "s since the epoch (UTC)"}})
+
+
+def _store(settings: Settings | None) -> str:
+    return str(settings_from(settings).store_path)
+
+
+def population_check(*, full: bool = True, settings: Settings | None = None) -> dict:
+    """The store's integrity report, written nowhere and never writing: header, tables and schema,
+    SQLite's integrity_check (quick_check with full=False), orphaned rows, designs without
+    measurements, stale proof claims. `ok` is false when any problem was found; a missing store is
+    StoreMissing (nothing is created)."""
+    return plain(check_store(_store(settings), full=full).as_dict())
+
+
+def population_backup(dest: str, *, settings: Settings | None = None) -> dict:
+    """A consistent copy of the store at `dest` (a new file) by SQLite's backup API, checked after
+    copying; a damaged store is refused (a copy of damage is no backup)."""
+    return plain(backup_store(_store(settings), dest))
+
+
+def population_export(dest: str | None = None, *, settings: Settings | None = None) -> dict:
+    """Every readable row of every table as JSON (written to `dest`, a new file, when given); rows
+    that cannot be read are listed under `unreadable`."""
+    return plain(export_store(_store(settings), dest))

@@ -177,7 +177,11 @@ def gpu_contract(dtype: str, calibration: str | None = None, options: Mapping[st
     if not path.is_file():
         raise InvalidInput("calibration", calibration, "a calibration JSON written by benchmarks/gemm.py or "
                                                        "benchmarks/attention.py, or 'prior'")
-    cal = Calibration.load(path)
+    try:
+        cal = Calibration.load(path)
+    except (ValueError, TypeError, AttributeError, OSError) as exc:  # not JSON, not UTF-8, wrong or missing fields
+        raise InvalidInput("calibration", calibration, "a calibration JSON written by benchmarks/gemm.py or "
+                           f"benchmarks/attention.py ({type(exc).__name__}: {str(exc)[:120]})") from None
     c = template_from(name, {"dtype": dtype, "calibration": cal.values, "calibration_id": cal.key})
     return Routed(c, GPU_CONTRACT, {"calibration": cal.key, "calibration_source": f"file {path.name}"})
 

@@ -7,8 +7,21 @@ from typing import Any
 
 from formloop.api.values import plain
 from formloop.errors import InvalidInput
+from formloop.measure.sandbox import run_untrusted
 from formloop.sol import sol_report as count_and_bound
 from formloop.sol.ops import OPS, get_op, parse_op_shape
+
+PROBLEM_WALL_S = 120.0
+"""How long a problem file may take to import and trace in its child (seconds)."""
+
+
+def problem_sol_job(path: str, chip: str, dtype: str | None, clock_mhz: float | None,
+                    precision: str | None) -> dict:
+    """What runs in the child: the automatic SOL of a problem file, as a plain dict."""
+    from formloop.sol.auto import sol_for_problem  # imports torch
+
+    return plain(sol_for_problem(Path(path), chip, dtype, clock_mhz=clock_mhz,
+                                 compute_precision=precision).as_dict())
 
 
 def sol_report(op: str | None = None, shape: str | Mapping[str, Any] | Sequence[Any] | None = None, *,
@@ -22,9 +35,14 @@ def sol_report(op: str | None = None, shape: str | Mapping[str, Any] | Sequence[
         if op is not None or shape is not None:
             raise InvalidInput("arguments", f"{op or ''} --shape {shape or ''}".strip(),
                                "either OP --shape ... or --problem PATH, not both")
-        from formloop.sol.auto import sol_for_problem  # imports torch
-
-        report = sol_for_problem(Path(problem), chip, dtype, clock_mhz=clock_mhz, compute_precision=precision)
+        path = Path(problem)
+        if not path.is_file() or path.suffix != ".py":
+            raise InvalidInput("problem path", str(problem), "an existing .py file with Model, get_inputs, "
+                                                             "get_init_inputs")
+        # The problem file is code formloop did not write: it runs in a child under a time limit.
+        d = run_untrusted(problem_sol_job, str(path.resolve()), chip, dtype, clock_mhz, precision,
+                          what=f"problem file {path}", wall_s=PROBLEM_WALL_S)
+        return plain({**d, "report": d})
     else:
         if op is None:
             raise InvalidInput("operator", None, sorted(OPS), fix="give an operator with --shape, or --problem PATH")

@@ -6,6 +6,8 @@ witness, trace and replay; a slot schedule's counterexample also carries the sch
 replays under (`details.schedule`), which is what the CLI draws as a timeline."""
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from formloop.library import gemm_tiling_program as tiling_program
 from formloop.library.chain.compose import CHAINS, STEPS, ChainConfig, parse_fault, with_fault
 from formloop.library.chain.compose import prove_chain as prove_chain_steps
 from formloop.verify import Certificate, ObligationResult, prove_template as verify_template
+from formloop.verify.certificate import FORMAT as CERT_FORMAT
 from formloop.verify.proofgraph import MODES
 from formloop.verify.proofstore import ProofStore
 from formloop.verify.replay import replay_trace
@@ -112,17 +115,76 @@ def verify(template: str | None = TILING, *, fault: str | None = None, schedule:
                   "units": {"obligations[].seconds": "s (z3 + replay)"}})
 
 
+CERT_FIELDS = ("format", "template", "template_hash", "options", "verdict", "counts", "obligations")
+OBLIGATION_FIELDS = ("obligation", "verdict", "query")
+
+
 def recheck_certificate(certificate: str, *, timeout_s: float = 10.0) -> dict:
-    """Re-run the proof behind a certificate file and say whether the verdict still stands."""
+    """Re-run the proof behind a certificate file and say whether the verdict still stands. Any
+    difference, including an edit to the file itself (a recorded verdict or count that its
+    obligations do not give, a query whose hash does not match, a missing field), is a change that
+    names the field; `agrees` is true only when there is none."""
     path = Path(certificate)
     if not path.is_file():
         raise InvalidInput("--recheck", str(certificate), "a certificate file written by `formloop prove --out`")
-    old = Certificate.from_json(path.read_text())
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput("--recheck", str(certificate), f"a UTF-8 certificate file (byte {exc.start} is not "
+                           "UTF-8)") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError:
+        raw = None
+    if not isinstance(raw, dict) or raw.get("format") != CERT_FORMAT:
+        Certificate.from_json(text)  # names what the file is not (JSON, or a certificate's format)
+        raise InvalidInput("certificate format", None, [CERT_FORMAT])
+    changes = _tampered(raw)
+    base = {"template": raw.get("template"), "certificate": str(path), "old_verdict": raw.get("verdict"),
+            "obligations": len(raw["obligations"]) if isinstance(raw.get("obligations"), list) else 0}
+    try:
+        old = Certificate.from_json(text)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if not changes:
+            changes.append(f"field {exc}: unreadable ({type(exc).__name__})")
+        return plain({**base, "agrees": False, "changes": sorted(changes), "new_verdict": None,
+                      "template_hash": raw.get("template_hash"), "seconds": 0.0})
+    changes += _recorded_vs_obligations(raw, old)
     result = old.recheck(get_template(old.template, **dict(old.options)), timeout_s=timeout_s)
-    return plain({"agrees": result.agrees, "changes": list(result.changes), "old_verdict": old.verdict,
-                  "new_verdict": result.new.verdict, "template": old.template,
-                  "template_hash": result.new.template_hash, "obligations": len(old.obligations),
-                  "seconds": result.new.seconds, "certificate": str(path)})
+    changes += list(result.changes)
+    if isinstance(raw.get("verdict"), str) and raw["verdict"] != result.new.verdict.value:
+        changes.append(f"field verdict: recorded {raw['verdict']}, the recheck gives {result.new.verdict.value}")
+    changes = sorted(set(changes))
+    return plain({**base, "agrees": not changes, "changes": changes, "old_verdict": raw.get("verdict"),
+                  "new_verdict": result.new.verdict.value, "template_hash": result.new.template_hash,
+                  "seconds": result.new.seconds})
+
+
+def _tampered(raw: dict) -> list[str]:
+    """Fields a certificate must hold, missing or of the wrong kind."""
+    out = [f"field {f}: missing" for f in CERT_FIELDS if f not in raw]
+    for i, o in enumerate(raw.get("obligations") if isinstance(raw.get("obligations"), list) else []):
+        if not isinstance(o, dict):
+            out.append(f"field obligations[{i}]: not an object")
+            continue
+        out += [f"field obligations[{i}].{f}: missing" for f in OBLIGATION_FIELDS if f not in o]
+    if "obligations" in raw and not isinstance(raw["obligations"], list):
+        out.append("field obligations: not a list")
+    return out
+
+
+def _recorded_vs_obligations(raw: dict, cert: Certificate) -> list[str]:
+    """What the file records against what its own obligations give (an edited verdict or count)."""
+    out = []
+    if "verdict" in raw and raw["verdict"] != cert.verdict.value:
+        out.append(f"field verdict: recorded {raw['verdict']}, its obligations give {cert.verdict.value}")
+    if "counts" in raw and raw["counts"] != cert.counts():
+        out.append(f"field counts: recorded {raw['counts']}, its obligations give {cert.counts()}")
+    for i, (o, r) in enumerate(zip(raw.get("obligations") or [], cert.obligations)):
+        recorded = o.get("query_sha256") if isinstance(o, dict) else None
+        if recorded is not None and recorded != hashlib.sha256(r.query.encode()).hexdigest()[:16]:
+            out.append(f"field obligations[{i}].query_sha256: does not match its query ({r.obligation})")
+    return out
 
 
 def prove_chain(chain: str = "gemm", *, depth: int = 5, mode: str = "full", fault: str | None = None,

@@ -144,8 +144,11 @@ def load_log(path: str | Path) -> AttemptLog:
     p = Path(path)
     if not p.is_file():
         raise InvalidInput("log path", str(path), "an existing JSONL file")
-    with p.open() as f:
-        return parse_log(f, source=p.name)
+    try:
+        with p.open(encoding="utf-8") as f:
+            return parse_log(f, source=p.name)
+    except UnicodeDecodeError as exc:
+        raise InvalidInput("log path", str(path), f"a UTF-8 JSONL file (byte {exc.start} is not UTF-8)") from None
 
 
 def dump_log(records: Iterable[dict], path: str | Path) -> None:

@@ -9,9 +9,15 @@ from rich.table import Table
 
 from formloop import api
 from formloop.api.values import with_non_finite
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import console, friendly, print_json
 from formloop.errors import InvalidInput
+
+
+PROBLEM = args.existing_file("PROBLEM", suffix=".py")
+CANDIDATE = args.existing_file("CANDIDATE", suffix=".py")
+LOG = args.existing_file("LOG", text=True)
+MEMORY = args.float_range("--memory-gb", 0.0625, 4096, lo_open=False, unit="GiB")
 
 
 def _ms(seconds: float | None) -> str:
@@ -70,25 +76,33 @@ def _timing_line(t: dict) -> str:
 @app.command()
 @friendly
 def harness(
-    problem: Path = typer.Argument(..., help="problem file (Model, get_inputs, get_init_inputs)"),
-    candidate: Path = typer.Argument(..., help="candidate file defining ModelNew"),
-    sets: int = typer.Option(3, help="fresh random input sets for the correctness check (1 ... 100)"),
-    seed: Optional[int] = typer.Option(None, help="seed of the input sets, 0 ... 2^63-1 (default: secret, printed)"),
+    problem: Path = typer.Argument(..., help="problem file (Model, get_inputs, get_init_inputs)", callback=PROBLEM),
+    candidate: Path = typer.Argument(..., help="candidate file defining ModelNew", callback=CANDIDATE),
+    sets: int = typer.Option(3, help="fresh random input sets for the correctness check (1 ... 100)",
+                             parser=args.int_range("--sets", 1, 100)),
+    seed: Optional[int] = typer.Option(None, help=f"seed of the input sets, {args.SEED_RANGE} (default: secret, "
+                                                  "printed)", parser=args.seed),
     time_it: bool = typer.Option(True, "--time/--no-time", help="time reference and candidate"),
     chip: Optional[str] = typer.Option(None, help="chip for the SOL floor, e.g. h100 (default on a GPU: the "
                                                   "device's own, by its name)"),
-    clock_mhz: Optional[float] = typer.Option(None, help="locked clock for the SOL floor"),
+    clock_mhz: Optional[float] = typer.Option(None, help="locked clock for the SOL floor, MHz (0 < x <= 10000; at "
+                                                         "most the chip's boost)", parser=args.clock_mhz),
     dtype: Optional[str] = typer.Option(None, help="dtype for the SOL floor (default: the problem's)"),
-    rtol: Optional[float] = typer.Option(None, help="override the dtype's relative tolerance (0 < rtol < 1)"),
+    rtol: Optional[float] = typer.Option(None, help="override the dtype's relative tolerance (0 < rtol < 1)",
+                                         parser=args.float_range("--rtol", 0, 1, hi_open=True)),
     precision: Optional[str] = typer.Option(None, help="cast inputs and both models to fp32 | fp16 | bf16 | fp64 "
                                                        "(KernelBench's precision option)"),
     eval_mode: bool = typer.Option(False, "--eval/--no-eval",
                                    help="call .eval() on both models (KernelBench does not)"),
     tolerance: str = typer.Option("formloop", help="the rule deciding correctness: formloop (magnitude-aware, float64 "
-                                                   "truth) | kernelbench (allclose at its precision tolerance)"),
-    timing_mode: str = typer.Option("auto", help="auto (CUDA graph, eager if not capturable) | graph | eager"),
-    timeout: float = typer.Option(600.0, help="wall-clock limit of the whole run in seconds (0 < t <= 86400)"),
-    memory_gb: Optional[float] = typer.Option(None, help="host memory limit of the run in GiB (default: 3/4 of RAM)"),
+                                                   "truth) | kernelbench (allclose at its precision tolerance)",
+                                  callback=args.choice("--tolerance", ("formloop", "kernelbench"))),
+    timing_mode: str = typer.Option("auto", help="auto (CUDA graph, eager if not capturable) | graph | eager",
+                                    callback=args.choice("--timing-mode", ("auto", "graph", "eager"))),
+    timeout: float = typer.Option(600.0, help="wall-clock limit of the whole run in seconds (0 < t <= 86400)",
+                                  parser=args.run_timeout),
+    memory_gb: Optional[float] = typer.Option(None, help="host memory limit of the run in GiB, 0.0625 ... 4096 "
+                                                         "(default: 3/4 of RAM)", parser=MEMORY),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Check a candidate against a problem's reference: correctness on fresh inputs drawn on the
@@ -147,18 +161,22 @@ def harness(
 @app.command()
 @friendly
 def integrity(
-    problem: Path = typer.Argument(..., help="problem file"),
-    candidate: Path = typer.Argument(..., help="candidate file defining ModelNew"),
-    seed: Optional[int] = typer.Option(None, help="seed of all probe inputs, 0 ... 2^63-1 (default: secret, printed)"),
+    problem: Path = typer.Argument(..., help="problem file", callback=PROBLEM),
+    candidate: Path = typer.Argument(..., help="candidate file defining ModelNew", callback=CANDIDATE),
+    seed: Optional[int] = typer.Option(None, help=f"seed of all probe inputs, {args.SEED_RANGE} (default: secret, "
+                                                  "printed)", parser=args.seed),
     probe: Optional[list[str]] = typer.Option(None, help="run only these probes (repeatable): static, torch-only, "
                                               "trivial, unseen, shapes, memory, cache, mutation, skipped, side-stream, "
                                               "launch-failure, call-count"),
     chip: Optional[str] = typer.Option(None, help="add the SOL-ceiling check against this chip (GPU timings only)"),
-    clock_mhz: Optional[float] = typer.Option(None, help="locked clock for the SOL floor"),
+    clock_mhz: Optional[float] = typer.Option(None, help="locked clock for the SOL floor, MHz (0 < x <= 10000; at "
+                                                         "most the chip's boost)", parser=args.clock_mhz),
     precision: Optional[str] = typer.Option(None, help="cast inputs and models to fp32 | fp16 | bf16 | fp64"),
     eval_mode: bool = typer.Option(False, "--eval/--no-eval", help="call .eval() on both models"),
-    timeout: float = typer.Option(900.0, help="wall-clock limit of the whole run in seconds (0 < t <= 86400)"),
-    memory_gb: Optional[float] = typer.Option(None, help="host memory limit of the run in GiB (default: 3/4 of RAM)"),
+    timeout: float = typer.Option(900.0, help="wall-clock limit of the whole run in seconds (0 < t <= 86400)",
+                                  parser=args.run_timeout),
+    memory_gb: Optional[float] = typer.Option(None, help="host memory limit of the run in GiB, 0.0625 ... 4096 "
+                                                         "(default: 3/4 of RAM)", parser=MEMORY),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Integrity verdict for one attempt (clean | minor | probe-failed | torch-only | gaming, or
@@ -196,17 +214,22 @@ def integrity(
 @app.command()
 @friendly
 def schedule(
-    log: Path = typer.Argument(..., help="attempt log (JSONL; see formloop.campaign.replaylog)"),
+    log: Path = typer.Argument(..., help="attempt log (JSONL; see formloop.campaign.replaylog)", callback=LOG),
     eps: Optional[float] = typer.Option(None, help="SOL-gap threshold: stop when t_best <= (1+eps) t_SOL "
-                                        "(and the reference is beaten)"),
+                                        "(and the reference is beaten), 0 ... 1000",
+                                        parser=args.float_range("--eps", 0, 1000, lo_open=False)),
     window: Optional[int] = typer.Option(None, help="no-progress window: stop after this many attempts "
-                                         "without improvement"),
+                                         "without improvement, 1 ... 100000",
+                                         parser=args.int_range("--window", 1, 100000)),
     sweep_grid: bool = typer.Option(False, "--sweep", help="sweep eps x window and print the Pareto front"),
-    eps_grid: str = typer.Option("off,0,0.1,0.25,0.5,1,2", help="eps values for --sweep ('off' disables the rule)"),
-    window_grid: str = typer.Option("off,16,12,8,4,2", help="window values for --sweep"),
-    min_retention: float = typer.Option(0.95, help="retention constraint for the recommended policy"),
+    eps_grid: str = typer.Option("off,0,0.1,0.25,0.5,1,2", help="eps values for --sweep, each 0 ... 1000 or 'off' "
+                                 "(disables the rule)", callback=args.number_list("--eps-grid", lo=0, hi=1000)),
+    window_grid: str = typer.Option("off,16,12,8,4,2", help="window values for --sweep, integers 1 ... 100000 or 'off'",
+                                    callback=args.number_list("--window-grid", lo=1, hi=100000, integer=True)),
+    min_retention: float = typer.Option(0.95, help="retention constraint for the recommended policy, 0 ... 1",
+                                        parser=args.float_range("--min-retention", 0, 1, lo_open=False)),
     unfiltered: bool = typer.Option(False, help="count attempts integrity flagged (default: filtered)"),
-    plot: Optional[Path] = typer.Option(None, help="directory for pareto.png"),
+    plot: Optional[Path] = typer.Option(None, help="directory for pareto.png", callback=args.directory("--plot")),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Replay an attempt log under SOL-guided stopping: token savings, geomean speedup retention
@@ -242,9 +265,11 @@ def schedule(
 @app.command()
 @friendly
 def campaign(
-    log: Path = typer.Argument(..., help="attempt log (JSONL)"),
-    p: str = typer.Option("0,1,1.5,2", help="speedup thresholds for fast_p"),
-    plot: Optional[Path] = typer.Option(None, help="directory for fastp.png and attempt_fastp.png"),
+    log: Path = typer.Argument(..., help="attempt log (JSONL)", callback=LOG),
+    p: str = typer.Option("0,1,1.5,2", help="speedup thresholds for fast_p, each 0 ... 10^6",
+                          callback=args.number_list("--p", lo=0, hi=1e6, off=False)),
+    plot: Optional[Path] = typer.Option(None, help="directory for fastp.png and attempt_fastp.png",
+                                        callback=args.directory("--plot")),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Campaign metrics, integrity-filtered beside unfiltered: fast_p, geomean/median/mean speedup,
@@ -273,10 +298,13 @@ def campaign(
 @app.command("synth-log")
 @friendly
 def synth_log(
-    out: Path = typer.Argument(..., help="where to write the JSONL log"),
-    problems: int = typer.Option(40, help="number of problems"),
-    attempts: int = typer.Option(24, help="attempts per problem"),
-    seed: int = typer.Option(0, help="generator seed"),
+    out: Path = typer.Argument(..., help="where to write the JSONL log (a new or replaced file)",
+                               callback=args.new_file("OUT")),
+    problems: int = typer.Option(40, help="number of problems, 1 ... 10000",
+                                 parser=args.int_range("--problems", 1, 10000)),
+    attempts: int = typer.Option(24, help="attempts per problem, 1 ... 10000",
+                                 parser=args.int_range("--attempts", 1, 10000)),
+    seed: int = typer.Option(0, help=f"generator seed, {args.SEED_RANGE}", parser=args.seed),
 ) -> None:
     """Write a synthetic attempt log (for trying `schedule` and `campaign`; not measured data)."""
     api.synth_log(str(out), problems=problems, attempts=attempts, seed=seed)

@@ -7,7 +7,7 @@ import typer
 from rich.table import Table
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import console, friendly, print_json
 from formloop.verify.proofstore import DEFAULT_PROOF_STORE
 
@@ -18,7 +18,7 @@ MAX_TRACE_ROWS = 12
 @friendly
 def prove_chain_cmd(
     chain: str = typer.Argument("gemm", help="refinement chain: gemm"),
-    depth: int = typer.Option(5, help="check steps 1..depth (1..5)"),
+    depth: int = typer.Option(5, help="check steps 1..depth (1..5)", parser=args.int_range("--depth", 1, 5)),
     mode: str = typer.Option("full", help="full (recheck all) | node (reuse unchanged proofs) | "
                                           "query (node + stored UNSAT queries)"),
     fault: str = typer.Option(None, help="inject a fault, STEP:NAME, e.g. 4:wrong_generation"),

@@ -9,8 +9,17 @@ import typer
 from rich.table import Table
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import console, friendly, print_json
+
+STUDY = args.existing_file("STUDY", text=True)
+
+
+def _plot(value):
+    return value if not value else args.new_file("--plot")(value)
+
+
+PLOT = _plot
 
 
 def cell(ratio: float | None, n: int | None = None) -> str:
@@ -21,10 +30,11 @@ def cell(ratio: float | None, n: int | None = None) -> str:
 @app.command()
 @friendly
 def codesign(
-    study: str = typer.Argument(..., help="study file (TOML), e.g. studies/wall_relaxation_capacity.toml"),
+    study: str = typer.Argument(..., help="study file (TOML), e.g. studies/wall_relaxation_capacity.toml",
+                                callback=STUDY),
     json_out: bool = typer.Option(False, "--json", help="print a JSON list of rows"),
     plot: str = typer.Option("", help="where to write the Figure 6-style PNG (capacity studies; "
-                                      "default .formloop/codesign-<study>.png)"),
+                                      "default .formloop/codesign-<study>.png)", callback=PLOT),
 ) -> None:
     """Co-design study: wall relaxation against fixed, sequential, random and joint search."""
     out = api.codesign_study(study, plot=plot or str(Path(".formloop") / "codesign-{study}.png"))
@@ -93,12 +103,15 @@ def _print_table11(out: dict) -> None:
 @app.command("wall-relax")
 @friendly
 def wall_relax(
-    study: str = typer.Argument(..., help="study file (TOML), e.g. studies/wall_relaxation_capacity.toml"),
+    study: str = typer.Argument(..., help="study file (TOML), e.g. studies/wall_relaxation_capacity.toml",
+                                callback=STUDY),
     objective: str = typer.Option(..., help="the study's objective to minimize, e.g. prefill"),
     start: Optional[str] = typer.Option(None, help="the study's start chip label (default: its first)"),
     coupled: bool = typer.Option(False, help="also screen pairs of walls (coupled variant)"),
-    k: Optional[int] = typer.Option(None, help="menu steps priced out and in (default: the study's)"),
-    rounds: Optional[int] = typer.Option(None, help="purchase rounds at most (default: the study's)"),
+    k: Optional[int] = typer.Option(None, help="menu steps priced out and in, 1 ... 64 (default: the study's)",
+                                    parser=args.int_range("--k", 1, 64)),
+    rounds: Optional[int] = typer.Option(None, help="purchase rounds at most, 1 ... 1000 (default: the study's)",
+                                         parser=args.int_range("--rounds", 1, 1000)),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Wall relaxation from one start: price the walls that bind the best software, buy the largest

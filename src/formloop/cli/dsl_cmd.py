@@ -7,13 +7,16 @@ from typing import Optional
 import typer
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import console, err_console, friendly, print_json
 
 dsl_app = typer.Typer(no_args_is_help=True, help="kernel specs: check, emit the Triton source, run against torch.")
 app.add_typer(dsl_app, name="dsl")
 
 SOLVER_HELP = "solver for the open fields: milp (HiGHS) or enumerate (the joint menu, numpy)"
+SPEC = args.existing_file("FILE (spec file)", text=True)
+CALIBRATION = args.existing_file("--calibration", text=True)
+SOLVER = args.choice("--solver", ("enumerate", "milp"))
 SHAPE_HELP = "problem size: gemm MxNxK, batched_gemm BxMxNxK, conv2d NxHxWxCxK (overrides the spec's shape)"
 
 
@@ -67,10 +70,11 @@ def _summary_lines(r: dict) -> list[str]:
 
 @dsl_app.command("check")
 @friendly
-def check(file: str = typer.Argument(..., help="spec file"),
+def check(file: str = typer.Argument(..., help="spec file", callback=SPEC),
           shape: Optional[str] = typer.Option(None, "--shape", help=SHAPE_HELP),
-          calibration: Optional[str] = typer.Option(None, "--calibration", help="calibration JSON for the cost model"),
-          solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP),
+          calibration: Optional[str] = typer.Option(None, "--calibration", help="calibration JSON for the cost model",
+                                                    callback=CALIBRATION),
+          solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP, callback=SOLVER),
           as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Validate a spec (every rule, before any compile); with a shape, solve its open fields and check the instance."""
     r = api.dsl_check(path=file, shape=shape, calibration=calibration, solver=solver)
@@ -82,10 +86,11 @@ def check(file: str = typer.Argument(..., help="spec file"),
 
 @dsl_app.command("emit")
 @friendly
-def emit(file: str = typer.Argument(..., help="spec file"),
+def emit(file: str = typer.Argument(..., help="spec file", callback=SPEC),
          shape: Optional[str] = typer.Option(None, "--shape", help=SHAPE_HELP),
-         calibration: Optional[str] = typer.Option(None, "--calibration", help="calibration JSON for the cost model"),
-         solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP),
+         calibration: Optional[str] = typer.Option(None, "--calibration", help="calibration JSON for the cost model",
+                                                    callback=CALIBRATION),
+         solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP, callback=SOLVER),
          as_json: bool = typer.Option(False, "--json", help="print the result (with the source) as JSON")) -> None:
     """Print the Triton source of the spec's main kernel."""
     r = api.dsl_emit(path=file, shape=shape, calibration=calibration, solver=solver)
@@ -96,10 +101,11 @@ def emit(file: str = typer.Argument(..., help="spec file"),
 
 @dsl_app.command("run")
 @friendly
-def run(file: str = typer.Argument(..., help="spec file"),
+def run(file: str = typer.Argument(..., help="spec file", callback=SPEC),
         shape: Optional[str] = typer.Option(None, "--shape", help=SHAPE_HELP),
-        calibration: Optional[str] = typer.Option(None, "--calibration", help="calibration JSON for the cost model"),
-        solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP),
+        calibration: Optional[str] = typer.Option(None, "--calibration", help="calibration JSON for the cost model",
+                                                    callback=CALIBRATION),
+        solver: str = typer.Option("milp", "--solver", help=SOLVER_HELP, callback=SOLVER),
         no_timing: bool = typer.Option(False, "--no-timing", help="check correctness only"),
         as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Check against the torch reference, then time on a GPU (else: the interpreter at a reduced shape)."""

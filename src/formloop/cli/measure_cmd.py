@@ -8,7 +8,8 @@ import typer
 from rich.table import Table
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
+from formloop.settings import TIERS
 from formloop.cli.common import SHAPE_HELP, console, err_console, friendly, parse_options, print_json
 from formloop.settings import load_settings
 
@@ -20,9 +21,11 @@ def measure(
     shape: str = typer.Option(..., help=SHAPE_HELP + "; attention: B,Hq,Hkv,D,L[,page=P][,causal=0|1]"),
     chip: Optional[str] = typer.Option(None, help="chip spec: h200 | h100 (default: the template's, h200)"),
     dtype: Optional[str] = typer.Option(None, help="bf16 | fp16 | tf32 | fp32 (default: the template's, bf16)"),
-    solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate"),
+    solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate",
+                               callback=args.choice("--solver", ("enumerate", "milp"))),
     calibration: str = typer.Option(None, help="calibration JSON (benchmarks/gemm.py, benchmarks/attention.py) for "
-                                               "the cost model, or 'prior' (default: the store's latest, else prior)"),
+                                               "the cost model, or 'prior' (default: the store's latest, else prior)",
+                                    callback=args.calibration_file()),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Pick an instance with the MILP and measure it (gpu tier on a CUDA device, else model tier)."""
@@ -87,16 +90,20 @@ def evaluate(
     dtype: Optional[str] = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (default: the template's)"),
     op: Optional[str] = typer.Option(None, help="operator of the workload (default: the template's)"),
     option: Optional[list[str]] = typer.Option(None, "--option", help="a template option NAME=VALUE; repeat"),
-    tier: Optional[str] = typer.Option(None, help="auto | model | gpu (default: $FORMLOOP_TIER or auto)"),
+    tier: Optional[str] = typer.Option(None, help="auto | model | gpu (default: $FORMLOOP_TIER or auto)",
+                                       callback=args.choice("--tier", TIERS)),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Evaluate one design on a tier and say which tier and device produced the number."""
+    """Evaluate one design on a tier and say which tier and device produced the number.
+    Exit status 1 when the design fails (infeasible, or its measurement failed)."""
     out = api.evaluate(template, design, shape, op=op, dtype=dtype, chip=chip, options=parse_options(option),
                        tier=tier, settings=load_settings())
     if json_out:
         print_json(out)
-        return
-    m = out["measurement"]
-    latency = f"{m['latency_us']:.2f} us" if m["ok"] else f"failed: {m['failure'] or 'correctness check failed'}"
-    console.print(f"{out['template']} · {out['workload']} · chip {out['chip']} · design {m['assignment']}: "
-                  f"{latency} ({m['tier']} tier on {m['provenance']['device']})", highlight=False)
+    else:
+        m = out["measurement"]
+        latency = f"{m['latency_us']:.2f} us" if m["ok"] else f"failed: {m['failure'] or 'correctness check failed'}"
+        console.print(f"{out['template']} · {out['workload']} · chip {out['chip']} · design {m['assignment']}: "
+                      f"{latency} ({m['tier']} tier on {m['provenance']['device']})", highlight=False)
+    if not out["measurement"]["ok"]:
+        raise typer.Exit(1)  # an infeasible or failing design is never a result

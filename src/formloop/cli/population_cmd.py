@@ -1,7 +1,9 @@
-"""`formloop population ls|show|designs|measurements|query|add`: views of the store, and admission."""
+"""`formloop population ls|show|designs|measurements|query|add|check|backup|export`: views of the store,
+admission, and its upkeep (integrity report, backup, JSON export)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -9,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import console, friendly, parse_options, print_json
 from formloop.settings import load_settings
 
@@ -22,7 +24,9 @@ JSON = typer.Option(False, "--json", help="print JSON")
 CHIP = typer.Option(None, "--chip", help="only this chip")
 WORKLOAD = typer.Option(None, "--workload", help="a workload key, or an operator name (gemm) for all of its workloads")
 TEMPLATE = typer.Option(None, "--template", help="a template name or hash prefix")
-TIER = typer.Option(None, help="model | emulated | simulated | gpu")
+TIER = typer.Option(None, help="model | emulated | simulated | gpu",
+                    callback=args.choice("--tier", ("model", "emulated", "simulated", "gpu")))
+STATUSES = ("proved", "refuted", "unresolved")
 
 
 def _query(store: str | None, kind: str, **filters) -> dict:
@@ -40,7 +44,8 @@ def _when(t: float) -> str:
 
 @population_app.command("ls")
 @friendly
-def ls(store: Optional[str] = STORE, status: Optional[str] = typer.Option(None, help="proved | refuted | unresolved"),
+def ls(store: Optional[str] = STORE, status: Optional[str] = typer.Option(None, help="proved | refuted | unresolved",
+                                     callback=args.choice("--status", STATUSES)),
        json_out: bool = JSON) -> None:
     """Stored templates with their proof status and descriptor."""
     out = _query(store, "templates", status=status)
@@ -124,7 +129,8 @@ def measurements(store: Optional[str] = STORE, chip: Optional[str] = CHIP, workl
 def query(kind: str = typer.Option("templates", help="templates | template | designs | measurements"),
           store: Optional[str] = STORE, chip: Optional[str] = CHIP, workload: Optional[str] = WORKLOAD,
           template: Optional[str] = TEMPLATE, status: Optional[str] = typer.Option(None, help="proved | refuted | "
-                                                                                        "unresolved"),
+                                                                                        "unresolved",
+                                                                  callback=args.choice("--status", STATUSES)),
           tier: Optional[str] = TIER) -> None:
     """One query of the store as JSON, the answer the MCP tool population_query gives."""
     print_json(_query(store, kind, chip=chip, workload=workload, template=template, status=status, tier=tier))
@@ -147,3 +153,53 @@ def add(spec: str = typer.Argument(..., help="a user template path/to/file.py:NA
                 console.print(f"  {step}", highlight=False)
     if out["status"] != "proved":
         raise typer.Exit(1)
+
+
+@population_app.command()
+@friendly
+def check(store: Optional[str] = STORE, quick: bool = typer.Option(False, "--quick",
+                                                                   help="quick_check instead of integrity_check"),
+          json_out: bool = JSON) -> None:
+    """Integrity report of the store (reads only; never creates or repairs). Exit status 1 when a
+    problem is found, 2 when there is no store."""
+    rep = api.population_check(full=not quick, settings=load_settings().with_overrides(store_path=store))
+    if json_out:
+        print_json(rep)
+    else:
+        console.print(f"store {rep['path']}: {'ok' if rep['ok'] else 'PROBLEMS FOUND'} · schema "
+                      f"{rep['schema_version']} (current {rep['current_schema']}) · {rep['check']} · "
+                      f"{rep['size_bytes']} bytes · {rep['seconds']:.2f} s (wall)", highlight=False)
+        console.print("rows: " + ", ".join(f"{k} {v}" for k, v in rep["counts"].items()), highlight=False)
+        for label, items in (("problem", rep["problems"]), ("warning", rep["warnings"])):
+            for text in items:
+                console.print(f"{label}: {text}", highlight=False, soft_wrap=True)
+    if not rep["ok"]:
+        raise typer.Exit(1)
+
+
+@population_app.command()
+@friendly
+def backup(dest: Path = typer.Argument(..., help="the copy: a new file (nothing is overwritten)",
+                                       callback=args.new_file("DEST", replace=False)),
+           store: Optional[str] = STORE, json_out: bool = JSON) -> None:
+    """A consistent copy of the store by SQLite's backup API (safe while others write), checked after copying."""
+    out = api.population_backup(str(dest), settings=load_settings().with_overrides(store_path=store))
+    if json_out:
+        print_json(out)
+    else:
+        console.print(f"backup {out['backup']}: {out['bytes']} bytes, schema {out['schema_version']}", highlight=False)
+
+
+@population_app.command()
+@friendly
+def export(dest: Optional[Path] = typer.Argument(None, help="a new JSON file (default: print to stdout)",
+                                                 callback=args.new_file("DEST", replace=False)),
+           store: Optional[str] = STORE) -> None:
+    """Every readable row of every table as JSON; unreadable rows are listed, never guessed."""
+    out = api.population_export(str(dest) if dest is not None else None,
+                                settings=load_settings().with_overrides(store_path=store))
+    if dest is None:
+        print_json(out)
+    else:
+        console.print(f"exported to {dest}: " + ", ".join(f"{k} {len(v)}" for k, v in out["tables"].items()),
+                      highlight=False)

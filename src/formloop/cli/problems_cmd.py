@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import console, err_console, friendly, print_json
 from formloop.errors import InvalidInput
 
@@ -55,15 +55,19 @@ def problems_table(rows: list[dict], chip: str, device: str) -> Table:
 @app.command("problems")
 @friendly
 def problems_cmd(
-    directory: Path = typer.Argument(..., help="problem set: level1/ level2/ level3/ folders or problem files"),
+    directory: Path = typer.Argument(..., help="problem set: level1/ level2/ level3/ folders or problem files",
+                                     callback=args.directory("DIRECTORY", may_create=False)),
     chip: str = typer.Option("h100", "--chip", help="chip the SOL bound is computed for (formloop.hw.chips)"),
-    clock_mhz: Optional[float] = typer.Option(None, "--clock-mhz", help="locked SM clock for the SOL bound"),
-    level: list[int] = typer.Option([], "--level", help="only this level (repeatable): 1, 2 or 3"),
+    clock_mhz: Optional[float] = typer.Option(None, "--clock-mhz", help="locked SM clock for the SOL bound, MHz",
+                                              parser=args.clock_mhz),
+    level: list[int] = typer.Option([], "--level", help="only this level (repeatable): 1, 2 or 3",
+                                    parser=args.int_range("--level", 1, 3)),
     small: bool = typer.Option(False, "--small", help="the problems' SMALL (CPU-test) sizes"),
     measure: bool = typer.Option(True, "--measure/--no-measure", help="time the references where CUDA is present"),
     compile_too: bool = typer.Option(True, "--compile/--no-compile", help="also time torch.compile of each reference"),
     budget_s: Optional[float] = typer.Option(
-        None, "--budget-s", help="skip torch.compile timings once this many seconds of timing are spent"),
+        None, "--budget-s", help="skip torch.compile timings once this many seconds of timing are spent "
+        "(0 < s <= 86400)", parser=args.float_range("--budget-s", 0, 86400)),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON"),
 ) -> None:
     """For every problem file in DIRECTORY: the automatic SOL (FLOPs, minimum bytes, bound, floor; no

@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
+from formloop.settings import TIERS
 from formloop.cli.common import console, fmt, friendly, print_json
 from formloop.settings import load_settings
 from formloop.workload import EXTENTS
@@ -63,7 +64,7 @@ def run(
                                                  help="a user template path/to/file.py:NAME; repeat"),
     store: Optional[str] = STORE,
     tier: Optional[str] = typer.Option(None, help="evaluator tier: auto | model | gpu "
-                                       "(default: $FORMLOOP_TIER or auto)"),
+                                       "(default: $FORMLOOP_TIER or auto)", callback=args.choice("--tier", TIERS)),
     json_out: bool = typer.Option(False, "--json", help="print the report as one JSON object"),
 ) -> None:
     """Draw covering templates, prove or reuse, solve, check, evaluate, store and report."""

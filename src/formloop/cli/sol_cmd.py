@@ -8,7 +8,8 @@ import typer
 from rich.table import Table
 
 from formloop import api
-from formloop.cli import app
+from formloop.api.values import with_non_finite
+from formloop.cli import app, args
 from formloop.cli.common import console, friendly, print_json
 from formloop.sol.report import SOLReport
 from formloop.workload import EXTENTS
@@ -25,6 +26,7 @@ def _ops_table(ops: list[dict]) -> Table:
 
 def render(report: dict) -> Table:
     """The report's own table (the dict holds every field of a SOLReport)."""
+    report = with_non_finite(report)  # a problem that does no work has intensity 0/0: shown, not a crash
     fields = {k: v for k, v in report.items() if k in SOLReport.__dataclass_fields__}
     return SOLReport(**{**fields, "notes": tuple(fields.get("notes", ()))}).table()
 
@@ -38,11 +40,13 @@ def sol(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="storage dtype: fp32, bf16, fp16, fp8 "
                                         "(op default fp32; problem default: its own)"),
     chip: str = typer.Option("h100", "--chip", help="chip name (formloop.hw.chips)"),
-    clock_mhz: Optional[float] = typer.Option(None, "--clock-mhz", help="locked SM clock; compute peaks scale with it"),
+    clock_mhz: Optional[float] = typer.Option(None, "--clock-mhz", help="locked SM clock, MHz (at most the chip's "
+                                              "boost); compute peaks scale with it", parser=args.clock_mhz),
     precision: Optional[str] = typer.Option(None, "--precision",
                                             help="compute precision (default: tf32 for fp32 GEMMs, else the dtype's)"),
     problem: Optional[Path] = typer.Option(None, "--problem",
-                                           help="problem file (Model/get_inputs/get_init_inputs): automatic SOL"),
+                                           help="problem file (Model/get_inputs/get_init_inputs): automatic SOL",
+                                           callback=args.existing_file("--problem", suffix=".py")),
     ops: bool = typer.Option(False, "--ops", help="list the operators and their shape fields"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:

@@ -7,7 +7,7 @@ import typer
 from rich.table import Table
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import SHAPE_HELP, console, friendly, parse_options, print_json
 from formloop.settings import load_settings
 
@@ -18,6 +18,7 @@ DTYPE = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (defaul
 CHIP = typer.Option(None, help="chip spec name (default: the template's; illustrative, h200 for the Triton families; "
                                "h200/h100: gemm-tiling's GPU contract)")
 JSON = typer.Option(False, "--json", help="print one JSON object")
+SOLVERS = ("enumerate", "milp")
 
 
 @app.command()
@@ -65,10 +66,11 @@ def solve(
     template: str = typer.Argument(..., help="template name, e.g. gemm-tiling, or path/to/file.py:NAME"),
     shape: str = typer.Option(..., help=SHAPE_HELP + "; attention: B,Hq,Hkv,D,L[,page=P][,causal=0|1]"),
     pre: Optional[str] = typer.Option(None, help="contract of gemm-tiling: exact | strong | weak (default exact)"),
-    solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate"),
+    solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate", callback=args.choice("--solver", SOLVERS)),
     chip: Optional[str] = CHIP,
     calibration: Optional[str] = typer.Option(None, help="calibration JSON of a Triton family's cost model, or "
-                                                          "'prior' (default: the store's latest, else prior)"),
+                                                          "'prior' (default: the store's latest, else prior)",
+                                              callback=args.calibration_file()),
     dtype: Optional[str] = DTYPE,
     op: Optional[str] = typer.Option(None, help="operator of the workload (default: the template's)"),
     option: Optional[list[str]] = OPTION,

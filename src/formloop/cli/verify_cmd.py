@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from formloop import api
-from formloop.cli import app
+from formloop.cli import app, args
 from formloop.cli.common import SHAPE_HELP, console, friendly, print_json
 
 STYLE = {"proved": "green", "counterexample": "bold red", "unresolved": "yellow"}
@@ -91,8 +91,10 @@ def prove(
     pre: str = typer.Option(None, help="contract of gemm-tiling: exact | strong | weak (default exact)"),
     dtype: str = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (templates with a dtype option; "
                                          "default: the template's)"),
-    timeout: float = typer.Option(10.0, help="per-query solver timeout, seconds"),
-    out: Path = typer.Option(None, help="write the certificate (JSON) here"),
+    timeout: float = typer.Option(10.0, help=f"per-query solver timeout, seconds, {args.SOLVER_TIMEOUT_RANGE}",
+                                  parser=args.solver_timeout),
+    out: Path = typer.Option(None, help="write the certificate (JSON) here (a new or replaced file)",
+                             callback=args.new_file("--out")),
     json_out: bool = typer.Option(False, "--json", help="print the obligations as a JSON list"),
 ) -> None:
     """Prove a template once for its family: K1, K3 and its index and schedule obligations."""
@@ -119,10 +121,13 @@ def verify(
     schedule: str = typer.Option(None, help="one slot schedule S,P,BETA"),
     design: str = typer.Option(None, help="one design Tm,Tn,Tk,S,P,BETA (with --shape)"),
     shape: str = typer.Option("1000,1000,1000", help=f"GEMM {SHAPE_HELP}, for --design"),
-    warps: int = typer.Option(2, help="warps in the bounded event model"),
-    phases: int = typer.Option(5, help="reduction phases in the bounded event model"),
-    recheck: Path = typer.Option(None, help="re-run the proof behind a certificate (JSON) and compare"),
-    timeout: float = typer.Option(10.0, help="per-query solver timeout, seconds"),
+    warps: int = typer.Option(2, help=f"warps in the bounded event model, {args.WARPS_RANGE}", parser=args.warps),
+    phases: int = typer.Option(5, help=f"reduction phases in the bounded event model, {args.PHASES_RANGE}",
+                               parser=args.phases),
+    recheck: Path = typer.Option(None, help="re-run the proof behind a certificate (JSON) and compare; exit 1 "
+                                            "on any difference", callback=args.existing_file("--recheck", text=True)),
+    timeout: float = typer.Option(10.0, help=f"per-query solver timeout, seconds, {args.SOLVER_TIMEOUT_RANGE}",
+                                  parser=args.solver_timeout),
     json_out: bool = typer.Option(False, "--json", help="print the obligations as a JSON list"),
 ) -> None:
     """Check one fault, one schedule or one design against the obligations; or recheck a certificate."""
@@ -138,9 +143,12 @@ def verify(
 
 
 def _print_recheck(result: dict, path: Path, json_out: bool) -> None:
+    """Exit status 1 on any difference (each names the field that differs)."""
     if json_out:
         print_json({k: result[k] for k in ("agrees", "changes", "old_verdict", "new_verdict", "template_hash",
                                            "seconds")})
+        if not result["agrees"]:
+            raise typer.Exit(1)
         return
     if result["agrees"]:
         console.print(Text(f"recheck agrees: {result['template']} ({result['template_hash']}) is still "
@@ -150,3 +158,4 @@ def _print_recheck(result: dict, path: Path, json_out: bool) -> None:
         console.print(Text(f"recheck differs from {path}:", style="bold red"))
         for change in result["changes"]:
             console.print(f"  {change}", highlight=False)
+        raise typer.Exit(1)

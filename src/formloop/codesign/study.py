@@ -51,7 +51,9 @@ def load_study(path: str | Path) -> Study:
     if not path.is_file():
         raise InvalidInput("study file", str(path), "an existing TOML file")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidInput("study file", str(path), f"a UTF-8 TOML file (byte {exc.start} is not UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput("study file", str(path), f"valid TOML ({exc})") from None
     study = parse_study(data)

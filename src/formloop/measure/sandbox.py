@@ -282,3 +282,28 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                             **{**base, "exitcode": payload["code"]})
     return ChildOutcome(RunStatus.CRASHED, message=payload.get("message", ""), error=payload,
                         **{**base, "exitcode": None})  # the child reported the crash and left cleanly
+
+
+class UntrustedCodeFailed(StructureError):
+    """Untrusted code (a problem file, a user template) crashed, timed out or exited in its child
+    process; `verdict` names which. Never a result: the caller reports it (exit status 2)."""
+
+    def __init__(self, what: str, outcome: ChildOutcome):
+        self.verdict, self.outcome = outcome.status.value, outcome
+        code = f", exit code {outcome.exitcode}" if outcome.exitcode is not None else ""
+        where = f" ({outcome.step})" if outcome.step else ""
+        super().__init__(f"{what}{where}: {outcome.status.value}: {outcome.message}{code}; not used",
+                         fix="make the file finish quickly without exiting, signals or endless loops")
+
+
+def run_untrusted(fn: Callable, /, *args: Any, what: str, wall_s: float = 60.0, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` in a child under a `wall_s` limit: its value when it completes; its formloop
+    error raised again when it fails; `UntrustedCodeFailed` (crashed, timed-out, exited) otherwise.
+    Inside a sandboxed child already (an MCP tool call) it runs in place: that child is the guard."""
+    if _CHANNEL is not None:
+        return fn(*args, **kwargs)
+    outcome = run_in_child(fn, *args, limits=Limits(wall_s=wall_s), **kwargs)
+    if outcome.ok:
+        return outcome.value
+    outcome.reraise()
+    raise UntrustedCodeFailed(what, outcome)
