@@ -106,6 +106,10 @@ def baseline_runs(cfg, sc, w, device, allow_autotune: bool):
                 setattr(ic, knob, value)
             except (AttributeError, ValueError) as exc:
                 log(f"  inductor knob {knob} not set ({type(exc).__name__})")
+        import torch._dynamo
+
+        # each scenario is its own static shape: eight scenarios x two modes recompile `layer` 16 times
+        torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
         variants["compile"] = torch.compile(fn, fullgraph=True, dynamic=False)
         if allow_autotune:
             variants["max-autotune"] = torch.compile(fn, mode="max-autotune-no-cudagraphs", fullgraph=True,

@@ -156,7 +156,8 @@ class ElementwiseProgram:
                 continue
             shape = {"tile": tuple(x.shape), "row": (N,), "col": (M,)}[op.tensor]
             dt = TORCH_DTYPES[tensor_dtype_of(op, self.dtype)]
-            out[name] = torch.randn(shape, generator=gen).to(device=x.device, dtype=dt)
+            device = gen.device if gen is not None else x.device  # a generator draws on its own device
+            out[name] = torch.randn(shape, generator=gen, device=device).to(device=x.device, dtype=dt)
         return out
 
 
