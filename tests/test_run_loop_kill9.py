@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -23,14 +24,31 @@ def _run(store: Path, sizes: list[int]) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
 
 
+def _designs(store: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1) as db:
+            return db.execute("SELECT COUNT(*) FROM designs").fetchone()[0]
+    except sqlite3.Error:  # not created yet, or its tables not yet written
+        return 0
+
+
+def _wait_for_progress(proc: subprocess.Popen, store: Path, before: int, limit_s: float = 120.0) -> None:
+    """Until this run has stored a design (so the kill lands inside the loop, whatever the machine's speed)."""
+    end = time.monotonic() + limit_s
+    while proc.poll() is None and _designs(store) <= before and time.monotonic() < end:
+        time.sleep(0.02)
+
+
 def test_kill_9_of_the_run_loop_splits_no_design(tmp_path):
     store = tmp_path / "p.db"
     rng = random.Random(12)
     killed = 0
     for round_ in range(4):
         sizes = [64 + 32 * (8 * round_ + i) for i in range(8)]
+        before = _designs(store)
         proc = _run(store, sizes)
-        time.sleep(rng.uniform(3.0, 9.0))
+        _wait_for_progress(proc, store, before)
+        time.sleep(rng.uniform(0.0, 0.05))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             killed += 1

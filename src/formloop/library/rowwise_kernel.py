@@ -15,10 +15,11 @@ import torch
 import triton
 import triton.language as tl
 
+from formloop.dtypes import torch_dtype
 from formloop.errors import InvalidInput
 from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS, solved_design
 
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TORCH_DTYPES = {d: torch_dtype(d) for d in ("fp32", "bf16", "fp16")}
 DTYPE_OF = {v: k for k, v in TORCH_DTYPES.items()}
 NORM_CODE = {"rmsnorm": 0, "rmsnorm-residual": 1, "layernorm": 2, "groupnorm": 3}
 RED_CODE = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5, "logsumexp": 6}
