@@ -42,8 +42,8 @@ BLOCK_MENU = "(128, 256, 512, 1024, 2048, 4096, 8192)"
 
 @pytest.fixture(autouse=True)
 def _short_limits(monkeypatch):
-    monkeypatch.setattr(user, "VET_WALL_S", 20.0)  # generous: a loaded machine starts children slowly
-    monkeypatch.setattr(api_sol, "PROBLEM_WALL_S", 20.0)
+    monkeypatch.setattr(user, "VET_WALL_S", 10.0)  # generous: a child starts in ~3 s on 2 busy cores
+    monkeypatch.setattr(api_sol, "PROBLEM_WALL_S", 10.0)
 
 
 def _template_file(tmp_path: Path, name: str) -> str:

@@ -10,9 +10,14 @@ from formloop.measure.integrity import IntegrityVerdict
 from formloop.sol.problem import load_problem
 
 PROBLEMS = sorted((Path(__file__).parents[1] / "problems").rglob("*.py"))   # level folders (problems/README.md)
+# Every fused chain and whole model (levels 2 and 3, where a probe is likeliest to misfire) and one single op of each
+# kind the probes treat differently: ~9 s each on the CPU, so the whole set (53) would take a third of the CI budget.
+LEVEL1_KINDS = {"attention_causal", "attention_decode_gqa", "conv2d_3x3", "batch_norm", "argmax_dim", "cross_entropy",
+                "cumsum", "gemm_bf16", "softmax_rows", "unfold_patches"}
+CHECKED = [p for p in PROBLEMS if p.parent.name != "level1" or p.stem in LEVEL1_KINDS]
 
 
-@pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CHECKED, ids=lambda p: p.stem)
 def test_reference_as_candidate_is_torch_only_and_nothing_else(path):
     problem = load_problem(path, small=True)      # the CPU-test sizes: full sizes are for the GPU
     report = check_integrity(problem, problem.Model, seed=13)
@@ -22,4 +27,5 @@ def test_reference_as_candidate_is_torch_only_and_nothing_else(path):
 
 
 def test_there_are_shipped_problems():
-    assert len(PROBLEMS) >= 20
+    assert len(PROBLEMS) >= 40
+    assert {p.stem for p in PROBLEMS} >= LEVEL1_KINDS, "a named level-1 problem is gone: update LEVEL1_KINDS"

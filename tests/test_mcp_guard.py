@@ -24,7 +24,7 @@ def server(tmp_path, monkeypatch):
     (tmp_path / "root").mkdir()
     (tmp_path / "store").mkdir()
     monkeypatch.setenv(guard.ROOTS_ENV, str(tmp_path / "root"))
-    monkeypatch.setenv(guard.TIMEOUT_ENV, "20")  # generous: a loaded machine starts children slowly
+    monkeypatch.setenv(guard.TIMEOUT_ENV, "10")  # generous: a child starts in ~3 s on 2 busy cores
     settings = load_settings({"FORMLOOP_STORE": str(tmp_path / "store" / "p.db"), "FORMLOOP_TIER": "model"})
     tools = Tools(settings)
     return {name: guard.guarded(settings, name, getattr(tools, name)) for name in TOOL_NAMES}
@@ -113,7 +113,7 @@ def test_the_stdio_server_survives_hostile_calls(tmp_path, monkeypatch):
     root = tmp_path / "root"
     root.mkdir()
     monkeypatch.setenv(guard.ROOTS_ENV, str(root))
-    monkeypatch.setenv(guard.TIMEOUT_ENV, "20")
+    monkeypatch.setenv(guard.TIMEOUT_ENV, "10")
     marker = tmp_path / "ran"
     outside = tmp_path / "evil.py"
     outside.write_text(f"import os\nos.system('touch {marker}')\n")
