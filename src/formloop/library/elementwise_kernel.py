@@ -4,10 +4,6 @@ operations), which reads the chain's tensors and stores the result. Reference: g
 torch reference of the chain (gemm_epilogue_reference.apply_chain) applied to x."""
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -17,13 +13,12 @@ import triton
 from formloop.errors import InvalidInput
 from formloop.library.elementwise import parse_chain, solved_design
 from formloop.library.gemm_epilogue_emit import HELPERS, KernelSpec, epilogue_source, tensor_params
-from formloop.library.gemm_epilogue_kernel import KERNEL_DIR
+from formloop.library.gemm_epilogue_kernel import import_generated
 from formloop.library.gemm_epilogue_ops import EpilogueOp, tensor_dtype_of
 from formloop.library.gemm_epilogue_reference import apply_chain
 from formloop.library.gemm_tiling_kernel import INTERPRETED
 from formloop.library.rowwise_kernel import DTYPE_OF, TORCH_DTYPES
 
-_MODULES: dict[str, object] = {}
 
 
 @dataclass(frozen=True)
@@ -67,22 +62,7 @@ def module_source(spec: KernelSpec) -> str:
 
 
 def load(spec: KernelSpec):
-    text = module_source(spec)
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
-    if key not in _MODULES:
-        KERNEL_DIR.mkdir(parents=True, exist_ok=True)
-        path = KERNEL_DIR / f"{spec.name}_{key}.py"
-        if not path.exists() or path.read_text() != text:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
-        name = f"formloop_kernels.{spec.name}_{key}"
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        module_spec.loader.exec_module(module)
-        _MODULES[key] = module
-    return getattr(_MODULES[key], spec.name)
+    return import_generated(spec.name, module_source(spec))
 
 
 class ElementwiseProgram:
