@@ -68,6 +68,19 @@ def _affine(w_ptr, b_ptr, rows, cols, m, C, G, CG, HW, GATHER: tl.constexpr):
 
 
 @triton.jit
+def _load_rows(x_ptr, r_ptr, ro_ptr, r64, cols, m, sx, sr, sro, RESIDUAL: tl.constexpr):
+    """The tile of x in fp32; with RESIDUAL, x + residual, stored back in the model's dtype and reread as stored
+    (Qwen3's residual stream is rounded before the norm sees it)."""
+    x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=0.0).to(tl.float32)
+    if RESIDUAL:
+        x = x + tl.load(r_ptr + r64[:, None] * sr + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        xr = x.to(ro_ptr.dtype.element_ty)
+        tl.store(ro_ptr + r64[:, None] * sro + cols[None, :], xr, mask=m)
+        x = xr.to(tl.float32)
+    return x
+
+
+@triton.jit
 def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sro, eps, G, CG, HW,
                  OP: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, ONE: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
@@ -76,12 +89,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sr
     if ONE:
         cols = tl.arange(0, BC)
         m = row_ok[:, None] & (cols < C)[None, :]
-        x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        if OP == 1:
-            x = x + tl.load(r_ptr + r64[:, None] * sr + cols[None, :], mask=m, other=0.0).to(tl.float32)
-            xr = x.to(ro_ptr.dtype.element_ty)
-            tl.store(ro_ptr + r64[:, None] * sro + cols[None, :], xr, mask=m)
-            x = xr.to(tl.float32)
+        x = _load_rows(x_ptr, r_ptr, ro_ptr, r64, cols, m, sx, sr, sro, OP == 1)
         if OP >= 2:
             mean = tl.sum(x, 1) / C
             d = tl.where(m, x - mean[:, None], 0.0)
@@ -103,12 +111,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sr
         for c0 in range(0, C, BC):
             cols = c0 + tl.arange(0, BC)
             m = row_ok[:, None] & (cols < C)[None, :]
-            x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=0.0).to(tl.float32)
-            if OP == 1:
-                x = x + tl.load(r_ptr + r64[:, None] * sr + cols[None, :], mask=m, other=0.0).to(tl.float32)
-                xr = x.to(ro_ptr.dtype.element_ty)
-                tl.store(ro_ptr + r64[:, None] * sro + cols[None, :], xr, mask=m)
-                x = xr.to(tl.float32)
+            x = _load_rows(x_ptr, r_ptr, ro_ptr, r64, cols, m, sx, sr, sro, OP == 1)
             if OP >= 2:
                 d = tl.where(m, x - shift[:, None], 0.0)
                 acc += d
