@@ -5,28 +5,13 @@ Triton's compiler and ptxas run without a GPU when the active driver only names 
 compile runs in a fresh interpreter (the kernel tests import the modules in interpreter mode)."""
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.sm90 import has_ptxas, run_compile_script
 
 SCRIPT = r"""
 import json
-from triton.backends.compiler import GPUTarget
-from triton.runtime.driver import driver
 
-
-class TargetOnly:  # names the target; nothing is launched
-    def get_current_device(self): return 0
-    def get_current_stream(self, device=None): return 0
-    def get_current_target(self): return GPUTarget("cuda", 90, 128)
-
-
-driver.set_active(TargetOnly())
 from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan, _decode_kernel
 from formloop.library.attention_prefill_kernel import PrefillConfig, PrefillPlan, _prefill_kernel
 
@@ -50,14 +35,9 @@ print(json.dumps(out))
 """
 
 
-def _ptxas() -> bool:
-    """Found without importing triton here (the kernel tests import it in interpreter mode first)."""
-    spec = importlib.util.find_spec("triton")
-    return spec is not None and any((Path(p) / "backends" / "nvidia" / "bin" / "ptxas").exists()
-                                    for p in spec.submodule_search_locations or ())
 
 
-@pytest.mark.skipif(not _ptxas(), reason="no ptxas in the triton wheel")
+@pytest.mark.skipif(not has_ptxas(), reason="no ptxas in the triton wheel")
 def test_kernels_compile_for_sm90_within_the_shared_memory_wall():
     from formloop.expr import evaluate
     from formloop.hw.chips import get_chip
@@ -65,11 +45,7 @@ def test_kernels_compile_for_sm90_within_the_shared_memory_wall():
     from formloop.library.attention_decode import chip_params as decode_chip
     from formloop.library.attention_prefill import chip_params as prefill_chip
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    compiled = json.loads(proc.stdout.strip().splitlines()[-1])
+    compiled = run_compile_script(SCRIPT)
     h200 = get_chip("h200")
     assert len(compiled) == 5
     for c in compiled:

@@ -3,31 +3,16 @@ very argument list Triton's dispatch handed the launcher: checked on this CPU-on
 compiling for sm_90 and recording, instead of launching, what reaches the launcher."""
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.sm90 import has_ptxas, run_compile_script
 
 SCRIPT = r"""
 import json
 import torch
-from triton.backends.compiler import GPUTarget
-from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
 from triton.compiler.compiler import CompiledKernel
 
-
-class TargetOnly:  # names the target; nothing is launched
-    def get_current_device(self): return 0
-    def get_current_stream(self, device=None): return 0
-    def get_current_target(self): return GPUTarget("cuda", 90, 128)
-
-
-driver.set_active(TargetOnly())
 calls, dispatches = [], []
 
 
@@ -61,19 +46,10 @@ print(json.dumps(out))
 """
 
 
-def _ptxas() -> bool:
-    """Found without importing triton here (the kernel tests import it in interpreter mode first)."""
-    spec = importlib.util.find_spec("triton")
-    return spec is not None and any((Path(p) / "backends" / "nvidia" / "bin" / "ptxas").exists()
-                                    for p in spec.submodule_search_locations or ())
 
 
-@pytest.mark.skipif(not _ptxas(), reason="no ptxas in the triton wheel")
+@pytest.mark.skipif(not has_ptxas(), reason="no ptxas in the triton wheel")
 def test_second_launch_replays_the_compiled_kernels_with_the_same_arguments():
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    for run, kernels in zip(json.loads(proc.stdout.strip().splitlines()[-1]), (1, 2)):
+    for run, kernels in zip(run_compile_script(SCRIPT), (1, 2)):
         assert len(run["first"]) == kernels and run["second"] == run["first"]
         assert run["dispatches"] == [kernels, kernels], "the second launch went through the jit dispatch"

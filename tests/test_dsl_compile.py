@@ -6,31 +6,16 @@ Triton's compiler and ptxas run without a GPU when the active driver only names 
 compile runs in a fresh interpreter (the kernel tests import the modules in interpreter mode)."""
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.sm90 import has_ptxas, run_compile_script
 
 SCRIPT = r"""
 import json, re, subprocess, sys, tempfile
 from pathlib import Path
 
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.runtime.driver import driver
 
-
-class TargetOnly:  # names the target; nothing is launched
-    def get_current_device(self): return 0
-    def get_current_stream(self, device=None): return 0
-    def get_current_target(self): return GPUTarget("cuda", 90, 128)
-
-
-driver.set_active(TargetOnly())
 import torch
 from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
 from formloop.library.gemm_epilogue_kernel import EpiloguePlan, new_inputs, new_output
@@ -58,19 +43,11 @@ print(json.dumps(out))
 """
 
 
-def _ptxas() -> bool:
-    spec = importlib.util.find_spec("triton")
-    return spec is not None and any((Path(p) / "backends" / "nvidia" / "bin" / "ptxas").exists()
-                                    for p in spec.submodule_search_locations or ())
 
 
-@pytest.mark.skipif(not _ptxas(), reason="no ptxas in the triton wheel")
+@pytest.mark.skipif(not has_ptxas(), reason="no ptxas in the triton wheel")
 def test_the_epilogue_in_halves_holds_fewer_registers_on_sm90():
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    whole, halves = json.loads(proc.stdout.strip().splitlines()[-1])
+    whole, halves = run_compile_script(SCRIPT)
     assert halves["spill_stores"] == 0 and halves["regs"] < whole["regs"], (whole, halves)
     assert whole["spill_stores"] > 0 or whole["regs"] >= 240, whole  # the reason the halves exist
     assert halves["shared"] <= 227 * 1024
