@@ -53,7 +53,7 @@ if ARGS is not None:
 
 import torch  # noqa: E402
 
-from formloop.library.qwen3_layer import WEIGHTS, get_model, new_state, new_weights, parse_scenario, \
+from formloop.library.qwen3_layer import get_model, new_state, new_weights, parse_scenario, \
     reference  # noqa: E402
 from formloop.library.qwen3_layer_baseline import make_layer, rope_cache, weight_args  # noqa: E402
 from formloop.library.qwen3_layer_check import check_fusion, rel_err, tiny_designs  # noqa: E402
@@ -65,25 +65,6 @@ T0 = time.time()
 
 def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
-
-
-def new_weights_fast(cfg, device, seed):
-    """Random weights drawn on the device (the CPU generator is slow at 8B shapes)."""
-    if device == "cpu":
-        return new_weights(cfg, seed=seed)
-    g = torch.Generator(device=device).manual_seed(seed)
-    out = {}
-    for k in WEIGHTS:
-        if k in ("w_in", "w_post"):
-            out[k] = (1 + 0.1 * torch.randn(cfg.hidden, device=device, generator=g)).to(torch.bfloat16)
-        elif k in ("q_norm", "k_norm"):
-            out[k] = (1 + 0.1 * torch.randn(cfg.head_dim, device=device, generator=g)).to(torch.bfloat16)
-        else:
-            o, i = {"w_qkv": (cfg.qkv_width, cfg.hidden), "w_o": (cfg.hidden, cfg.q_width),
-                    "w_gate": (cfg.intermediate, cfg.hidden), "w_up": (cfg.intermediate, cfg.hidden),
-                    "w_down": (cfg.hidden, cfg.intermediate)}[k]
-            out[k] = (torch.randn(o, i, device=device, generator=g) / math.sqrt(i)).to(torch.bfloat16)
-    return out
 
 
 COMPILED: dict = {}  # (scenario, variant) -> the function, reused by the stack (no second compile)
@@ -157,7 +138,7 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
 
     cfg, sc = p.cfg, p.scenario
     row = {"scenario": sc.text, "plan": p.as_dict(), "sol": layer_floor(cfg, sc)}
-    w = new_weights_fast(cfg, device, seed=0)
+    w = new_weights(cfg, device, seed=0)
     m = measure(p, device=device, weights=w)
     row["formloop"] = m
     if not m["check"]["ok"]:
@@ -185,7 +166,7 @@ def stack(plan, device, best_name: str, layers: int) -> dict:
 
     cfg, sc = plan.cfg, plan.scenario
     designs = {n: q.design for n, q in plan.parts.items()}
-    ws = [new_weights_fast(cfg, device, seed=1000 + i) for i in range(layers)]
+    ws = [new_weights(cfg, device, seed=1000 + i) for i in range(layers)]
     states = [new_state(cfg, sc, device=device, seed=2000 + i) for i in range(layers)]
     ours = [LayerKernels(cfg, sc, plan.fusion, designs, w, device) for w in ws]
     outs = [torch.empty(sc.tokens, cfg.hidden, dtype=torch.bfloat16, device=device) for _ in range(layers)]

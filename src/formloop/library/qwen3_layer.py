@@ -151,17 +151,18 @@ WEIGHTS = ("w_in", "w_qkv", "q_norm", "k_norm", "w_o", "w_post", "w_gate", "w_up
 
 def new_weights(cfg: Qwen3Config, device="cpu", seed: int = 0) -> dict:
     """Random bf16 weights as nn.Linear keeps them ([out, in]); q, k, v stacked in w_qkv. Linear
-    weights have std 1/sqrt(in) (activations stay about N(0, 1)); norm weights 1 + N(0, 0.1)."""
+    weights have std 1/sqrt(in) (activations stay about N(0, 1)); norm weights 1 + N(0, 0.1). Drawn by
+    the device's own generator (a CPU draw of 8B-model shapes is slow), so values depend on the device."""
     import torch
 
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     dt = torch.bfloat16
 
     def lin(out_f: int, in_f: int):
-        return (torch.randn(out_f, in_f, generator=g) / math.sqrt(in_f)).to(dt).to(device)
+        return (torch.randn(out_f, in_f, generator=g, device=device) / math.sqrt(in_f)).to(dt)
 
     def norm(n: int):
-        return (1.0 + 0.1 * torch.randn(n, generator=g)).to(dt).to(device)
+        return (1.0 + 0.1 * torch.randn(n, generator=g, device=device)).to(dt)
 
     return {"w_in": norm(cfg.hidden), "w_qkv": lin(cfg.qkv_width, cfg.hidden), "q_norm": norm(cfg.head_dim),
             "k_norm": norm(cfg.head_dim), "w_o": lin(cfg.hidden, cfg.q_width), "w_post": norm(cfg.hidden),

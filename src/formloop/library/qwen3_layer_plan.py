@@ -117,10 +117,11 @@ class PartPlan:
                 "detail": self.detail, "what": PARTS[self.name]}
 
 
-def _solve_part(name: str, spec, chip_name: str) -> PartPlan:
+def _solve_part(name: str, spec, chip_name: str, gemm_calibration: Mapping[str, float] | None = None) -> PartPlan:
     chip = get_chip(chip_name)
     if isinstance(spec, GemmPart):
-        t = get_template(GEMM_TEMPLATE, dtype="bf16", epilogue=spec.chain)
+        t = get_template(GEMM_TEMPLATE, dtype="bf16", epilogue=spec.chain, calibration=gemm_calibration,
+                         calibration_id="given" if gemm_calibration else "priors")
         wl = gemm_epilogue.workload(spec.M, spec.N, spec.K, "bf16", pb_=spec.K)
         s = solve_milp(t.formulate(wl, chip))
         return PartPlan(name, "gemm", float(s.objective), {k: int(v) for k, v in s.assignment.items()},
@@ -196,22 +197,24 @@ class LayerPlan:
                 "units": {"model_us": "us (model)", "parts.model_us": "us (model)"}}
 
 
-def plan(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", model: str = "qwen3-8b", workers: int = 4) -> LayerPlan:
-    return plan_many(cfg, [sc], chip, model, workers)[0]
+def plan(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", model: str = "qwen3-8b", workers: int = 4,
+         gemm_calibration: Mapping[str, float] | None = None) -> LayerPlan:
+    return plan_many(cfg, [sc], chip, model, workers, gemm_calibration)[0]
 
 
 def plan_many(cfg: Qwen3Config, scenarios, chip: str = "h200", model: str = "qwen3-8b",
-              workers: int = 4) -> list[LayerPlan]:
-    """Plans for several scenarios, every part solve of every scenario in one process pool."""
+              workers: int = 4, gemm_calibration: Mapping[str, float] | None = None) -> list[LayerPlan]:
+    """Plans for several scenarios, every part solve of every scenario in one process pool. The GEMM
+    parts use `gemm_calibration` (fitted terms of the gemm-epilogue template) when given, else priors."""
     cfg = check_config(cfg)
     specs = [part_specs(cfg, sc) for sc in scenarios]
     jobs = [(i, n, s) for i, sp in enumerate(specs) for n, s in sp.items()]
     if workers <= 1:
-        solved = {(i, n): _solve_part(n, s, chip) for i, n, s in jobs}
+        solved = {(i, n): _solve_part(n, s, chip, gemm_calibration) for i, n, s in jobs}
     else:
         # processes: the solves are CPU work in Python and HiGHS; spawn keeps CUDA state out of them
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            done = {(i, n): pool.submit(_solve_part, n, s, chip) for i, n, s in jobs}
+            done = {(i, n): pool.submit(_solve_part, n, s, chip, gemm_calibration) for i, n, s in jobs}
             solved = {k: f.result() for k, f in done.items()}
     out = []
     for i, sc in enumerate(scenarios):
