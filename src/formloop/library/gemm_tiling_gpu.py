@@ -6,6 +6,11 @@ group. P and beta are not free here: Triton's pipeliner prefetches S−1 k-tiles
 slot only after the tensor-core read of it completed, i.e. P = S−1, beta = 1, so the seed's
 lifetime rule P ≤ S−2+beta holds for every S.
 
+SC picks the schedule: 0 data-parallel (one block per tile and split), 1 persistent (min(tiles, n_sm)
+programs loop over the tiles in the swizzled order), 2 stream-K (the tiles' k-steps cut into n_sm
+even runs, shared tiles fixed up by a last-arriver merge; gemm_tiling_sched_kernel). C6 keeps both
+to the copy-engine path without split-K.
+
 L picks the load path: 1 = the copy engine (TMA tensor descriptors; edges zero-filled on read and
 clipped on write), 0 = pointer loads with masks (any layout).
 
@@ -20,6 +25,7 @@ Walls (chip resources on the right-hand side):
   C3 warps    Tm·Tn ≥ 64·W              (each thread holds at least two accumulators)
   C4 split    (KS−1)·⌈⌈K/Tk⌉/KS⌉ < ⌈K/Tk⌉   (every split gets at least one k-tile)
   C5 layout   L = 0 or K·e and N·e are multiples of 16 bytes (TMA row pitch)
+  C6 sched    SC = 0 or (KS = 1 and L = 1)
 
 Cost (µs): a per-SM pipeline model against DRAM, plus launch costs. One block's k-step takes
 max(tensor time, L2→SM feed time, lat / (S−2)) + a fixed step cost (+ load issue on the pointer
@@ -41,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from formloop.errors import InvalidInput
-from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, where
+from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, substitute, where
 from formloop.hw.chips import Chip, get_chip
 from formloop.library import gemm_tiling_index as index
 from formloop.library import register_template
@@ -65,6 +71,8 @@ W = decision("W", (4, 8), doc="warps per block (num_warps)")
 KS = decision("KS", (1, 2, 4, 8), doc="split-K: contiguous k ranges reduced by separate blocks")
 G = decision("G", (8, 1), doc="tile rows per swizzle group (grouped-M launch order)")
 L = decision("L", (1, 0), doc="load path: 1 = tensor-memory copies (TMA descriptors), 0 = pointer loads (cp.async)")
+SC = decision("SC", (0, 1, 2), doc="schedule: 0 = data-parallel (one block per tile and split), 1 = persistent "
+              "(n_sm programs loop over the tiles), 2 = stream-K (n_sm programs share the tiles' k-steps evenly)")
 
 M = param("M", doc="rows of A and C")
 N = param("N", doc="columns of B and C")
@@ -171,13 +179,38 @@ t_loads = (Tm + Tn) * Tk * e / (16 * 32 * W) * t_issue
 t_block = t_tile + Tm * Tn / (32 * W) * t_epi
 # Split-K: every split writes its float32 partial, the last one reads KS of them back (L2 → SM).
 t_split = where(KS > 1, Tm * Tn * 4 * (KS + 1) / bw_sm + t_fix, 0)
-T_comp = (waves * n_iter * t_core + waves * n_iter * (1 - L) * t_loads + waves * (t_block + t_split)) * US
+T_dp = waves * n_iter * t_core + waves * n_iter * (1 - L) * t_loads + waves * (t_block + t_split)
+# Persistent (SC = 1): min(tiles, n_sm) programs walk the tiles in the same swizzled order; the
+# same ⌈tiles/n_sm⌉ quantization as data-parallel, but a program's fixed cost is paid once and
+# each further tile costs only its epilogue.
+tiles = npm * npn
+tiles_pp = ceildiv(tiles, n_sm)
+t_epi_tile = Tm * Tn / (32 * W) * t_epi
+T_pers = tiles_pp * (k_tiles * t_core + t_epi_tile) + t_tile
+# Stream-K (SC = 2): the tiles·⌈K/Tk⌉ k-steps are cut into n_sm even runs (no wave quantization);
+# a run crosses at most ⌈tiles/n_sm⌉ tile boundaries, each segment restarts the pipeline (one
+# latency) and ends in an epilogue; a run's first and last segments are partial tiles: written to
+# the workspace (float32) and summed by the tile's last arriver, who reads every contributor's
+# partial back (L2 → SM; taken as four tile passes a program: its two writes, two reads).
+sk_steps = ceildiv(tiles * k_tiles, n_sm)
+t_sk_fix = Tm * Tn * 4 * 4 / bw_sm + t_fix
+T_sk = sk_steps * t_core + (tiles_pp + 1) * (t_epi_tile + lat_eff) + t_tile + t_sk_fix
+# C6 makes KS = 1 and L = 1 under SC ≠ 0, so each schedule's time is data-parallel's plus a
+# correction that reads few decisions (a table small enough for the MILP); exact on feasible points.
+DP1 = {"KS": 1, "L": 1}
+T_comp = (T_dp + where(SC.eq(1), T_pers - substitute(T_dp, DP1), 0)
+          + where(SC.eq(2), T_sk - substitute(T_dp, DP1), 0)) * US
 
 # An SM pulls from DRAM at most what its S−1 prefetched k-tiles hold per latency (Little's law);
 # fewer blocks than SMs, or shallow pipelines of small tiles, cannot reach the chip's bandwidth.
 pull_sm = maximum(S - 1, 1) * (Tm + Tn) * Tk * e / lat_m
-T_mem = bytes_dram / minimum(bw * eta_bw, minimum(blocks, n_sm) * pull_sm) * US
-T_split = t_split * waves * US
+T_mem_dp = bytes_dram / minimum(bw * eta_bw, minimum(blocks, n_sm) * pull_sm) * US
+# Stream-K runs min(tiles·⌈K/Tk⌉, n_sm) programs that each pull (skinny shapes reach the chip's
+# bandwidth), and its partials (two a program, float32) reach DRAM through the L2's write-back.
+bytes_sk = substitute(bytes_dram, DP1) + 2 * n_sm * Tm * Tn * 4
+T_mem_sk = bytes_sk / minimum(bw * eta_bw, minimum(tiles * k_tiles, n_sm) * pull_sm) * US
+T_mem = T_mem_dp + where(SC.eq(2), T_mem_sk - substitute(T_mem_dp, DP1), 0)
+T_split = (where(SC.eq(0), t_split * waves, 0) + where(SC.eq(2), t_sk_fix, 0)) * US
 # The shorter of the two is hidden but for a fraction alpha: max + alpha·min, written as
 # (1−alpha)·max + alpha·sum so the MILP keeps a convex max (alpha ≤ 1).
 T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
@@ -217,7 +250,7 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
     return Template(
         name=NAME,
         doc=__doc__.strip().splitlines()[0],
-        decisions=(Tm, Tn, Tk, S, W, KS, G, L),
+        decisions=(Tm, Tn, Tk, S, W, KS, G, L, SC),
         params=(M, N, K, e, Ms, acc_regs, n_sm, bw, flops, l2, eta_mma, eta_sync, n0, f_n16, f_n32, f_n64, bw_sm, lat,
                 t_iter, t_sync, t_issue, t_tile,
                 t_epi, eta_bw, alpha, t_launch, d32, d64, lat_m, t_fix, lat_d),
@@ -231,6 +264,8 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
             Constraint("C3", Tm * Tn >= 64 * W, "capacity", "every thread holds at least two accumulators"),
             Constraint("C4", (KS - 1) * n_iter < k_tiles, "schedule", "every split gets at least one k-tile"),
             Constraint("C5", L.eq(0) | ROWS_ALIGNED, "layout", "the copy engine needs 16-byte aligned row pitches"),
+            Constraint("C6", SC.eq(0) | (KS.eq(1) & L.eq(1)), "schedule",
+                       "persistent and stream-K programs are copy-engine kernels without split-K"),
         ),
         preconditions=(Constraint("lifetime", LIFETIME, "schedule",
                                   "a slot is refilled only after its last read (P = S-1, beta = 1)"),),
