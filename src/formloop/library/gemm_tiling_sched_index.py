@@ -57,8 +57,8 @@ def stream_k_rules(fault: str | None = None) -> dict:
         summed = summed + where(shared & p.eq(m), 1, 0)
     slot = 2 * p + (const(0) if fault == "shared-slot" else where(lo >= t_lo, 0, 1))
     # (t, k) is the kernel's split of a step into tile and k-step: k < I by the segment walk.
-    return {"member": (lo <= step) & (step < hi) & (k >= 0) & (k < I), "owner": floordiv(step, per), "written": nonempty & shared,
-            "summed": summed, "merger_ok": (q0 <= m) & (m <= q1), "slot": slot}
+    return {"member": (lo <= step) & (step < hi) & (k >= 0) & (k < I), "owner": floordiv(step, per),
+            "written": nonempty & shared, "summed": summed, "merger_ok": (q0 <= m) & (m <= q1), "slot": slot}
 
 
 def persistent_rules(fault: str | None = None) -> dict:
