@@ -275,7 +275,8 @@ def print_table(rows, summary, source: str) -> None:
             cub = "/".join(f"{us(t, m):.1f}" for m in ("graph", "eager", "stream"))
             e = p.get("eager", {})
             sc = SCHEDULES[int(r[label]["design"].get("SC", 0))]
-            print(f"{'x'.join(map(str, r['shape'])):>17} {label:>8} {sc:>13} {us(p, 'graph'):8.1f} {us(p, 'eager'):8.1f} "
+            print(f"{'x'.join(map(str, r['shape'])):>17} {label:>8} {sc:>13} {us(p, 'graph'):8.1f} "
+                  f"{us(p, 'eager'):8.1f} "
                   f"{us(p, 'stream'):8.1f} {r[label]['jit_eager'].get('us', math.nan):9.1f} {cub:>22} {rat:>17} "
                   f"{e.get('sm_mhz_after') or math.nan:5.0f} {e.get('power_w') or math.nan:5.0f} "
                   f"{r[label]['path']}{' (' + r[label]['fallback'] + ')' if r[label]['fallback'] else ''}")

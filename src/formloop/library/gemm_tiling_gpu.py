@@ -50,6 +50,7 @@ from formloop.errors import InvalidInput
 from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, substitute, where
 from formloop.hw.chips import Chip, get_chip
 from formloop.library import gemm_tiling_index as index
+from formloop.library import gemm_tiling_sched_index as sched_index
 from formloop.library import register_template
 from formloop.library.gemm_tiling import DTYPE_BYTES, workload  # noqa: F401  (workload re-exported)
 from formloop.template import Constraint, Template
@@ -325,13 +326,16 @@ def obligations(timeout_s: float = 10.0) -> list[ObligationResult]:
       so summing the KS partial tiles is the full reduction (the split-K reduction obligation).
     coverage / exact-once / no-phantom on M and N: every output element (i, j) is stored by exactly
       one tile and its store mask holds; no store lands outside C.
-    swizzle_bijective: the grouped-M launch order maps the programs one-to-one onto the tiles."""
+    swizzle_bijective: the grouped-M launch order maps the programs one-to-one onto the tiles.
+    persistent / stream-K (SC = 1, 2; `gemm_tiling_sched_index`): every tile, and every (tile, k-step),
+      is computed by exactly one program; the stream-K fix-up sums every partial exactly once and
+      no two partials of a program share a workspace slot (every tiles, k-steps, programs >= 1)."""
     out = [index.split_k_partition(tk, ks, timeout_s=timeout_s) for tk in Tk.decision.menu for ks in KS.decision.menu]
     for axis, tiles in zip(index.OUTPUT_AXES, (Tm.decision.menu, Tn.decision.menu)):
         for t in tiles:
             out += index.tile_cover(axis, t, timeout_s=timeout_s)
     out += [index.swizzle_bijective(g, timeout_s=timeout_s) for g in G.decision.menu]
-    return out
+    return out + sched_index.obligations(timeout_s=timeout_s)
 
 
 def bound_class(terms: Mapping[str, float]) -> str:

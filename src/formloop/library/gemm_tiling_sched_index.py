@@ -33,6 +33,7 @@ p = param("p", lower=None, doc="a program")
 t = param("t", lower=None, doc="an output tile")
 k = param("k", lower=None, doc="a k-step of a tile")
 m = param("m", lower=None, doc="the program that merges a shared tile (its last arriver)")
+t2 = param("t_2", lower=None, doc="a second output tile (slot distinctness)")
 
 FAULTS = {
     "k-split-off-by-one": "a stream-K run's end is one k-step too far (runs overlap)",
@@ -57,8 +58,14 @@ def stream_k_rules(fault: str | None = None) -> dict:
         summed = summed + where(shared & p.eq(m), 1, 0)
     slot = 2 * p + (const(0) if fault == "shared-slot" else where(lo >= t_lo, 0, 1))
     # (t, k) is the kernel's split of a step into tile and k-step: k < I by the segment walk.
+    # Lemmas of the fix-up proofs (integer facts, each proved on its own by the checker): tile starts
+    # are ordered, and a step inside run p's c-long window belongs to run p.
+    lemmas = [~(t < t2) | (t_lo + I <= t2 * I), ~(t2 < t) | (t2 * I + I <= t_lo)]
+    lemmas += [~((p * per <= x) & (x < p * per + per)) | floordiv(x, per).eq(p)
+               for x in (t_lo, t_lo + I - 1, t2 * I, t2 * I + I - 1)]
     return {"member": (lo <= step) & (step < hi) & (k >= 0) & (k < I), "owner": floordiv(step, per),
-            "written": nonempty & shared, "summed": summed, "merger_ok": (q0 <= m) & (m <= q1), "slot": slot}
+            "lemmas": lemmas, "written": nonempty & shared,
+            "summed": summed, "merger_ok": (q0 <= m) & (m <= q1), "slot": slot}
 
 
 def persistent_rules(fault: str | None = None) -> dict:
@@ -164,5 +171,5 @@ def obligations(*, fault: str | None = None, timeout_s: float = 10.0) -> list[Ob
                        owner=sk["owner"], replay=lambda w: replay_stream_k(w, fault), timeout_s=timeout_s)
     out += check_fixup("stream-k", tile=t, tiles=tiles, program=p, programs=P, merger=m, merger_ok=sk["merger_ok"],
                        written=sk["written"], summed=sk["summed"], slot=sk["slot"],
-                       steps_per_tile=I, replay=lambda w: replay_stream_k(w, fault), timeout_s=timeout_s)
+                       lemmas=sk["lemmas"], replay=lambda w: replay_stream_k(w, fault), timeout_s=timeout_s)
     return out

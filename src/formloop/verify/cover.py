@@ -60,37 +60,40 @@ def check_cover(name: str, *, units: Sequence[tuple[Expr, Expr]], program: Expr,
 
 def check_fixup(name: str, *, tile: Expr, tiles: Expr, program: Expr, programs: Expr, merger: Expr,
                 merger_ok: Expr, written: Expr, summed: Expr, slot: Expr, replay: Callable[[dict], Replay],
-                steps_per_tile: Expr, timeout_s: float = 10.0) -> list[ObligationResult]:
+                lemmas: Sequence[Expr] = (), timeout_s: float = 10.0) -> list[ObligationResult]:
     """summed-once: for every tile, program and admissible merger, the times the merge adds the
     program's partial (`summed`) is 1 if the program wrote one (`written`), else 0.
-    slots-distinct: no program writes partials of two tiles to one `slot`. The query also states
-    that tile starts are ordered (t < t' ⇒ t·I + I ≤ t'·I for the step count `steps_per_tile`), a
-    fact of integer arithmetic that Z3's nonlinear search does not find in time on its own; it is
-    proved first, as its own query, and the result is unresolved unless it is proved."""
-    idx = [tile.name, program.name, merger.name]
-    env, sizes = _env(idx, tile, tiles, program, programs, merger, merger_ok, written, summed, slot, steps_per_tile)
+    slots-distinct: no program writes partials of two tiles (`tile` and `tile`_2) to one `slot`.
+    `lemmas` (booleans over the same leaves and `tile`_2: facts of integer arithmetic that Z3's
+    nonlinear search does not find in time, e.g. that tile starts are ordered) are each proved on
+    their own first, then stated in both queries; a lemma not proved leaves the obligations unresolved."""
+    idx = [tile.name, program.name, merger.name, tile.name + "_2"]
+    env, sizes = _env(idx, tile, tiles, program, programs, merger, merger_ok, written, summed, slot, *lemmas)
     t, p = env[tile.name], env[program.name]
+    t2 = env.setdefault(tile.name + "_2", z3.Int(tile.name + "_2"))
     T, P = to_z3(tiles, env), to_z3(programs, env)
-    base = [*(s >= 1 for s in sizes.values()), t >= 0, t < T, p >= 0, p < P]
-    t2 = z3.Int(tile.name + "_2")
+    base = [*(s >= 1 for s in sizes.values()), t >= 0, t < T, p >= 0, p < P, t2 >= 0, t2 < T]
+    facts = [to_z3(lemma, env) for lemma in lemmas]
+    unproved = []
+    for i, fact in enumerate(facts):
+        check = new_solver(timeout_s)
+        check.add(*base, z3.Not(fact))
+        if check.check() != z3.unsat:
+            unproved.append(i)
     other = {**env, tile.name: t2}
-    steps = to_z3(steps_per_tile, env)
-    order = z3.And([z3.Implies(a < b, a * steps + steps <= b * steps) for a, b in ((t, t2), (t2, t))])
-    lemma = new_solver(timeout_s)
-    lemma.add(steps >= 1, z3.Not(order))
-    lemma_ok = lemma.check() == z3.unsat
     queries = {
         "summed-once": [to_z3(merger_ok, env),
                         to_z3(summed, env) != z3.If(to_z3(written, env), 1, 0)],
-        "slots-distinct": [t2 >= 0, t2 < T, t != t2, to_z3(written, env), to_z3(written, other),
-                           to_z3(slot, env) == to_z3(slot, other), *([order] if lemma_ok else [])],
+        "slots-distinct": [t != t2, to_z3(written, env), to_z3(written, other),
+                           to_z3(slot, env) == to_z3(slot, other)],
     }
     names = {**sizes, tile.name: t, program.name: p, merger.name: env[merger.name], tile.name + "_2": t2}
     out = []
-    for ob, facts in queries.items():
+    for ob, query in queries.items():
         how = Question(f"{ob}[{name}]", COVER_DEFECTS[ob], timeout_s, smallest=tuple(names),
-                       details={"scope": f"every {', '.join(sizes)} >= 1", "schedule": name})
-        out.append(decide(Query([*base, *facts], names), replay, how))
-    if not lemma_ok and out[-1].proved:  # never reached in practice: the lemma is integer arithmetic
-        out[-1] = replace(out[-1], verdict=Verdict.UNRESOLVED, reason="the tile-order lemma was not proved")
+                       details={"scope": f"every {', '.join(sizes)} >= 1", "schedule": name, "lemmas": len(facts)})
+        r = decide(Query([*base, *facts, *query], names), replay, how)
+        if unproved and r.verdict is not Verdict.COUNTEREXAMPLE:
+            r = replace(r, verdict=Verdict.UNRESOLVED, reason=f"lemmas {unproved} were not proved")
+        out.append(r)
     return out
