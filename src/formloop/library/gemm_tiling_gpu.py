@@ -138,7 +138,9 @@ blocks = npm * npn * KS
 waves = ceildiv(blocks, n_sm)
 # Triton 3.6's TMA path with 4-byte operands also stages the output tile in shared memory
 # (OutOfResources seen on the H200 for 128x256x32 fp32 at S = 3 and 4); counted conservatively.
-smem_bytes = S * (Tm + Tn) * Tk * e + where((e > 2) & L.eq(1), Tm * Tn * e, 0)
+# So does a persistent or stream-K program (SC > 0): its pipeline slots stay live across tiles, so the
+# output tile's staging buffer comes on top (262176 bytes at 128x256x64, S = 4, bf16, compiled for sm_90).
+smem_bytes = S * (Tm + Tn) * Tk * e + where(((e > 2) & L.eq(1)) | (SC > 0), Tm * Tn * e, 0)
 
 # One wave's footprint in tiles: G rows at a time (or more when a row is shorter than a wave).
 wave_tiles = ceildiv(n_sm, KS)
