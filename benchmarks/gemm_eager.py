@@ -30,6 +30,20 @@ SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 
 DRY_SHAPES = [(17, 40, 48), (1, 48, 200)]
 SKINNY = {(64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 12288), (1, 4096, 12288), *DRY_SHAPES}
 SCHEDULES = {0: "data-parallel", 1: "persistent", 2: "stream-K"}
+SOLVER = ["milp"]  # --solver: the MILP (default) or exhaustive enumeration (the same optimum and tie-break, tested)
+
+
+def _milp(f):
+    from formloop.solve import solve_milp
+    return solve_milp(f)
+
+
+def _enumerate(f):
+    from formloop.solve import enumerate_designs
+    return enumerate_designs(f)
+
+
+SOLVERS = {"milp": _milp, "enumerate": _enumerate}
 
 
 def _state(t) -> dict:
@@ -92,13 +106,12 @@ def launch_path(inst, device) -> dict:
 
 def candidates(template, shape, chip, top: int, per_schedule: int = 0) -> list[dict]:
     from formloop.library.gemm_tiling import workload
-    from formloop.solve import solve_milp
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gemm import top_designs
 
     f = template.formulate(workload(shape, "bf16"), chip)
-    pick = dict(solve_milp(f).assignment)
+    pick = dict(SOLVERS[SOLVER[0]](f).assignment)
     out, seen = [pick], {tiling_of(pick)}
     for a in top_designs(f, 400):  # model order, one design per tiling: G and L variants measured no better
         if len(out) > top:
@@ -181,7 +194,6 @@ def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
     from formloop.library.gemm_tiling import workload
     from formloop.population import Population
     from formloop.population import calibrations as cal
-    from formloop.solve import solve_milp
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gemm import key_of
@@ -210,7 +222,7 @@ def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
     def w_of(shape):
         return workload(shape, "bf16")
     for r, s in zip(rows, shapes):
-        pick = dict(solve_milp(t.formulate(workload(s, "bf16"), chip)).assignment)
+        pick = dict(SOLVERS[SOLVER[0]](t.formulate(workload(s, "bf16"), chip)).assignment)
         known = {key_of(d["design"]): d for d in r["designs"]}
         entry = {"shape": list(s), "design": pick, "label": new.label}
         if key_of(pick) in known and "graph" in known[key_of(pick)]:
@@ -290,9 +302,12 @@ def main(argv=None) -> int:
                    "besides the pick")
     p.add_argument("--per-schedule", type=int, default=2, help="on the skinny/ragged shapes, the model's best "
                    "designs of each schedule (data-parallel, persistent, stream-K) measured besides")
+    p.add_argument("--solver", choices=sorted(SOLVERS), default="milp", help="how the pick is solved (enumerate: "
+                   "the same optimum by exhaustive search, seconds instead of the MILP's tens of seconds a shape)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--dry-run", action="store_true", help="no GPU: Triton interpreter on tiny shapes")
     args = p.parse_args(argv)
+    SOLVER[0] = args.solver
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     os.makedirs(args.out, exist_ok=True)
@@ -307,10 +322,13 @@ def main(argv=None) -> int:
     device = "cuda" if gpu else "cpu"
     shapes = SHAPES if gpu else DRY_SHAPES
     template, chip = get_template("gemm-tiling-gpu", dtype="bf16"), get_chip("h200")
+    t_solve = time.time()
     plans = {s: candidates(template, s, chip, args.top if gpu else 1, args.per_schedule if gpu else 1) for s in shapes}
     result: dict = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                     "source": "gpu" if gpu else "interpreter (cpu wall time: not a GPU figure)",
-                    "calibration": "priors"}
+                    "calibration": "priors", "solver": args.solver, "solve_s": time.time() - t_solve}
+    print(f"[{time.time() - t0:6.1f} s] picks and candidates solved ({args.solver}, {result['solve_s']:.1f} s wall)",
+          flush=True)
     if gpu:
         from gemm import precompile
 
