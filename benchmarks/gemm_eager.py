@@ -210,13 +210,15 @@ def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
                                   device=str(versions), workload=w, assignment=d["design"],
                                   latency_us=d["graph"]["us"], p20_us=d["graph"].get("p20_us"),
                                   p80_us=d["graph"].get("p80_us"), source="benchmarks/gemm_eager.py")
-        new, note = cal.learn(pop, template_factory("gemm-tiling-gpu"), chip, template="gemm-tiling-gpu",
+        factory = template_factory("gemm-tiling-gpu")
+        new, note = cal.learn(pop, lambda **kw: factory(schedules=True, **kw), chip, template="gemm-tiling-gpu",
                               dtype="bf16", chip="h200", toolchain=toolchain, source="benchmarks/gemm_eager.py")
     out["note"] = note
     if new is None:
         return out
     out["calibration"] = new.as_dict()
-    t = get_template("gemm-tiling-gpu", dtype="bf16", calibration=dict(new.terms), calibration_id=new.key)
+    t = get_template("gemm-tiling-gpu", dtype="bf16", calibration=dict(new.terms), calibration_id=new.key,
+                     schedules=True)
     new_points: list = []
 
     def w_of(shape):
@@ -321,7 +323,7 @@ def main(argv=None) -> int:
     gpu = not args.dry_run and torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
     shapes = SHAPES if gpu else DRY_SHAPES
-    template, chip = get_template("gemm-tiling-gpu", dtype="bf16"), get_chip("h200")
+    template, chip = get_template("gemm-tiling-gpu", dtype="bf16", schedules=True), get_chip("h200")
     t_solve = time.time()
     plans = {s: candidates(template, s, chip, args.top if gpu else 1, args.per_schedule if gpu else 1) for s in shapes}
     result: dict = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),

@@ -41,7 +41,7 @@ def test_schedule_kernels_compile_for_sm90_within_the_shared_memory_wall():
 
     compiled = run_compile_script(SCRIPT)
     assert len(compiled) == 5
-    t = get_template("gemm-tiling-gpu", dtype="bf16")
+    t = get_template("gemm-tiling-gpu", dtype="bf16", schedules=True)
     for c in compiled:
         M, N, K = c["shape"]
         values = {**chip_params(get_chip("h200"), "bf16"), "M": M, "N": N, "K": K, "e": 2, **c["config"]}

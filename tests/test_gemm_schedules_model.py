@@ -13,7 +13,8 @@ from formloop.solve.enumerate import feasible_mask, term_grid
 
 
 def _formulation(shape):
-    return get_template("gemm-tiling-gpu", dtype="bf16").formulate(workload(shape, "bf16"), get_chip("h200"))
+    t = get_template("gemm-tiling-gpu", dtype="bf16", schedules=True)
+    return t.formulate(workload(shape, "bf16"), get_chip("h200"))
 
 
 def _best_per_schedule(f) -> list[float]:
