@@ -1,7 +1,7 @@
 """GEMM eager vs CUDA graph: the tiling family's picks through the plan/run launch path (LaunchPlan)
 and through Triton's JIT entry, beside torch.matmul (cuBLAS), the 7 bf16 shapes of issue 18.
 
-    PYTHONPATH=src python3 benchmarks/gemm_eager.py --out $OUT        # on the GPU (about 80 s)
+    PYTHONPATH=src python3 benchmarks/gemm_eager.py --out $OUT        # on the GPU (about 2-3 min)
     PYTHONPATH=src python3 benchmarks/gemm_eager.py --dry-run         # anywhere: interpreter, tiny shapes
 
 Schedules (decision SC): 0 data-parallel, 1 persistent, 2 stream-K. On the skinny/ragged shapes (SKINNY) the
@@ -30,7 +30,8 @@ SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 
 DRY_SHAPES = [(17, 40, 48), (1, 48, 200)]
 SKINNY = {(64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 12288), (1, 4096, 12288), *DRY_SHAPES}
 SCHEDULES = {0: "data-parallel", 1: "persistent", 2: "stream-K"}
-SOLVER = ["milp"]  # --solver: the MILP (default) or exhaustive enumeration (the same optimum and tie-break, tested)
+SOLVER = ["enumerate"]  # --solver: exhaustive enumeration (default: the MILP's optimum, tested against it in
+# tests/test_gemm_schedules_model.py, in seconds) or the MILP itself (tens of seconds a shape with the schedules)
 
 
 def _milp(f):
@@ -304,8 +305,8 @@ def main(argv=None) -> int:
                    "besides the pick")
     p.add_argument("--per-schedule", type=int, default=2, help="on the skinny/ragged shapes, the model's best "
                    "designs of each schedule (data-parallel, persistent, stream-K) measured besides")
-    p.add_argument("--solver", choices=sorted(SOLVERS), default="milp", help="how the pick is solved (enumerate: "
-                   "the same optimum by exhaustive search, seconds instead of the MILP's tens of seconds a shape)")
+    p.add_argument("--solver", choices=sorted(SOLVERS), default="enumerate", help="how the pick is solved "
+                   "(enumerate: the MILP's optimum by exhaustive search, seconds instead of tens of seconds a shape)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--dry-run", action="store_true", help="no GPU: Triton interpreter on tiny shapes")
     args = p.parse_args(argv)
