@@ -39,7 +39,7 @@ PRACTICE = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4), (1
 
 
 def key_of(a) -> tuple:
-    return tuple(int(a[k]) for k in ("Tm", "Tn", "Tk", "S", "W", "KS", "G", "L"))
+    return tuple(int(a[k]) for k in ("Tm", "Tn", "Tk", "S", "W", "KS", "G", "L")) + (int(a.get("SC", 0)),)
 
 
 def sweep_set(f, n_top: int, n_random: int, seed: int, extra_formulations=()) -> tuple[list[dict], set]:
@@ -88,7 +88,7 @@ def precompile(jobs: list, workers: int) -> dict:
     seen, unique = set(), []
     for cfg, shape, dtype in jobs:
         split = cfg["KS"] > 1
-        k = (cfg["Tm"], cfg["Tn"], cfg["Tk"], cfg["S"], cfg["W"], cfg["L"], split, dtype,
+        k = (cfg["Tm"], cfg["Tn"], cfg["Tk"], cfg["S"], cfg["W"], cfg["L"], split, dtype, cfg.get("SC", 0),
              cfg["L"] == 1 or (shape[2] % 16 == 0 and shape[1] % 16 == 0))
         if k not in seen:
             seen.add(k)

@@ -1,8 +1,12 @@
 """GEMM eager vs CUDA graph: the tiling family's picks through the plan/run launch path (LaunchPlan)
 and through Triton's JIT entry, beside torch.matmul (cuBLAS), the 7 bf16 shapes of issue 18.
 
-    PYTHONPATH=src python3 benchmarks/gemm_eager.py --out $OUT        # on the GPU (about 80 s)
+    PYTHONPATH=src python3 benchmarks/gemm_eager.py --out $OUT        # on the GPU (about 2-3 min)
     PYTHONPATH=src python3 benchmarks/gemm_eager.py --dry-run         # anywhere: interpreter, tiny shapes
+
+Schedules (decision SC): 0 data-parallel, 1 persistent, 2 stream-K. On the skinny/ragged shapes (SKINNY) the
+model's --per-schedule best designs of each schedule are measured too, and the measured best of each schedule is
+timed in all three modes beside the pick ("best_sc0/1/2" rows).
 
 Per shape: the MILP pick and the model's next --top designs of distinct tilings are compiled (in parallel), each checked
 (fresh random operands, NaN-poisoned output, float64 reference) and timed in graph mode; the pick and
@@ -24,6 +28,23 @@ import time
 SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 12288), (1, 4096, 12288),
           (4096, 12288, 4096), (8192, 8192, 8192)]
 DRY_SHAPES = [(17, 40, 48), (1, 48, 200)]
+SKINNY = {(64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 12288), (1, 4096, 12288), *DRY_SHAPES}
+SCHEDULES = {0: "data-parallel", 1: "persistent", 2: "stream-K"}
+SOLVER = ["enumerate"]  # --solver: exhaustive enumeration (default: the MILP's optimum, tested against it in
+# tests/test_gemm_schedules_model.py, in seconds) or the MILP itself (tens of seconds a shape with the schedules)
+
+
+def _milp(f):
+    from formloop.solve import solve_milp
+    return solve_milp(f)
+
+
+def _enumerate(f):
+    from formloop.solve import enumerate_designs
+    return enumerate_designs(f)
+
+
+SOLVERS = {"milp": _milp, "enumerate": _enumerate}
 
 
 def _state(t) -> dict:
@@ -84,15 +105,14 @@ def launch_path(inst, device) -> dict:
     return {"path": lp.path, "fallback": lp.fallback, "jit_calls": lp.jit_calls}
 
 
-def candidates(template, shape, chip, top: int) -> list[dict]:
+def candidates(template, shape, chip, top: int, per_schedule: int = 0) -> list[dict]:
     from formloop.library.gemm_tiling import workload
-    from formloop.solve import solve_milp
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gemm import top_designs
 
     f = template.formulate(workload(shape, "bf16"), chip)
-    pick = dict(solve_milp(f).assignment)
+    pick = dict(SOLVERS[SOLVER[0]](f).assignment)
     out, seen = [pick], {tiling_of(pick)}
     for a in top_designs(f, 400):  # model order, one design per tiling: G and L variants measured no better
         if len(out) > top:
@@ -100,13 +120,24 @@ def candidates(template, shape, chip, top: int) -> list[dict]:
         if tiling_of(a) not in seen:
             seen.add(tiling_of(a))
             out.append(dict(a))
+    if per_schedule and shape in SKINNY:  # the model's best designs of each schedule (SC), for best-of-schedules
+        ranked = top_designs(f, 10 ** 6)  # every feasible design, model order
+        for sc in SCHEDULES:
+            n = 0
+            for a in ranked:
+                if n >= per_schedule:
+                    break
+                if int(a["SC"]) == sc and tiling_of(a) not in seen:
+                    seen.add(tiling_of(a))
+                    out.append(dict(a))
+                    n += 1
     return out
 
 
 def tiling_of(a) -> tuple:
     """The decisions that change the work split (tile, depth, stages, warps, split-K), not G or L: the
     H200 run's top-5 per shape were mostly G/L variants of the pick (within 1% of it, L=0 slower)."""
-    return tuple(int(a[k]) for k in ("Tm", "Tn", "Tk", "S", "W", "KS"))
+    return tuple(int(a[k]) for k in ("Tm", "Tn", "Tk", "S", "W", "KS")) + (int(a.get("SC", 0)),)
 
 
 def run_shape(shape, designs, ctx, with_torch: bool = True) -> dict:
@@ -126,8 +157,8 @@ def run_shape(shape, designs, ctx, with_torch: bool = True) -> dict:
                         **time_all(torch_inst, device, gen, policy, l2)}
     best = None
     for i, a in enumerate(designs):
-        inst = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16"))
-        rec = {"design": a, "model_pick": i == 0}
+        inst = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16", sms=ctx["sms"]))
+        rec = {"design": a, "model_pick": i == 0, "schedule": SCHEDULES[int(a.get("SC", 0))]}
         try:
             c = check(inst, device, gen)
             rec["check"] = c.__dict__
@@ -139,12 +170,18 @@ def run_shape(shape, designs, ctx, with_torch: bool = True) -> dict:
         row["designs"].append(rec)
         if "graph" in rec and (best is None or rec["graph"]["us"] < row["designs"][best]["graph"]["us"]):
             best = i
-    for label, i in (("pick", 0), ("best", best)):
+    labels = [("pick", 0), ("best", best)]
+    if tuple(shape) in SKINNY:  # the measured best of each schedule, timed in every mode
+        for sc in SCHEDULES:
+            timed = [j for j, d in enumerate(row["designs"]) if "graph" in d and int(d["design"].get("SC", 0)) == sc]
+            if timed:
+                labels.append((f"best_sc{sc}", min(timed, key=lambda j: row["designs"][j]["graph"]["us"])))
+    for label, i in labels:
         if i is None or "graph" not in row["designs"][i]:
             continue
         a = row["designs"][i]["design"]
-        thin = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16"))
-        jit = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16"), thin=False)
+        thin = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16", sms=ctx["sms"]))
+        jit = TritonGemm(GemmPlan(TileConfig.from_assignment(a), M, N, K, "bf16", sms=ctx["sms"]), thin=False)
         row[label] = {"design": a, "index": i, "plan": time_all(thin, device, gen, policy, l2),
                       "jit_eager": time_all(jit, device, gen, policy, l2, modes=("eager",))["eager"],
                       **launch_path(thin, device)}
@@ -158,7 +195,6 @@ def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
     from formloop.library.gemm_tiling import workload
     from formloop.population import Population
     from formloop.population import calibrations as cal
-    from formloop.solve import solve_milp
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gemm import key_of
@@ -175,19 +211,21 @@ def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
                                   device=str(versions), workload=w, assignment=d["design"],
                                   latency_us=d["graph"]["us"], p20_us=d["graph"].get("p20_us"),
                                   p80_us=d["graph"].get("p80_us"), source="benchmarks/gemm_eager.py")
-        new, note = cal.learn(pop, template_factory("gemm-tiling-gpu"), chip, template="gemm-tiling-gpu",
+        factory = template_factory("gemm-tiling-gpu")
+        new, note = cal.learn(pop, lambda **kw: factory(schedules=True, **kw), chip, template="gemm-tiling-gpu",
                               dtype="bf16", chip="h200", toolchain=toolchain, source="benchmarks/gemm_eager.py")
     out["note"] = note
     if new is None:
         return out
     out["calibration"] = new.as_dict()
-    t = get_template("gemm-tiling-gpu", dtype="bf16", calibration=dict(new.terms), calibration_id=new.key)
+    t = get_template("gemm-tiling-gpu", dtype="bf16", calibration=dict(new.terms), calibration_id=new.key,
+                     schedules=True)
     new_points: list = []
 
     def w_of(shape):
         return workload(shape, "bf16")
     for r, s in zip(rows, shapes):
-        pick = dict(solve_milp(t.formulate(workload(s, "bf16"), chip)).assignment)
+        pick = dict(SOLVERS[SOLVER[0]](t.formulate(workload(s, "bf16"), chip)).assignment)
         known = {key_of(d["design"]): d for d in r["designs"]}
         entry = {"shape": list(s), "design": pick, "label": new.label}
         if key_of(pick) in known and "graph" in known[key_of(pick)]:
@@ -237,11 +275,11 @@ def summarize(rows) -> dict:
 
 def print_table(rows, summary, source: str) -> None:
     print(f"\nbf16 GEMM, times in us ({source}); ratio = torch.matmul / ours; SM MHz and W during the eager run")
-    print(f"{'shape':>17} {'which':>5} {'graph':>8} {'eager':>8} {'stream':>8} {'jit-eager':>9} "
+    print(f"{'shape':>17} {'which':>8} {'schedule':>13} {'graph':>8} {'eager':>8} {'stream':>8} {'jit-eager':>9} "
           f"{'cuBLAS g/e/s':>22} {'ratio g/e/s':>17} {'MHz':>5} {'W':>5} launch path")
     for r in rows:
         t = r["torch"]
-        for label in ("pick", "best"):
+        for label in ("pick", "best", *(f"best_sc{sc}" for sc in SCHEDULES)):
             if label not in r:
                 continue
             p = r[label]["plan"]
@@ -251,7 +289,9 @@ def print_table(rows, summary, source: str) -> None:
             rat = "/".join(f"{ratio(us(t, m), us(p, m)):.2f}" for m in ("graph", "eager", "stream"))
             cub = "/".join(f"{us(t, m):.1f}" for m in ("graph", "eager", "stream"))
             e = p.get("eager", {})
-            print(f"{'x'.join(map(str, r['shape'])):>17} {label:>5} {us(p, 'graph'):8.1f} {us(p, 'eager'):8.1f} "
+            sc = SCHEDULES[int(r[label]["design"].get("SC", 0))]
+            print(f"{'x'.join(map(str, r['shape'])):>17} {label:>8} {sc:>13} {us(p, 'graph'):8.1f} "
+                  f"{us(p, 'eager'):8.1f} "
                   f"{us(p, 'stream'):8.1f} {r[label]['jit_eager'].get('us', math.nan):9.1f} {cub:>22} {rat:>17} "
                   f"{e.get('sm_mhz_after') or math.nan:5.0f} {e.get('power_w') or math.nan:5.0f} "
                   f"{r[label]['path']}{' (' + r[label]['fallback'] + ')' if r[label]['fallback'] else ''}")
@@ -263,9 +303,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
     p.add_argument("--top", type=int, default=5, help="model-ranked designs (distinct tilings) measured per shape "
                    "besides the pick")
+    p.add_argument("--per-schedule", type=int, default=2, help="on the skinny/ragged shapes, the model's best "
+                   "designs of each schedule (data-parallel, persistent, stream-K) measured besides")
+    p.add_argument("--solver", choices=sorted(SOLVERS), default="enumerate", help="how the pick is solved "
+                   "(enumerate: the MILP's optimum by exhaustive search, seconds instead of tens of seconds a shape)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--dry-run", action="store_true", help="no GPU: Triton interpreter on tiny shapes")
     args = p.parse_args(argv)
+    SOLVER[0] = args.solver
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     os.makedirs(args.out, exist_ok=True)
@@ -279,11 +324,14 @@ def main(argv=None) -> int:
     gpu = not args.dry_run and torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
     shapes = SHAPES if gpu else DRY_SHAPES
-    template, chip = get_template("gemm-tiling-gpu", dtype="bf16"), get_chip("h200")
-    plans = {s: candidates(template, s, chip, args.top if gpu else 1) for s in shapes}
+    template, chip = get_template("gemm-tiling-gpu", dtype="bf16", schedules=True), get_chip("h200")
+    t_solve = time.time()
+    plans = {s: candidates(template, s, chip, args.top if gpu else 1, args.per_schedule if gpu else 1) for s in shapes}
     result: dict = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                     "source": "gpu" if gpu else "interpreter (cpu wall time: not a GPU figure)",
-                    "calibration": "priors"}
+                    "calibration": "priors", "solver": args.solver, "solve_s": time.time() - t_solve}
+    print(f"[{time.time() - t0:6.1f} s] picks and candidates solved ({args.solver}, {result['solve_s']:.1f} s wall)",
+          flush=True)
     if gpu:
         from gemm import precompile
 
@@ -297,7 +345,10 @@ def main(argv=None) -> int:
     gen = torch.Generator(device=device).manual_seed(0)
     policy = TimingPolicy(graph_ms=1.5, budget_ms=25.0, min_reps=5, max_reps=20, max_calls=150) if gpu else \
         TimingPolicy(budget_ms=1.0, min_reps=2, max_calls=2, max_sets=1)
-    ctx = {"device": device, "gen": gen, "policy": policy, "l2": l2}
+    # Programs of the persistent and stream-K schedules: the device's SMs (the interpreter: a few, so runs share tiles).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if gpu else 3
+    result["sms"] = sms
+    ctx = {"device": device, "gen": gen, "policy": policy, "l2": l2, "sms": sms}
     rows = []
     for s in shapes:
         rows.append(run_shape(s, plans[s], ctx))

@@ -76,8 +76,9 @@ def predict(template: Template, chip: Any, points: Sequence[Point],
     for key, idx in _groups(points).items():
         env: dict[str, Any] = dict(template.bind(dict(key), chip))
         env.update(values or {})
-        for name in template.decision_names:
-            env[name] = np.array([points[i].assignment[name] for i in idx], dtype=np.int64)
+        for d in template.decisions:  # a point stored before a decision existed ran its first menu value
+            first = d.decision.menu[0]  # (gemm-tiling-gpu's SC: 0, data-parallel, the only schedule then)
+            env[d.name] = np.array([points[i].assignment.get(d.name, first) for i in idx], dtype=np.int64)
         pred[idx] = np.broadcast_to(np.asarray(evaluate(template.cost, env), dtype=np.float64), (len(idx),))
     return pred
 

@@ -6,6 +6,11 @@ group. P and beta are not free here: Triton's pipeliner prefetches S−1 k-tiles
 slot only after the tensor-core read of it completed, i.e. P = S−1, beta = 1, so the seed's
 lifetime rule P ≤ S−2+beta holds for every S.
 
+SC picks the schedule: 0 data-parallel (one block per tile and split), 1 persistent (min(tiles, n_sm)
+programs loop over the tiles in the swizzled order), 2 stream-K (the tiles' k-steps cut into n_sm
+even runs, shared tiles fixed up by a last-arriver merge; gemm_tiling_sched_kernel). C6 keeps both
+to the copy-engine path without split-K.
+
 L picks the load path: 1 = the copy engine (TMA tensor descriptors; edges zero-filled on read and
 clipped on write), 0 = pointer loads with masks (any layout).
 
@@ -20,6 +25,8 @@ Walls (chip resources on the right-hand side):
   C3 warps    Tm·Tn ≥ 64·W              (each thread holds at least two accumulators)
   C4 split    (KS−1)·⌈⌈K/Tk⌉/KS⌉ < ⌈K/Tk⌉   (every split gets at least one k-tile)
   C5 layout   L = 0 or K·e and N·e are multiples of 16 bytes (TMA row pitch)
+  C6 sched    SC = 0 or (KS = 1 and L = 1)
+  C7 smem     C1 with the output staging tile Tm·Tn·e on top when SC > 0 (the slots stay live across tiles)
 
 Cost (µs): a per-SM pipeline model against DRAM, plus launch costs. One block's k-step takes
 max(tensor time, L2→SM feed time, lat / (S−2)) + a fixed step cost (+ load issue on the pointer
@@ -41,9 +48,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from formloop.errors import InvalidInput
-from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, where
+from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, substitute, where
 from formloop.hw.chips import Chip, get_chip
 from formloop.library import gemm_tiling_index as index
+from formloop.library import gemm_tiling_sched_index as sched_index
 from formloop.library import register_template
 from formloop.library.gemm_tiling import DTYPE_BYTES, workload  # noqa: F401  (workload re-exported)
 from formloop.template import Constraint, Template
@@ -65,6 +73,8 @@ W = decision("W", (4, 8), doc="warps per block (num_warps)")
 KS = decision("KS", (1, 2, 4, 8), doc="split-K: contiguous k ranges reduced by separate blocks")
 G = decision("G", (8, 1), doc="tile rows per swizzle group (grouped-M launch order)")
 L = decision("L", (1, 0), doc="load path: 1 = tensor-memory copies (TMA descriptors), 0 = pointer loads (cp.async)")
+SC = decision("SC", (0, 1, 2), doc="schedule: 0 = data-parallel (one block per tile and split), 1 = persistent "
+              "(n_sm programs loop over the tiles), 2 = stream-K (n_sm programs share the tiles' k-steps evenly)")
 
 M = param("M", doc="rows of A and C")
 N = param("N", doc="columns of B and C")
@@ -129,7 +139,10 @@ blocks = npm * npn * KS
 waves = ceildiv(blocks, n_sm)
 # Triton 3.6's TMA path with 4-byte operands also stages the output tile in shared memory
 # (OutOfResources seen on the H200 for 128x256x32 fp32 at S = 3 and 4); counted conservatively.
+# So does a persistent or stream-K program (SC > 0): its pipeline slots stay live across tiles, so the
+# output tile's staging buffer comes on top (262176 bytes at 128x256x64, S = 4, bf16, compiled for sm_90).
 smem_bytes = S * (Tm + Tn) * Tk * e + where((e > 2) & L.eq(1), Tm * Tn * e, 0)
+smem_sc = S * (Tm + Tn) * Tk * e + where(((e > 2) & L.eq(1)) | (SC > 0), Tm * Tn * e, 0)
 
 # One wave's footprint in tiles: G rows at a time (or more when a row is shorter than a wave).
 wave_tiles = ceildiv(n_sm, KS)
@@ -171,16 +184,45 @@ t_loads = (Tm + Tn) * Tk * e / (16 * 32 * W) * t_issue
 t_block = t_tile + Tm * Tn / (32 * W) * t_epi
 # Split-K: every split writes its float32 partial, the last one reads KS of them back (L2 → SM).
 t_split = where(KS > 1, Tm * Tn * 4 * (KS + 1) / bw_sm + t_fix, 0)
-T_comp = (waves * n_iter * t_core + waves * n_iter * (1 - L) * t_loads + waves * (t_block + t_split)) * US
+T_dp = waves * n_iter * t_core + waves * n_iter * (1 - L) * t_loads + waves * (t_block + t_split)
+# Persistent (SC = 1): min(tiles, n_sm) programs walk the tiles in the same swizzled order; the
+# same ⌈tiles/n_sm⌉ quantization as data-parallel, but a program's fixed cost is paid once and
+# each further tile costs only its epilogue.
+tiles = npm * npn
+tiles_pp = ceildiv(tiles, n_sm)
+t_epi_tile = Tm * Tn / (32 * W) * t_epi
+T_pers = tiles_pp * (k_tiles * t_core + t_epi_tile) + t_tile
+# Stream-K (SC = 2): the tiles·⌈K/Tk⌉ k-steps are cut into n_sm even runs (no wave quantization);
+# a run crosses at most ⌈tiles/n_sm⌉ tile boundaries, each segment restarts the pipeline (one
+# latency) and ends in an epilogue; a run's first and last segments are partial tiles: written to
+# the workspace (float32) and summed by the tile's last arriver, who reads every contributor's
+# partial back (L2 → SM; taken as four tile passes a program: its two writes, two reads).
+sk_steps = ceildiv(tiles * k_tiles, n_sm)
+t_sk_fix = Tm * Tn * 4 * 4 / bw_sm + t_fix
+T_sk = sk_steps * t_core + (tiles_pp + 1) * (t_epi_tile + lat_eff) + t_tile + t_sk_fix
+# C6 makes KS = 1 and L = 1 under SC ≠ 0, so each schedule's time is data-parallel's plus a
+# correction that reads few decisions (a table small enough for the MILP); exact on feasible points.
+DP1 = {"KS": 1, "L": 1}
+T_comp = T_dp * US  # data-parallel: what the families built on this one (gemm-epilogue, the DSL) read
+T_comp_sc = (T_dp + where(SC.eq(1), T_pers - substitute(T_dp, DP1), 0)
+             + where(SC.eq(2), T_sk - substitute(T_dp, DP1), 0)) * US
 
 # An SM pulls from DRAM at most what its S−1 prefetched k-tiles hold per latency (Little's law);
 # fewer blocks than SMs, or shallow pipelines of small tiles, cannot reach the chip's bandwidth.
 pull_sm = maximum(S - 1, 1) * (Tm + Tn) * Tk * e / lat_m
-T_mem = bytes_dram / minimum(bw * eta_bw, minimum(blocks, n_sm) * pull_sm) * US
+T_mem_dp = bytes_dram / minimum(bw * eta_bw, minimum(blocks, n_sm) * pull_sm) * US
+# Stream-K runs min(tiles·⌈K/Tk⌉, n_sm) programs that each pull (skinny shapes reach the chip's
+# bandwidth), and its partials (two a program, float32) reach DRAM through the L2's write-back.
+bytes_sk = substitute(bytes_dram, DP1) + 2 * n_sm * Tm * Tn * 4
+T_mem_sk = bytes_sk / minimum(bw * eta_bw, minimum(tiles * k_tiles, n_sm) * pull_sm) * US
+T_mem = T_mem_dp
+T_mem_sc = T_mem_dp + where(SC.eq(2), T_mem_sk - substitute(T_mem_dp, DP1), 0)
 T_split = t_split * waves * US
+T_split_sc = (where(SC.eq(0), t_split * waves, 0) + where(SC.eq(2), t_sk_fix, 0)) * US
 # The shorter of the two is hidden but for a fraction alpha: max + alpha·min, written as
 # (1−alpha)·max + alpha·sum so the MILP keeps a convex max (alpha ≤ 1).
 T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
+T_sc = (1 - alpha) * maximum(T_mem_sc, T_comp_sc) + alpha * (T_mem_sc + T_comp_sc) + t_launch * US
 ROWS_ALIGNED = (K * e).eq(16 * floordiv(K * e, 16)) & (N * e).eq(16 * floordiv(N * e, 16))
 
 LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+beta for every S ≥ 1
@@ -210,14 +252,25 @@ def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None 
 
 @register_template(NAME)
 def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None = None,
-                    calibration_id: str = "priors") -> Template:
-    """The Triton GEMM family on a Hopper chip; `calibration` overrides the efficiency priors."""
+                    calibration_id: str = "priors", schedules: bool = False) -> Template:
+    """The Triton GEMM family on a Hopper chip; `calibration` overrides the efficiency priors.
+    `schedules` adds the schedule decision SC (persistent, stream-K; C6, C7 and their cost terms). It is
+    off by default: with it the MILP takes about ten times longer (tens of seconds a shape), past the
+    default solver time limit, and the template (hash, stored proofs) is the data-parallel family's."""
     if dtype not in DTYPES:
         raise InvalidInput("dtype", dtype, DTYPES)
+    if schedules not in (True, False):
+        raise InvalidInput("schedules", schedules, (True, False))
+    sched = (Constraint("C6", SC.eq(0) | (KS.eq(1) & L.eq(1)), "schedule",
+                        "persistent and stream-K programs are copy-engine kernels without split-K"),
+             Constraint("C7", smem_sc <= Ms, "capacity",
+                        "a persistent or stream-K program's slots and its output staging tile fit in shared memory"))
+    terms = {"T_comp_us": T_comp_sc, "T_mem_us": T_mem_sc, "T_split_us": T_split_sc, "smem_bytes": smem_sc} \
+        if schedules else {"T_comp_us": T_comp, "T_mem_us": T_mem, "T_split_us": T_split, "smem_bytes": smem_bytes}
     return Template(
         name=NAME,
         doc=__doc__.strip().splitlines()[0],
-        decisions=(Tm, Tn, Tk, S, W, KS, G, L),
+        decisions=(Tm, Tn, Tk, S, W, KS, G, L) + ((SC,) if schedules else ()),
         params=(M, N, K, e, Ms, acc_regs, n_sm, bw, flops, l2, eta_mma, eta_sync, n0, f_n16, f_n32, f_n64, bw_sm, lat,
                 t_iter, t_sync, t_issue, t_tile,
                 t_epi, eta_bw, alpha, t_launch, d32, d64, lat_m, t_fix, lat_d),
@@ -231,17 +284,17 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
             Constraint("C3", Tm * Tn >= 64 * W, "capacity", "every thread holds at least two accumulators"),
             Constraint("C4", (KS - 1) * n_iter < k_tiles, "schedule", "every split gets at least one k-tile"),
             Constraint("C5", L.eq(0) | ROWS_ALIGNED, "layout", "the copy engine needs 16-byte aligned row pitches"),
-        ),
+        ) + (sched if schedules else ()),
         preconditions=(Constraint("lifetime", LIFETIME, "schedule",
                                   "a slot is refilled only after its last read (P = S-1, beta = 1)"),),
-        cost=T,
+        cost=T_sc if schedules else T,
         unit="us",
-        terms={"T_comp_us": T_comp, "T_mem_us": T_mem, "T_split_us": T_split, "smem_bytes": smem_bytes},
+        terms=terms,
         tie_break=("T_comp_us",),  # then menu order: deeper pipelines, TMA and G = 8 first
         bind_chip=lambda chip: chip_params(chip, dtype, calibration),
         program=lambda assignment, workload: program(assignment, workload, dtype),
-        obligations=lambda template: proof_plan(template, dtype, calibration),
-        options={"dtype": dtype, "calibration": calibration_id},
+        obligations=lambda template: proof_plan(template, dtype, calibration, schedules),
+        options={"dtype": dtype, "calibration": calibration_id, **({"schedules": True} if schedules else {})},
         descriptor={"algorithm": "gemm",
                     "reuse": "tensor-core tiles staged by TMA or cp.async pipelines, split-K partial sums",
                     "placement": "grouped-M swizzled blocks, KS blocks per output tile",
@@ -265,7 +318,8 @@ def program(assignment: Mapping[str, int], workload: Mapping[str, int], dtype: s
                                int(workload["K"]), dtype))
 
 
-def proof_plan(template: Template, dtype: str, calibration: Mapping[str, float] | None = None) -> ProofPlan:
+def proof_plan(template: Template, dtype: str, calibration: Mapping[str, float] | None = None,
+               schedules: bool = False) -> ProofPlan:
     """The verifier's plan: chip parameters fixed to the proof chip's contract unless the proof keeps
     them symbolic (the walls read Ms and the register budget), M, N, K symbolic; the family's own
     index obligations as the checks."""
@@ -278,7 +332,8 @@ def proof_plan(template: Template, dtype: str, calibration: Mapping[str, float] 
                      "element size; they are fixed so K1/K3 stay decidable unless the proof is asked to keep chip "
                      "parameters symbolic; M, N, K stay symbolic",
         bounds={"index extents": "every M, N, K >= 1, one query per menu value"},
-        checks=(lambda run: obligations(run.timeout_s),),
+        checks=(lambda run: obligations(run.timeout_s),)
+        + ((lambda run: sched_index.obligations(timeout_s=run.timeout_s)),) * bool(schedules),
     )
 
 
@@ -290,7 +345,10 @@ def obligations(timeout_s: float = 10.0) -> list[ObligationResult]:
       so summing the KS partial tiles is the full reduction (the split-K reduction obligation).
     coverage / exact-once / no-phantom on M and N: every output element (i, j) is stored by exactly
       one tile and its store mask holds; no store lands outside C.
-    swizzle_bijective: the grouped-M launch order maps the programs one-to-one onto the tiles."""
+    swizzle_bijective: the grouped-M launch order maps the programs one-to-one onto the tiles.
+    The schedules' obligations (SC = 1, 2: every tile and every (tile, k-step) computed by exactly
+    one program, the stream-K fix-up summing every partial once) are the proof plan's second check
+    (`gemm_tiling_sched_index.obligations`); families built on this one keep the data-parallel kernel."""
     out = [index.split_k_partition(tk, ks, timeout_s=timeout_s) for tk in Tk.decision.menu for ks in KS.decision.menu]
     for axis, tiles in zip(index.OUTPUT_AXES, (Tm.decision.menu, Tn.decision.menu)):
         for t in tiles:

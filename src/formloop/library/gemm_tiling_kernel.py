@@ -48,7 +48,8 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 @dataclass(frozen=True)
 class TileConfig:
     """The kernel-level decisions: Tm×Tn output tile, Tk k-tile, S stages, W warps, KS splits of
-    the k range, G tile rows per swizzle group, L load path (1 TMA descriptors, 0 pointers)."""
+    the k range, G tile rows per swizzle group, L load path (1 TMA descriptors, 0 pointers), SC
+    schedule (0 data-parallel, 1 persistent, 2 stream-K: gemm_tiling_sched_kernel)."""
 
     Tm: int
     Tn: int
@@ -58,6 +59,7 @@ class TileConfig:
     KS: int = 1
     G: int = 8
     L: int = 0
+    SC: int = 0
 
     @classmethod
     def from_assignment(cls, assignment: Mapping[str, Real]) -> "TileConfig":
@@ -77,6 +79,8 @@ class TileConfig:
                 raise InvalidInput(name, getattr(self, name), f"an integer >= {lo}")
         if self.L not in (0, 1):
             raise InvalidInput("L", self.L, (0, 1))
+        if self.SC not in (0, 1, 2) or (self.SC and (self.KS != 1 or self.L != 1)):
+            raise InvalidInput("SC", self.SC, "0, or 1/2 (persistent, stream-K) with KS=1 and L=1")
         if self.W & (self.W - 1):
             raise InvalidInput("W", self.W, "a power of two (num_warps)")
 
@@ -113,9 +117,8 @@ def _split_total(ws_ptr, cnt_ptr, tile, rm, rn, ok, M, N, SPLIT_K, BLOCK_M: tl.c
 @triton.jit
 def _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The output tile (grouped-M launch order) and k range of one program; both kernels share it.
-    It is the jit copy of the rules declared in `gemm_tiling_index` (GRID, SWIZZLE, SPLIT), which
-    the template's obligations are proved about; tests/test_index_rules.py checks the two agree."""
+    """The output tile (grouped-M launch order) and k range of one program; every kernel shares it. The jit
+    copy of the rules of `gemm_tiling_index` (GRID, SWIZZLE, SPLIT); tests/test_index_rules.py checks both agree."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     width = GROUP_M * num_pid_n
@@ -235,6 +238,11 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, ws_ptr, cnt_ptr, M, N, K, GROUP_M, 
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 
+def _sched():  # the persistent and stream-K kernels (that module imports this one's jit helpers)
+    from formloop.library import gemm_tiling_sched_kernel as m  # noqa: PLC0415
+    return m
+
+
 def alignment(*values: int) -> int:
     """The largest power of two ≤ 8 dividing every value (the kernel's ALIGN hint)."""
     g = 0
@@ -256,6 +264,7 @@ class GemmPlan:
     K: int
     dtype: str = "bf16"
     maxnreg: int | None = None  # registers per thread cap (Triton's maxnreg): an emulated chip's register wall
+    sms: int = 132  # programs of the persistent and stream-K schedules (SC = 1, 2): the chip's SMs
 
     def __post_init__(self) -> None:
         if self.dtype not in TORCH_DTYPES:
@@ -273,15 +282,16 @@ class GemmPlan:
     @property
     def grid(self) -> tuple[int, int]:
         c = self.config
-        return triton.cdiv(self.M, c.Tm) * triton.cdiv(self.N, c.Tn), c.KS
+        return (_sched().programs(self), 1) if c.SC else (triton.cdiv(self.M, c.Tm) * triton.cdiv(self.N, c.Tn), c.KS)
 
     @property
     def workspace_shape(self) -> tuple[int, ...] | None:
-        return (self.config.KS, self.M, self.N) if self.config.KS > 1 else None
+        c = self.config
+        return _sched().workspace_shape(self) if c.SC else ((c.KS, self.M, self.N) if c.KS > 1 else None)
 
     @property
     def tiles(self) -> int:
-        return self.grid[0]
+        return triton.cdiv(self.M, self.config.Tm) * triton.cdiv(self.N, self.config.Tn)
 
     def new_workspace(self, device) -> torch.Tensor | None:
         """The float32 partial tiles of split-K, with the per-tile arrival counters (zeroed once;
@@ -324,12 +334,15 @@ class GemmPlan:
                                f"A {self.M}x{self.K}, B {self.K}x{self.N}, C {self.M}x{self.N}")
         if not c.is_contiguous():
             raise InvalidInput("C layout", c.stride(), "a contiguous (row-major) output")
-        split = cfg.KS > 1
+        split = self.workspace_shape is not None
         ws, cnt = self._split_buffers(workspace) if split else (c, c)
         widen = INTERPRETED and self.dtype in ("bf16", "fp16")
         options = {"num_warps": cfg.W, "num_stages": cfg.S}
         if self.maxnreg is not None:
             options["maxnreg"] = self.maxnreg
+        if cfg.SC:
+            return _sched().kernel_call(self, self._descriptors(a, b, c), ws, cnt, PRECISION[self.dtype], widen,
+                                        options)
         if cfg.L:
             a_d, b_d, c_d = self._descriptors(a, b, c)
             return _gemm_tma_kernel, (a_d, b_d, c_d, ws, cnt, self.M, self.N, self.K, cfg.G, cfg.KS, cfg.Tm, cfg.Tn,
@@ -354,9 +367,7 @@ class GemmPlan:
 
     def warmup(self, align: int) -> None:
         """Compile without launching (fills Triton's cache; used by parallel pre-compilation)."""
-        cfg = self.config
-        t = self.torch_dtype
-        split = cfg.KS > 1
+        cfg, t, split = self.config, self.torch_dtype, self.config.KS > 1
         if cfg.L:  # descriptors carry only dtype and block shape into the compile key
             from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -364,6 +375,8 @@ class GemmPlan:
                 x = MockTensor(dtype, list(shape))
                 return TensorDescriptor(x, list(shape), list(x.stride()), list(block))
 
+            if cfg.SC:
+                return _sched().warmup(self, desc, t, PRECISION[self.dtype])
             ws, cnt = (torch.float32, torch.int32) if split else (t, t)
             _gemm_tma_kernel.warmup(desc(t, (16, 16), (cfg.Tm, cfg.Tk)), desc(t, (16, 16), (cfg.Tk, cfg.Tn)),
                                     desc(t, (16, 16), (cfg.Tm, cfg.Tn)), ws, cnt, self.M, self.N, self.K, cfg.G, cfg.KS,
