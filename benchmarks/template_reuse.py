@@ -196,7 +196,8 @@ def print_table(family: str, r: dict, source: str) -> None:
               f"{_f(s.get('graph_us')):>7}/{_f(s.get('eager_us')):<7} "
               f"{_f(g['copy_over_resolve_graph'], '.3f'):>5}/{_f(g['copy_over_resolve_eager'], '.3f'):<5} "
               f"{_f(row['ratio'], '.3f') + (' =' if row['same'] else ''):>13} "
-              f"{_f(b.get('graph_us')):>7}/{_f(b.get('eager_us')):<7} {_f(g['baseline_over_resolved_graph'], '.3f'):>9} "
+              f"{_f(b.get('graph_us')):>7}/{_f(b.get('eager_us')):<7} "
+              f"{_f(g['baseline_over_resolved_graph'], '.3f'):>9} "
               f"{row['solve_s']:7.2f}")
     ratios = [row["gpu"]["copy_over_resolve_graph"] for row in r["rows"] if row["gpu"]["copy_over_resolve_graph"]]
     if ratios:
