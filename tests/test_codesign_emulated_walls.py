@@ -66,7 +66,8 @@ def test_relaxation_with_the_model_as_evaluator_never_misses(problem):
 
 # -- the occupancy-aware model (codesign.emulated_model) and relaxation against a synthetic evaluator --------
 
-SHAPES3 = {"x".join(map(str, s)): workload(s, "bf16") for s in [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000)]}
+SHAPES3 = {"x".join(map(str, s)): workload(s, "bf16")
+           for s in [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000)]}
 
 
 def test_occupancy_by_hand_and_cost_at_k_virtual_sms():

@@ -20,8 +20,9 @@ This is the problem object relax_walls reads, over the GPU GEMM family:
              to the next-best admitted design when one fails), ratio to the full chip's measurement;
              a scenario without a finite measurement has ratio inf.
   refit      on a miss, every chip measured so far gets its measured ratios (a per-chip, per-shape
-             correction of the model: version + 1); the relaxation re-solves and prices again, and
-             stops only when a miss has no finite measurement to learn from.
+             factor measured / model; any other chip takes the factors of the nearest corrected chip in
+             menu steps: version + 1); the relaxation re-solves and prices again, and stops only when a
+             miss has no finite measurement to learn from.
   certify    every emulated chip is admitted: the family's obligations are its h200 contract's, and
              each design is checked against the emulated walls (template.check) before it runs.
 """
@@ -128,10 +129,19 @@ class EmulatedWallsProblem:
         if key not in self.cache:
             program, us, why = self._pick(sc, h, frozenset(removed))
             ratio = us / self.reference[sc]
-            if not removed and h.values in self.corrections:
-                ratio *= self.corrections[h.values][sc]
+            if not removed and self.corrections:
+                ratio *= self.corrections[self._nearest_corrected(h)][sc]
             self.cache[key] = ScenarioOptimum(sc, program, ratio, why)
         return self.cache[key]
+
+    def _nearest_corrected(self, h: ChipConfig):
+        """The corrected chip nearest to h in menu steps (ties: the smaller area, then menu order): its
+        measured/model factors stand for h's, so neighbours of a corrected incumbent are not priced
+        against it with the raw model (a phantom gain)."""
+        def steps(v):
+            other = dict(v)
+            return sum(abs(c.menu.index(h[c.name]) - c.menu.index(other[c.name])) for c in self.library.components)
+        return min(self.corrections, key=lambda v: (steps(v), self.library.chip(**dict(v)).area, v))
 
     def model_ratio(self, h: ChipConfig) -> float:
         """The worst scenario ratio the model (uncorrected) predicts for chip h."""
