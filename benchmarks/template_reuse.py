@@ -133,7 +133,7 @@ def calibrate(family, study, template_of, chip, ctx, top: int, workers: int) -> 
         else:
             failures += 1
     try:
-        cal = fit(t, chip, points, near_best=1.5)
+        cal = fit(t, chip, points, near_best=1.5, starts=3, iterations=40)  # bounded CPU time on the GPU host
     except Exception as exc:  # noqa: BLE001 - too few points or a failed fit: priors, said so
         return None, {"note": f"priors: fit failed ({type(exc).__name__}: {str(exc)[:160]})", "points": len(points)}
     return dict(cal.values), {"note": f"fitted to {len(points)} graph timings of the solved workloads "
