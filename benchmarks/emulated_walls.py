@@ -28,6 +28,7 @@ import zlib
 SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000)]
 SMS, SMEM_KIB, REGS = (16, 33, 66, 132), (64, 128, 227), (128, 255)
 FALLBACKS = 4  # designs tried per (chip, shape): the pick, then the model's next best admitted ones
+BAND = 0.5     # a purchase misses when its measured drop is off the predicted one by more than half (then: refit)
 
 
 def lib(ceiling: float = 450.0):
@@ -49,38 +50,25 @@ def grid(library=None):
 
 
 class Bench:
-    def __init__(self, dry: bool):
+    def __init__(self, dry: bool, occupancy: bool = True):
+        from formloop.codesign.emulated_model import EmulatedModel
         from formloop.hw.chips import get_chip
         from formloop.library import get_template
 
         self.dry, self.base = dry, get_chip("h200")
         self.t = get_template("gemm-tiling-gpu", dtype="bf16")
+        self.model = EmulatedModel(self.t, self.base, occupancy=occupancy)  # what SOLVE reads, and what is measured
         self.cache: dict = {}
         self.evaluators: dict = {}
         self.measurements = 0
         self.fallbacks: list[dict] = []  # designs that failed on an emulated chip, and why
 
     def ranked(self, w, shape, n: int):
-        """The model's n best designs of `shape` on chip `w` (the pick first: the enumerator's tie-break),
-        with their model times (us) and the emulated chip."""
-        import numpy as np
-
-        from formloop.evaluate.emulated import emulated_chip
+        """The model's n best designs of `shape` on chip `w` (the pick first), with their model times
+        (us, codesign.emulated_model: the model relax_walls' SOLVE reads) and the emulated chip."""
         from formloop.library.gemm_tiling import workload
-        from formloop.solve import enumerate_designs
-        from formloop.solve.enumerate import assignment_at, feasible_mask, term_grid
 
-        chip = emulated_chip(self.base, w)
-        f = self.t.formulate(workload(shape, "bf16"), chip)
-        sol = enumerate_designs(f)
-        out = [(dict(sol.assignment), float(sol.objective))]
-        flat = np.flatnonzero(feasible_mask(f))
-        cost = term_grid(f, f.cost).ravel()
-        for i in flat[np.argsort(cost[flat], kind="stable")][: n + 1]:
-            a = dict(assignment_at(f, int(i)))
-            if a != out[0][0] and len(out) < n:
-                out.append((a, float(cost[i])))
-        return out, chip
+        return self.model.ranked(workload(shape, "bf16"), w, n), self.model.chip(w)
 
     def pick(self, w, shape):
         ranked, chip = self.ranked(w, shape, 1)
@@ -154,21 +142,25 @@ def relax(b: Bench, full, ceiling: float) -> tuple[list[dict], dict]:
     library = lib(ceiling)
     names = {"x".join(map(str, s)): s for s in SHAPES}
     problem = EmulatedWallsProblem(b.t, b.base, library, {k: workload(s, "bf16") for k, s in names.items()},
-                                   lambda w, sc: b.measure(w, names[sc])[1])
+                                   lambda w, sc: b.measure(w, names[sc])[1], model=b.model)
     start = min(library.chips(), key=lambda h: h.area)
-    rel = relax_walls(problem, "worst", start, k=2, rounds=10, band=1.0)
+    rel = relax_walls(problem, "worst", start, k=2, rounds=16, band=BAND)
     log = []
     for p in rel.purchases:
         before, after = walls_of(p.before), walls_of(p.after)
-        bm, bg = b.objective(before, full)
-        am, ag = b.objective(after, full)
+        bm, bg = problem.model_ratio(p.before), b.objective(before, full)[1]
+        am, ag = problem.model_ratio(p.after), b.objective(after, full)[1]
         measured = gain(bg, ag)
         log.append({"buy": p.move, "from": before.label(), "to": after.label(), "area_mm2": p.after.area,
                     "predicted_gain": bm / am, "measured_gain": measured,
+                    "relaxation_drop": {"predicted": p.predicted_drop, "evaluated": p.evaluated_drop},
                     "confirmed": None if measured is None else measured > 1,
                     "model_objective": am, "measured_objective": ag if math.isfinite(ag) else None,
                     "mechanism": list(p.mechanism)})
-    summary = {"end": walls_of(rel.chip).label(), "model_objective": rel.L,
+    summary = {"end": walls_of(rel.chip).label(), "model_objective": problem.model_ratio(rel.chip),
+               "recalibrations": rel.recalibrations,
+               "path": [(step, walls_of(h).label(), L, problem.model_ratio(h), b.objective(walls_of(h), full)[1])
+                        for step, h, L, _ in rel.path],
                "measured_objective": rel.evaluated if math.isfinite(rel.evaluated) else None,
                "solve_calls": rel.calls, "bound": rel.bound, "rounds": rel.rounds,
                "reclaims": [(walls_of(a).label(), walls_of(c).label()) for a, c in rel.reclaims], "events": rel.events}
@@ -194,6 +186,12 @@ def best_of(b: Bench, chips, full) -> dict:
             "objective": best[1][1] if finite else None, "model_objective": best[1][0] if finite else None}
 
 
+def _wl(shape):
+    from formloop.library.gemm_tiling import workload
+
+    return workload(shape, "bf16")
+
+
 def _fmt(x, spec=".3f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
@@ -203,12 +201,15 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--ceiling", type=float, default=450.0, help="area ceiling, mm2 (assumed area model)")
+    p.add_argument("--model", choices=("occupancy", "blind"), default="occupancy",
+                   help="occupancy: blocks per SM from the walls (codesign.emulated_model); blind: one block per SM "
+                        "(the first H200 run's model)")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     from formloop.evaluate.emulated import Walls
 
     t0 = time.time()
-    b = Bench(args.dry_run)
+    b = Bench(args.dry_run, occupancy=args.model == "occupancy")
     full = Walls(132, 227 * 1024, None)
     source = "model (dry run: perturbed model plays the GPU)" if args.dry_run else "emulated (H200)"
     purchases, relaxation = relax(b, full, args.ceiling)
@@ -219,11 +220,13 @@ def main(argv=None) -> int:
     half = rng.sample(admitted, max(1, len(admitted) // 2))
     random_half = best_of(b, half, full)
     result = {"source": source, "area_model": "assumed (see the module doc)", "ceiling_mm2": args.ceiling,
+              "model": args.model + " (codesign.emulated_model)",
               "register_wall": "fp32 accumulators a thread <= min(128, regs/thread - 64) (gemm-tiling-gpu C2)",
               "purchases": purchases, "relaxation": relaxation, "relaxation_measurements": relax_calls,
               "exhaustive": exhaustive, "random_half": random_half, "fallbacks": b.fallbacks,
-              "measurements": {f"{w.label()} {'x'.join(map(str, s))}": {"model_us": v[0], "measured_us":
-                               v[1] if math.isfinite(v[1]) else None, "design": v[2]} for (w, s), v in b.cache.items()},
+              "measurements": {f"{w.label()} {'x'.join(map(str, s))}": {
+                  "model_us": v[0], "measured_us": v[1] if math.isfinite(v[1]) else None, "design": v[2],
+                  "blocks_per_sm": b.model.occupancy_of(v[2], _wl(s), w)} for (w, s), v in b.cache.items()},
               "seconds": time.time() - t0}
     with open(os.path.join(args.out, "emulated_walls.json"), "w") as fh:
         json.dump(result, fh, indent=1, default=str, allow_nan=False)
@@ -232,6 +235,9 @@ def main(argv=None) -> int:
     for r in purchases:
         print(f"{r['buy']:>15} {r['to']:>16} {r['area_mm2']:6.1f} {r['predicted_gain']:9.3f} "
               f"{_fmt(r['measured_gain']):>9} {r['model_objective']:6.3f}/{_fmt(r['measured_objective'])}")
+    print("walk (step, chip, model objective, measured objective):")
+    for step, chip, _, model_l, meas in relaxation["path"]:
+        print(f"  {step:>12} {chip:>16} model {model_l:7.3f}  {source.split(' ')[0]} {_fmt(meas)}")
     print(f"relaxation (codesign.walls.relax_walls): ends at {relaxation['end']} (model objective "
           f"{_fmt(relaxation['model_objective'])}, measured {_fmt(relaxation['measured_objective'])}; "
           f"{relax_calls} emulated measurements, {relaxation['solve_calls']} model solves); last event: "

@@ -63,3 +63,16 @@ def test_dry_run_writes_finite_json(ew, tmp_path, capsys):
     for p in result["purchases"]:
         assert p["measured_gain"] is None or math.isfinite(p["measured_gain"])
     assert "assumed" in result["area_model"] and "emulated chip" in capsys.readouterr().out
+
+
+def test_dry_run_relaxation_walks_to_the_exhaustive_best(ew, tmp_path):
+    """The perturbed model (+-15% per chip and shape, simulated compile failures) plays the GPU; the
+    relaxation measures exactly the picks of the model its SOLVE reads and, refitting on a miss, ends
+    where exhaustive search over the grid does."""
+    assert ew.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "emulated_walls.json").read_text())
+    assert out["model"].startswith("occupancy")
+    assert out["relaxation"]["end"] == out["exhaustive"]["best"]
+    assert len(out["purchases"]) >= 2 and all(p["buy"].startswith("sm") for p in out["purchases"])
+    for key, m in out["measurements"].items():
+        assert m["blocks_per_sm"] >= 1

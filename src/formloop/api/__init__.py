@@ -28,6 +28,7 @@ from formloop.api.layer import layer
 from formloop.api.loop import run
 from formloop.api.measure import evaluate, measure
 from formloop.api.optimize import optimize, optimize_status, optimize_submit
+from formloop.api.reuse import template_reuse
 from formloop.api.population import population_backup, population_check, population_export, population_query
 from formloop.api.sol import sol_ops, sol_report
 from formloop.api.solve import check, solve
@@ -41,4 +42,5 @@ __all__ = [
     "population_backup", "population_check", "population_export", "population_query", "prove_chain", "prove_template",
     "recheck_certificate", "run", "schedule", "show_template", "sol_ops", "sol_report", "solve", "synth_log", "verify",
     "wall_relax",
+    "template_reuse",
 ]

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "formloop.cli.dsl_cmd",
     "formloop.cli.optimize_cmd",
     "formloop.cli.layer_cmd",
+    "formloop.cli.reuse_cmd",
 )
 
 for _module in COMMAND_MODULES:

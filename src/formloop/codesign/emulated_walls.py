@@ -7,16 +7,22 @@ ASSUMPTION, labelled so wherever it is printed (see AREA): SM logic per SM, shar
 per SM and registers per thread per SM (×2048 threads / 1024).
 
 This is the problem object relax_walls reads, over the GPU GEMM family:
-  SOLVE(h)   the family's pick per shape on the emulated chip of h (`evaluate.emulated.emulated_chip`:
-             the register cap is the family's C2 wall, shared memory its C1, SMs scale the peaks);
-             ratio = model time / the model's time of its pick on the full chip.
+  SOLVE(h)   the family's pick per shape on the emulated chip of h under `codesign.emulated_model`
+             (the family's cost read at the occupancy the walls leave: blocks per SM from shared memory,
+             registers (the maxnreg cap) and warps; the cap is also the family's C2 wall, shared memory
+             its C1, SMs scale the peaks); ratio = model time / the model's time of its pick on the full
+             chip. The benchmark measures exactly these picks, so a purchase's predicted gain is the
+             model SOLVE used.
   removing   a wall relaxes its component to the full chip's value (an emulated chip cannot exceed
              the H200): the screen says which wall the model thinks binds. The SM count is priced
              as a wall here although the family's contract reads it in its cost, not a constraint.
   measure    the `measure(walls, shape)` callable (the benchmark's: an emulated timing with fallback
              to the next-best admitted design when one fails), ratio to the full chip's measurement;
              a scenario without a finite measurement has ratio inf.
-  refit      none (no cost term is refitted on a miss: relax_walls stops and says so).
+  refit      on a miss, every chip measured so far gets its measured ratios (a per-chip, per-shape
+             factor measured / model; any other chip takes the factors of the nearest corrected chip in
+             menu steps: version + 1); the relaxation re-solves and prices again, and stops only when a
+             miss has no finite measurement to learn from.
   certify    every emulated chip is admitted: the family's obligations are its h200 contract's, and
              each design is checked against the emulated walls (template.check) before it runs.
 """
@@ -27,12 +33,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from formloop.codesign.chip_proofs import ChipCertificate
+from formloop.codesign.emulated_model import EmulatedModel
 from formloop.codesign.problem import ScenarioOptimum
 from formloop.errors import Infeasible
 from formloop.evaluate.emulated import KiB, Walls, emulated_chip
 from formloop.hw.chips import Chip
 from formloop.hw.library import ChipConfig, Component, HardwareLibrary
-from formloop.solve import enumerate_designs
 from formloop.template import Template
 
 # mm2 per unit (ASSUMED, illustrative): an SM's logic, a KiB of shared memory per SM, a register of
@@ -83,12 +89,17 @@ class EmulatedWallsProblem:
     library: HardwareLibrary
     scenarios: Mapping[str, Mapping[str, int]]
     measure_us: Callable[[Walls, str], float]     # (walls, scenario) -> measured us (nan: none)
+    model: EmulatedModel | None = None            # default: the occupancy-aware model of `template` on `base`
     version: int = 0
     cache: dict = field(default_factory=dict, repr=False)
+    corrections: dict = field(default_factory=dict)   # chip values -> {scenario: measured / model ratio}
+    measured: dict = field(default_factory=dict, repr=False)   # (chip values, scenario) -> measured ratio
     open_walls: tuple = (Wall("sm", "sm", "sm_count"), Wall("smem", "smem", "smem_per_block"),
                          Wall("regs", "regs", "registers_per_thread"))
 
     def __post_init__(self) -> None:
+        if self.model is None:
+            self.model = EmulatedModel(self.template, self.base)
         self.full = self.library.reference
         self.reference = {sc: self._pick(sc, self.full, frozenset())[1] for sc in self.scenarios}
 
@@ -98,30 +109,52 @@ class EmulatedWallsProblem:
     def wall(self, name: str) -> Wall:
         return next(w for w in self.open_walls if w.name == name)
 
-    def chip(self, h: ChipConfig, removed=frozenset()) -> Chip:
+    def walls(self, h: ChipConfig, removed=frozenset()) -> Walls:
         values = {**h.as_dict(), **{w: self.full[w] for w in removed}}
-        return emulated_chip(self.base, walls_of(self.library.chip(**values)))
+        return walls_of(self.library.chip(**values))
+
+    def chip(self, h: ChipConfig, removed=frozenset()) -> Chip:
+        return emulated_chip(self.base, self.walls(h, removed))
 
     def _pick(self, sc: str, h: ChipConfig, removed: frozenset) -> tuple[str | None, float, str]:
         try:
-            sol = enumerate_designs(self.template.formulate(self.scenarios[sc], self.chip(h, removed)))
+            a, us = self.model.pick(self.scenarios[sc], self.walls(h, removed))
         except Infeasible as exc:
             return None, math.inf, "; ".join(exc.reasons)
-        return label(sol.assignment), float(sol.objective), ""
+        return label(a), us, ""
 
     def solve_scenario(self, sc: str, h: ChipConfig, removed=frozenset()) -> ScenarioOptimum:
+        """The model's pick and ratio; a chip the evaluator corrected (refit) reads its measured ratio."""
         key = (h.values, frozenset(removed), sc)
         if key not in self.cache:
             program, us, why = self._pick(sc, h, frozenset(removed))
-            self.cache[key] = ScenarioOptimum(sc, program, us / self.reference[sc], why)
+            ratio = us / self.reference[sc]
+            if not removed and self.corrections:
+                ratio *= self.corrections[self._nearest_corrected(h)][sc]
+            self.cache[key] = ScenarioOptimum(sc, program, ratio, why)
         return self.cache[key]
+
+    def _nearest_corrected(self, h: ChipConfig):
+        """The corrected chip nearest to h in menu steps (ties: the smaller area, then menu order): its
+        measured/model factors stand for h's, so neighbours of a corrected incumbent are not priced
+        against it with the raw model (a phantom gain)."""
+        def steps(v):
+            other = dict(v)
+            return sum(abs(c.menu.index(h[c.name]) - c.menu.index(other[c.name])) for c in self.library.components)
+        return min(self.corrections, key=lambda v: (steps(v), self.library.chip(**dict(v)).area, v))
+
+    def model_ratio(self, h: ChipConfig) -> float:
+        """The worst scenario ratio the model (uncorrected) predicts for chip h."""
+        return max(self._pick(sc, h, frozenset())[1] / self.reference[sc] for sc in self.scenarios)
 
     def measure(self, sc: str, program: str, h: ChipConfig) -> Measured:
         """The evaluator's ratio for the chip's pick of `sc` (the benchmark measures the pick, falling
         back to the next-best admitted design when it fails): inf without two finite measurements."""
         us, ref = self.measure_us(walls_of(h), sc), self.measure_us(walls_of(self.full), sc)
         ok = math.isfinite(us) and math.isfinite(ref) and ref > 0
-        return Measured(us / ref if ok else math.inf, us)
+        ratio = us / ref if ok else math.inf
+        self.measured[(h.values, sc)] = ratio
+        return Measured(ratio, us)
 
     def capacity(self, wall: str, h: ChipConfig) -> float:
         return float(h[wall])
@@ -145,7 +178,25 @@ class EmulatedWallsProblem:
         return [w for w, c in (("smem", "C1"), ("regs", "C2")) if c in broken]
 
     def refit(self, optima, h: ChipConfig):
-        return None
+        """After a miss: every chip with finite measurements of all scenarios takes them as its ratios
+        (model ratio x measured / model). None (stop) when the missed chip has no finite measurement."""
+        if any(not math.isfinite(self.measured.get((h.values, o.scenario), math.inf)) for o in optima):
+            return None
+        chips = {v for v, _ in self.measured}
+        fixes = {}
+        for v in chips:
+            ratios = {sc: self.measured.get((v, sc), math.inf) for sc in self.scenarios}
+            if all(math.isfinite(r) for r in ratios.values()):
+                chip = self.library.chip(**dict(v))
+                fixes[v] = {sc: ratios[sc] / (self._pick(sc, chip, frozenset())[1] / self.reference[sc])
+                            for sc in self.scenarios}
+        self._pending = fixes
+        return f"measured ratios of {len(fixes)} chips", max(fixes[h.values].values())
+
+    def recalibrate(self, term: str, factor: float) -> None:
+        self.corrections.update(self._pending)
+        self.version += 1
+        self.cache.clear()
 
     def certify(self, h: ChipConfig) -> ChipCertificate:
         return ChipCertificate(h.label(), None, "emulated on the h200: the family's h200 contract; designs are "
