@@ -254,3 +254,27 @@ def col_argreduce(op: str, x: torch.Tensor, dim: int, *, config: Mapping[str, in
         _colarg_kernel[(b, triton.cdiv(d2, rp))](x, y, d1, d2, MIN=op == "argmin", BC=int(config["BC"]), RP=rp,
                                                  num_warps=int(config["W"]))
     return y
+
+
+def module_norm(x: torch.Tensor, mod, *, stats: Mapping[str, int], apply: Mapping[str, int]) -> torch.Tensor:
+    """What nn.GroupNorm / nn.InstanceNorm*d (no running stats) / nn.BatchNorm*d `mod` computes on x, with
+    its semantics read at call time: training or eval, running statistics updated in place (momentum set),
+    num_batches_tracked counted, affine or not."""
+    kind = type(mod).__name__
+    w, b = getattr(mod, "weight", None), getattr(mod, "bias", None)
+    if kind == "GroupNorm":
+        return seg_norm("group", x, stats=stats, apply=apply, groups=mod.num_groups, weight=w, bias=b, eps=mod.eps)
+    if kind.startswith("InstanceNorm"):
+        if mod.track_running_stats:
+            raise InvalidInput(f"{kind}.track_running_stats", True, [False])
+        return seg_norm("instance", x, stats=stats, apply=apply, weight=w, bias=b, eps=mod.eps)
+    if not kind.startswith("BatchNorm") or mod.momentum is None:
+        raise InvalidInput("module_norm module", kind, "GroupNorm, InstanceNorm*d, BatchNorm*d with a momentum")
+    update = mod.training and mod.track_running_stats
+    if update and mod.num_batches_tracked is not None:
+        mod.num_batches_tracked.add_(1)
+    batch = mod.training or mod.running_mean is None
+    return seg_norm("batch", x, stats=stats, apply=apply, weight=w, bias=b, eps=mod.eps,
+                    running_mean=mod.running_mean if (update or not batch) else None,
+                    running_var=mod.running_var if (update or not batch) else None,
+                    momentum=float(mod.momentum), use_batch_stats=batch)
