@@ -169,7 +169,19 @@ def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str
                   "gather": p.get("bytes", 0)}[kind]
         d["config"] = _milp(kind, p["rows"], p["cols"], nbytes)
         d["template"] = f"vecops-{kind}"
+    if tier != "gpu":   # the interpreter runs programs one by one: few coarse tiles (correctness only)
+        for key in ("stats", "apply", "config"):
+            if key in d:
+                bc = min(_pow2(p["cols"]), 1024)
+                d[key] = {**d[key], "BC": bc, "RP": max(1, min(_pow2(p["rows"]), 4096 // bc, 64)), "W": 4,
+                          **({"SPLIT": 2} if "SPLIT" in d[key] and key != "config" else {})}
+        d["solver"] = "interpreter tile"
+        region.notes.append("interpreter tier: coarse tiles instead of the MILP's (correctness only)")
     return d
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
