@@ -121,7 +121,9 @@ def _scan_kernel(x_ptr, y_ptr, R, C, BC: tl.constexpr, RP: tl.constexpr):
         x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
         y = tl.cumsum(x, axis=1) + carry[:, None]
         tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
-        carry += tl.sum(x, 1)
+        # the carry is the tile's last prefix (masked lanes add 0); not `carry += tl.sum(x, 1)`, which crashes
+        # Triton 3.6's thread-locality pass for some tiles
+        carry = tl.sum(tl.where((tl.arange(0, BC) == BC - 1)[None, :], y, 0.0), 1)
 
 
 @triton.jit
