@@ -53,3 +53,14 @@ def test_gpu_designs_are_the_milp_s():
     n, c, hw = 112, 64, 512 * 512
     assert d["stats"] == solved_design("norm-stats", n * c, hw, n * c * hw * 4)
     assert d["apply"] == solved_design("norm-apply", n * c, hw, 2 * n * c * hw * 4)
+
+
+def test_a_norm_region_feeds_a_later_region(tmp_path):
+    """conv -> BatchNorm2d -> relu: the norm's call is the node the elementwise region reads (level2 problem)."""
+    path = str(P.parent / "level2" / "conv_bn_relu.py")
+    b = build(path, small=True, tier="interpreter", attempt=0, out_dir=str(tmp_path))
+    assert b["candidate"], b
+    kinds = [r["kind"] for r in b["regions"]]
+    assert "vecops-norm" in kinds and "elementwise" in kinds
+    r = evaluate(problem_file(path, True, tmp_path), b["candidate"], sets=1, timing=False, tolerance="kernelbench")
+    assert r.correct, r.comparisons

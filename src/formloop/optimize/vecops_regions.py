@@ -189,25 +189,25 @@ def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
     from formloop.library import vecops_kernel as vk
 
     p, kind = region.params, region.kind.removeprefix("vecops-")
-    with graph.inserting_before(region.output):
-        if kind == "norm":
-            mod = graph.get_attr(p["module"])
-            call = graph.call_function(vk.module_norm, (p["x"], mod),
-                                       {"stats": design["stats"], "apply": design["apply"]})
-        elif kind == "scan":
-            call = graph.call_function(vk.row_scan, (p["x"],), {"config": design["config"]})
-        elif kind == "colreduce":
-            call = graph.call_function(vk.col_argreduce, (p["op"], p["x"], p["dim"]), {"config": design["config"]})
-        elif kind == "xent":
-            call = graph.call_function(vg.cross_entropy, (p["x"], p["targets"]),
-                                       {"config": design["config"], "ignore_index": p["ignore_index"]})
-        else:
-            kw = {k: p[k] for k in ("stride", "padding", "dilation")}
-            fn = vg.unfold2d if p["op"] == "unfold" else vg.max_pool2d
-            call = graph.call_function(fn, (p["x"], p["kernel_size"]), {"config": design["config"], **kw})
-    region.output.replace_all_uses_with(call)
-    graph.erase_node(region.output)
-    return call
+    if kind == "norm":
+        with graph.inserting_before(region.output):
+            fn, args, kw = vk.module_norm, (p["x"], graph.get_attr(p["module"])), {"stats": design["stats"],
+                                                                                   "apply": design["apply"]}
+    elif kind == "scan":
+        fn, args, kw = vk.row_scan, (p["x"],), {"config": design["config"]}
+    elif kind == "colreduce":
+        fn, args, kw = vk.col_argreduce, (p["op"], p["x"], p["dim"]), {"config": design["config"]}
+    elif kind == "xent":
+        fn, args, kw = vg.cross_entropy, (p["x"], p["targets"]), {"config": design["config"],
+                                                                 "ignore_index": p["ignore_index"]}
+    else:
+        fn = vg.unfold2d if p["op"] == "unfold" else vg.max_pool2d
+        args = (p["x"], p["kernel_size"])
+        kw = {"config": design["config"], **{k: p[k] for k in ("stride", "padding", "dilation")}}
+    # the region's one node becomes the call in place: later regions that read it keep a live node
+    node = region.output
+    node.op, node.target, node.args, node.kwargs = "call_function", fn, args, kw
+    return node
 
 
 _IMPORTS = ("from formloop.library.vecops_kernel import module_norm, row_scan, col_argreduce",
