@@ -18,7 +18,8 @@ from formloop.optimize.store import OptimizeStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 P = ROOT / "problems"
-FILES = [str(P / "level2" / "linear_bias_relu.py"), str(P / "level1" / "rmsnorm.py"), str(P / "level1" / "cumsum.py")]
+FILES = [str(P / "level2" / "linear_bias_relu.py"), str(P / "level1" / "rmsnorm.py"),
+         str(ROOT / "tests" / "fixtures" / "optimize" / "row_cumprod.py")]   # no region implements cumprod
 
 WRONG = '''import torch
 from formloop.sol.problem import load_problem
@@ -65,10 +66,10 @@ def test_rowwise_problem_gets_a_verified_model_new(campaign):
 
 def test_uncovered_problem_keeps_the_reference_with_a_reason(campaign):
     out, report = campaign
-    cs = {r["problem"]: r for r in report["problems"]}["cumsum"]
+    cs = {r["problem"]: r for r in report["problems"]}["row_cumprod"]
     assert cs["status"] == "reference" and cs["best"] is None
-    assert "cumsum" in cs["reason"]
-    assert not (out / "models" / "cumsum.py").exists()
+    assert "cumprod" in cs["reason"]
+    assert not (out / "models" / "row_cumprod.py").exists()
 
 
 def test_report_is_labelled_interpreter_and_written(campaign):

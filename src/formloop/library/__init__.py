@@ -11,6 +11,7 @@ _REGISTRY: dict[str, Callable[..., Template]] = {}
 _MODULES = ("formloop.library.gemm_tiling", "formloop.library.gemm_tiling_gpu", "formloop.library.gemm_epilogue",
             "formloop.library.attention_decode", "formloop.library.attention_prefill",
             "formloop.library.rowwise", "formloop.library.elementwise", "formloop.library.qk_rope",
+            "formloop.library.vecops",
             "formloop.library.qwen3_layer_template")
 
 
