@@ -39,7 +39,8 @@ class ModelNew(torch.nn.Module):
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     out = tmp_path_factory.mktemp("optimize")
-    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False)
+    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False,
+                          store=str(out / "population.db"))
     return out, report
 
 
@@ -86,11 +87,12 @@ def test_report_is_labelled_interpreter_and_written(campaign):
 
 def test_second_call_resumes_without_new_attempts(campaign):
     out, _ = campaign
-    store = OptimizeStore(out / "optimize.sqlite")
+    store = OptimizeStore(out / "population.db", "fp32/small")
     before = [dict(a) for a in store.attempts("linear_bias_relu")]
     store.close()
-    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False)
-    store = OptimizeStore(out / "optimize.sqlite")
+    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False,
+                          store=str(out / "population.db"))
+    store = OptimizeStore(out / "population.db", "fp32/small")
     after = store.attempts("linear_bias_relu")
     store.close()
     assert [a["id"] for a in after] == [a["id"] for a in before]   # the budget was spent: nothing re-run
@@ -100,10 +102,10 @@ def test_second_call_resumes_without_new_attempts(campaign):
 def test_an_agents_wrong_candidate_is_refused_and_stored(campaign):
     out, _ = campaign
     r = api.optimize_submit(FILES[0], out=str(out), source=WRONG.format(path=FILES[0]), small=True,
-                            tier="interpreter")
+                            tier="interpreter", store=str(out / "population.db"))
     assert r["correct"] is False and r["accepted"] is False and r["verdict"].startswith("incorrect")
     assert r["is_best"] is False
-    status = api.optimize_status(FILES[0], out=str(out))
+    status = api.optimize_status(FILES[0], out=str(out), store=str(out / "population.db"), small=True)
     assert status["best"]["origin"] == "formloop"
     assert [a["origin"] for a in status["attempts"]] == ["formloop", "agent"]
     assert status["sol"]["time_floor_s"] > 0

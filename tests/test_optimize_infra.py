@@ -1,0 +1,133 @@
+"""formloop optimize's infrastructure: the campaign record in the population store (schema 5, resume,
+campaigns kept apart), the bf16 variant's cast rule, the hand-drawn fast_p SVG, the report's phase
+totals, and bad input. Fast: no kernel runs here (test_optimize_e2e and test_optimize_ray run them)."""
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from formloop.campaign.metrics import fast_p
+from formloop.errors import InvalidInput
+from formloop.optimize.store import OptimizeStore
+from formloop.optimize.svgplot import curve, write_svg
+from formloop.population import SCHEMA_VERSION, Population
+
+ROOT = Path(__file__).resolve().parents[1]
+P = ROOT / "problems"
+
+
+def _attempt(store: OptimizeStore, name: str, *, accepted: bool, time_s: float | None, phases=None) -> int:
+    return store.add_attempt(name, candidate=f"/x/{name}.py", origin="formloop", correct=accepted,
+                             accepted=accepted, verdict="accepted" if accepted else "incorrect: off",
+                             time_s=time_s, ref_s=1.0, time_source="cpu", sol_fraction=None,
+                             detail={"phases": phases or {}})
+
+
+def test_campaign_record_lives_in_the_population_store(tmp_path):
+    path = tmp_path / "population.db"
+    with OptimizeStore(path, "fp32/full") as s:
+        s.put_problem("p", path="/p.py", level=1, tier="interpreter", status="ready", sol_floor_s=1e-6,
+                      bootstrap={"dtype": "fp32"})
+        s.set_compile("p", 0.5)
+        s.put_problem("p", path="/p.py", level=1, tier="interpreter", status="ready")   # re-bootstrap keeps compile_s
+        assert s.problem("p")["compile_s"] == 0.5
+        assert [_attempt(s, "p", accepted=a, time_s=t) for a, t in ((True, 0.4), (False, 0.1), (True, 0.3))]
+        assert [a["attempt"] for a in s.attempts("p")] == [0, 1, 2] and s.next_attempt("p") == 3
+        assert s.best("p")["attempt"] == 2          # the fastest ACCEPTED one: 0.1 s was incorrect
+        with pytest.raises(ValueError):
+            s.add_attempt("p", attempt=1, candidate="", origin="agent", correct=False, accepted=False, verdict="x",
+                          time_s=None, ref_s=None, time_source=None, sol_fraction=None, detail={})
+    with OptimizeStore(path, "bf16/full") as other:     # another campaign in the same store sees nothing
+        assert other.problem("p") is None and other.attempts("p") == [] and other.next_attempt("p") == 0
+    with OptimizeStore(path, "fp32/full", mode="read") as again:   # a new process resumes from the file
+        assert [a["time_s"] for a in again.attempts("p")] == [0.4, 0.1, 0.3]
+        assert again.problems()[0]["name"] == "p"
+    with Population(path) as pop:    # a real population store: schema 5, its other tables untouched
+        assert pop.schema_version == SCHEMA_VERSION >= 5
+        assert pop.counts()["templates"] == 0
+
+
+def test_problem_names_do_not_bleed_into_each_other(tmp_path):
+    with OptimizeStore(tmp_path / "s.db", "fp32/small") as s:
+        for name in ("a", "a|b", "ab"):
+            s.put_problem(name, path="/x.py", level=1, tier="gpu", status="ready")
+        _attempt(s, "a|b", accepted=True, time_s=1.0)
+        _attempt(s, "ab", accepted=True, time_s=2.0)
+        assert s.attempts("a") == [] and [a["time_s"] for a in s.attempts("a|b")] == [1.0]
+        assert sorted(p["name"] for p in s.problems()) == sorted(["a", "a|b", "ab"])
+
+
+def test_schema_stays_on_the_first_page(tmp_path):
+    """The damage tests place garbage by file offset: sqlite_master must stay one leaf page."""
+    Population(tmp_path / "p.db").close()
+    conn = sqlite3.connect(tmp_path / "p.db")
+    try:
+        pages = conn.execute("SELECT pageno, pagetype FROM dbstat WHERE name = 'sqlite_schema'").fetchall()
+    except sqlite3.OperationalError:
+        pytest.skip("this SQLite has no dbstat table")
+    finally:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        conn.close()
+    assert "optimize_log" in names
+    assert pages == [(1, "leaf")]
+
+
+def test_svg_marks_are_fast_p_of_the_speedups(tmp_path):
+    sp = {"a": 2.5, "b": 1.2, "c": None, "d": 0.8, "e": 1.5}
+    svg = write_svg({"vs eager": sp, "vs compile": {"a": 1.1, "b": 0.9}}, tmp_path / "f.svg", title="t").read_text()
+    marks = re.findall(r'data-p="([0-9.]+)" data-fast-p="([0-9.]+)"', svg)
+    assert len(marks) == 8
+    brute = {p: sum(1 for s in sp.values() if s is not None and s > p) / len(sp) for p in (0, 1, 1.5, 2)}
+    assert {float(p): float(f) for p, f in marks[:4]} == pytest.approx(brute)   # 1.5 itself is not > 1.5
+    assert brute[1.5] == pytest.approx(0.2)
+    pts = curve(sp, 3.0)
+    assert pts[0] == (0.0, pytest.approx(0.8)) and pts[-1] == (3.0, 0.0)
+    for p, f in pts:     # every corner is on the curve (or the step just left of it)
+        assert f in (fast_p(sp, p), pytest.approx(fast_p(sp, p - 1e-9)))
+
+
+def test_report_sums_phase_times_over_attempts(tmp_path):
+    from formloop.optimize.report import _phase_totals, markdown
+    rows = [{"phases": [{"attempt": 0, "solve": 1.5, "harness": 2.0}, {"attempt": 1, "solve": 0.5}]},
+            {"phases": [{"attempt": 0, "integrity": 4.0, "harness": 1.0}]}]
+    assert _phase_totals(rows) == {"solve": 2.0, "harness": 3.0, "integrity": 4.0}
+    assert callable(markdown)
+
+
+def test_bf16_cast_rule_keeps_integer_input_problems_fp32():
+    from formloop.optimize.attempt import cast_check
+    from formloop.sol.problem import load_problem
+    assert cast_check(load_problem(str(P / "level1" / "rmsnorm.py"), small=True), "bf16") == ""
+    why = cast_check(load_problem(str(P / "level1" / "cross_entropy.py"), small=True), "bf16")
+    assert why.startswith("stays fp32") and "torch.int64" in why
+    assert cast_check(load_problem(str(P / "level1" / "cross_entropy.py"), small=True), "fp32") == ""
+
+
+def test_bootstrap_settles_the_dtype_and_captures_in_it():
+    from formloop.optimize.attempt import bootstrap
+    b = bootstrap(str(P / "level1" / "rmsnorm.py"), small=True, chip="h200", dtype="bf16")
+    assert b["dtype"] == "bf16" and b["status"] == "ready"
+    assert set(b["phases"]) >= {"load", "capture", "recognize"}
+    c = bootstrap(str(P / "level1" / "cross_entropy.py"), small=True, chip="h200", dtype="bf16")
+    assert c["dtype"] == "fp32" and "int64" in c["dtype_reason"]
+
+
+def test_bad_dtype_and_ray_address_are_named(tmp_path):
+    from formloop import api
+    from formloop.optimize.distribute import make_engine
+    with pytest.raises(InvalidInput, match="dtype"):
+        api.optimize([str(P / "level1" / "rmsnorm.py")], out=str(tmp_path), dtype="fp16", store=str(tmp_path / "s"))
+    with pytest.raises(InvalidInput, match="ray"):
+        make_engine("  ", tier="interpreter", workers=1)
+
+
+def test_cli_bad_dtype_exits_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from formloop.cli import app
+    res = CliRunner().invoke(app, ["optimize", str(P / "level1" / "rmsnorm.py"), "--dtype", "fp16", "--out",
+                                   str(tmp_path), "--store", str(tmp_path / "s.db")])
+    assert res.exit_code == 2 and "dtype" in res.output
