@@ -109,3 +109,22 @@ def test_an_agents_wrong_candidate_is_refused_and_stored(campaign):
     assert status["best"]["origin"] == "formloop"
     assert [a["origin"] for a in status["attempts"]] == ["formloop", "agent"]
     assert status["sol"]["time_floor_s"] > 0
+
+
+def test_bf16_variant_casts_what_it_can_and_says_why_not(tmp_path):
+    """--dtype bf16: rmsnorm runs in bf16 (its candidate and its eager baseline both timed in bf16 by the
+    harness, bf16 tolerance); cross_entropy's integer targets keep it fp32, with the reason."""
+    files = [str(P / "level1" / "rmsnorm.py"), str(P / "level1" / "cross_entropy.py")]
+    report = api.optimize(files, out=str(tmp_path), budget=1, small=True, tier="interpreter", workers=1,
+                          progress=False, store=str(tmp_path / "p.db"), dtype="bf16")
+    rows = {r["problem"]: r for r in report["problems"]}
+    assert report["dtype"] == "bf16" and report["campaign"] == "bf16/small"
+    assert rows["rmsnorm"]["dtype"] == "bf16" and rows["rmsnorm"]["dtype_reason"] == ""
+    assert rows["cross_entropy"]["dtype"] == "fp32" and "int64" in rows["cross_entropy"]["dtype_reason"]
+    with OptimizeStore(tmp_path / "p.db", "bf16/small", mode="read") as s:
+        a = s.attempts("rmsnorm")[0]
+    assert a["detail"]["harness"]["protocol"]["precision"] == "torch.bfloat16", a["verdict"]
+    assert a["ref_s"] is not None and a["accepted"], a["verdict"]
+    assert "stayed fp32: cross_entropy" in (tmp_path / "report.md").read_text()
+    with OptimizeStore(tmp_path / "p.db", "fp32/small", mode="read") as s:
+        assert s.problems() == []     # the fp32 campaign is another record

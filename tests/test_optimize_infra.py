@@ -23,7 +23,7 @@ def _attempt(store: OptimizeStore, name: str, *, accepted: bool, time_s: float |
     return store.add_attempt(name, candidate=f"/x/{name}.py", origin="formloop", correct=accepted,
                              accepted=accepted, verdict="accepted" if accepted else "incorrect: off",
                              time_s=time_s, ref_s=1.0, time_source="cpu", sol_fraction=None,
-                             detail={"phases": phases or {}})
+                             detail={"phase_seconds": phases or {}})
 
 
 def test_campaign_record_lives_in_the_population_store(tmp_path):
@@ -91,8 +91,8 @@ def test_svg_marks_are_fast_p_of_the_speedups(tmp_path):
 
 def test_report_sums_phase_times_over_attempts(tmp_path):
     from formloop.optimize.report import _phase_totals, markdown
-    rows = [{"phases": [{"attempt": 0, "solve": 1.5, "harness": 2.0}, {"attempt": 1, "solve": 0.5}]},
-            {"phases": [{"attempt": 0, "integrity": 4.0, "harness": 1.0}]}]
+    rows = [{"phase_seconds": [{"attempt": 0, "solve": 1.5, "harness": 2.0}, {"attempt": 1, "solve": 0.5}]},
+            {"phase_seconds": [{"attempt": 0, "integrity": 4.0, "harness": 1.0}]}]
     assert _phase_totals(rows) == {"solve": 2.0, "harness": 3.0, "integrity": 4.0}
     assert callable(markdown)
 
@@ -110,7 +110,7 @@ def test_bootstrap_settles_the_dtype_and_captures_in_it():
     from formloop.optimize.attempt import bootstrap
     b = bootstrap(str(P / "level1" / "rmsnorm.py"), small=True, chip="h200", dtype="bf16")
     assert b["dtype"] == "bf16" and b["status"] == "ready"
-    assert set(b["phases"]) >= {"load", "capture", "recognize"}
+    assert set(b["phase_seconds"]) >= {"load", "capture", "recognize"}
     c = bootstrap(str(P / "level1" / "cross_entropy.py"), small=True, chip="h200", dtype="bf16")
     assert c["dtype"] == "fp32" and "int64" in c["dtype_reason"]
 

@@ -35,7 +35,7 @@ def test_campaign_on_ray_lands_in_the_one_store(local_ray, tmp_path):
     rows = {r["problem"]: r for r in report["problems"]}
     lbr = rows["linear_bias_relu"]
     assert lbr["best"] is not None and lbr["verdicts"][0]["accepted"], lbr["verdicts"]
-    assert set(lbr["phases"][0]) >= {"capture", "solve", "harness", "integrity", "child start"}
+    assert set(lbr["phase_seconds"][0]) >= {"capture", "solve", "harness", "integrity", "child start"}
     assert rows["rmsnorm"]["best"] is not None, rows["rmsnorm"]["verdicts"]
     assert "Engine: ray" in (tmp_path / "out" / "report.md").read_text()
     with OptimizeStore(store, "fp32/small", mode="read") as s:

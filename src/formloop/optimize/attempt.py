@@ -4,7 +4,7 @@ ModelNew file), measure (the harness, then the integrity battery on the harness'
 in ONE sandboxed child: one interpreter start, one CUDA context, one timing per attempt) and the
 torch.compile baseline (the same harness on a ModelNew that is the compiled reference).
 
-Each step returns its phase times (`phases`, host wall seconds): load, capture, recognize, solve
+Each step returns its phase times (`phase_seconds`, host wall seconds): load, capture, recognize, solve
 (MILP + emission), child start, harness (it includes the Triton JIT compile of the first call),
 integrity.
 
@@ -120,7 +120,7 @@ def bootstrap(path: str, *, small: bool, chip: str, dtype: str = "fp32") -> dict
     phases: dict[str, float] = {}
     out: dict[str, Any] = {"path": str(path), "name": Path(path).stem, "level": None, "status": "ready", "reason": "",
                            "sol_floor_s": None, "sol_note": "", "recognition": None, "dtype": "fp32",
-                           "dtype_reason": "", "phases": phases}
+                           "dtype_reason": "", "phase_seconds": phases}
     try:
         with _timed(phases, "load"):
             prob = load_problem(path, small=small)
@@ -175,16 +175,17 @@ def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
         with _timed(phases, "solve"):
             asm = assemble(cap, rec, tier=tier, attempt=attempt, small=small, fp32_operands=fp32_operands, spec=spec)
     except Exception as exc:  # noqa: BLE001
-        return {"candidate": None, "reason": f"assembly failed: {type(exc).__name__}: {exc}"[:400], "phases": phases}
+        return {"candidate": None, "reason": f"assembly failed: {type(exc).__name__}: {exc}"[:400],
+                "phase_seconds": phases}
     if not asm.regions:
         why = "; ".join(s["reason"] for s in asm.skipped) or "no regions"
         return {"candidate": None, "reason": f"no region got an instance: {why}"[:400], "skipped": asm.skipped,
-                "phases": phases}
+                "phase_seconds": phases}
     target = Path(out_dir) / "candidates" / f"{name}_{prefix}{attempt}.py"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(asm.source)
     return {"candidate": str(target), "regions": asm.regions, "skipped": asm.skipped,
-            "fallbacks": rec.fallbacks, "phases": phases}
+            "fallbacks": rec.fallbacks, "phase_seconds": phases}
 
 
 def _options(tier: str, tolerance: str, dtype: str = "fp32") -> dict[str, Any]:
@@ -210,20 +211,20 @@ def verify_job(problem: str, candidate: str, options: dict[str, Any]) -> dict[st
     t0 = time.monotonic()
     h = evaluate(problem, candidate, **opts)
     t1 = time.monotonic()
-    out = {"harness": h.as_dict(), "integrity": None, "phases": {"harness": round(t1 - t0, 4)}}
+    out = {"harness": h.as_dict(), "integrity": None, "phase_seconds": {"harness": round(t1 - t0, 4)}}
     if integrity and h.correct:
         phase("integrity", "the battery, on the harness's timing")
         timed = h.cand_time if opts.get("chip") else None
         r = check_integrity(problem, candidate, timing=timed, sol_floor_s=h.sol_generous_s if timed else None,
                             **keep)
         out["integrity"] = r.as_dict()
-        out["phases"]["integrity"] = round(time.monotonic() - t1, 4)
+        out["phase_seconds"]["integrity"] = round(time.monotonic() - t1, 4)
     return out
 
 
 def _failed(verdict: str, phases: dict) -> dict[str, Any]:
     return {"correct": False, "accepted": False, "verdict": verdict[:300], "time_s": None, "ref_s": None,
-            "time_source": None, "sol_fraction": None, "harness": None, "phases": phases}
+            "time_source": None, "sol_fraction": None, "harness": None, "phase_seconds": phases}
 
 
 def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: str | None,
@@ -248,13 +249,13 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
         row = _failed("timed-out" if cut else f"incorrect: {h.get('summary')}", {"child": round(wall, 4)})
         return {**row, "cut_by_deadline": True} if cut else row
     v = outcome.value
-    phases = {**v["phases"], "child start": round(max(0.0, wall - sum(v["phases"].values())), 4)}
+    phases = {**v["phase_seconds"], "child start": round(max(0.0, wall - sum(v["phase_seconds"].values())), 4)}
     h = v["harness"]
     ct, rt = h.get("candidate_time") or {}, h.get("reference_time") or {}
     row = {"correct": bool(h.get("correct")), "accepted": False, "time_s": ct.get("seconds"),
            "ref_s": rt.get("seconds"), "time_source": ct.get("source"), "sol_fraction": h.get("sol_fraction"),
            "harness": {k: h.get(k) for k in ("summary", "speedup", "warnings", "notes", "seed", "verdict",
-                                             "protocol")}, "phases": phases}
+                                             "protocol")}, "phase_seconds": phases}
     if not row["correct"]:
         reasons = [s.get("reason") for s in h.get("sets", []) if not s.get("ok")]
         row["verdict"] = "incorrect: " + str(h.get("summary") or (reasons[0] if reasons else "harness check failed"))

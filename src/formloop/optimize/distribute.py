@@ -39,6 +39,7 @@ class ProcessEngine:
     """CPU steps in a spawn process pool of `workers` (in the driver when workers <= 1)."""
 
     name = "process-pool"
+    lazy = True    # measurements run in the driver, one at a time, when their results are asked for
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -82,6 +83,7 @@ class RayEngine:
     cluster address; a Ray instance this process already started is used as it is."""
 
     name = "ray"
+    lazy = False   # measurements are Ray tasks, running as soon as they are submitted
 
     def __init__(self, address: str, *, tier: str, workers: int):
         try:

@@ -151,7 +151,7 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
             store.put_problem(b["name"], path=b["path"], level=b["level"], tier=tier, status=b["status"],
                               reason=b["reason"], sol_floor_s=b["sol_floor_s"], sol_note=b["sol_note"],
                               bootstrap={"recognition": b["recognition"], "dtype": b["dtype"],
-                                         "dtype_reason": b["dtype_reason"], "phases": b["phases"]})
+                                         "dtype_reason": b["dtype_reason"], "phase_seconds": b["phase_seconds"]})
         bar.step(f"bootstrapped {len(files)} problems ({len(todo)} new)", advance=len(files))
         pfile = {f.stem: steps.problem_file(str(f), settings.small, out) for f in files}
         deadline = None if settings.deadline_s is None else started + settings.deadline_s
@@ -230,7 +230,10 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
     if not ranked:
         return False
     ranked.sort()
-    batch = [name for _, _, name in ranked[:max(1, settings.workers)]]
+    # Every eligible problem in one round, largest SOL gap first: the pool builds them all in
+    # parallel while the driver measures each as soon as its build is back (no pool idling behind a
+    # round's measurements, no driver idling behind a round's builds). Stopping rules apply between rounds.
+    batch = [name for _, _, name in ranked]
     numbers = {n: store.next_attempt(n) for n in batch}
     builds = [pool.submit(steps.build, str(by_name[n]), small=settings.small, tier=tier, attempt=numbers[n],
                           out_dir=str(settings.out), fp32_operands=_operands(store, n, settings),
@@ -244,34 +247,46 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
                                                  tolerance=settings.tolerance, chip=settings.chip,
                                                  integrity=settings.integrity, limit_s=_limit(deadline),
                                                  dtype=_dtype(store, name))
-    for name in batch:
-        b = built[name]
-        if b["candidate"] is None:
-            row = {"correct": False, "accepted": False, "verdict": b["reason"], "time_s": None, "ref_s": None,
-                   "time_source": None, "sol_fraction": None, "phases": {}}
-        elif name not in measures or (deadline is not None and time.monotonic() > deadline
-                                      and pool.unstarted(measures[name])):
-            return True   # built but not measured: rebuilt on the next call
-        else:
-            if pool.unstarted(measures[name]):   # the driver runs it now: the limit is what is left now
-                measures[name].kwargs["limit_s"] = _limit(deadline)
-            row = pool.result(measures[name])
-            if row.get("cut_by_deadline"):   # the deadline cut it short: not an attempt, redone next call
-                bar.step(f"{name} attempt {numbers[name]}: cut short by the deadline (not recorded)", advance=0)
+        if pool.lazy and not _record(name, numbers[name], b, measures.get(name), pool,
+                                                              store, bar, on_event, deadline):
+            return True
+    if not pool.lazy:
+        for name in batch:
+            if not _record(name, numbers[name], built[name], measures.get(name), pool, store, bar, on_event,
+                           deadline):
                 return True
-        row["phases"] = {**(b.get("phases") or {}), **(row.get("phases") or {})}
-        detail = {k: v for k, v in {**b, **row}.items() if k not in ("correct", "accepted", "verdict", "time_s",
-                                                                   "ref_s", "time_source", "sol_fraction")}
-        store.add_attempt(name, attempt=numbers[name], candidate=b.get("candidate") or "", origin="formloop",
-                          correct=row["correct"], accepted=row["accepted"], verdict=row["verdict"],
-                          time_s=row["time_s"], ref_s=row["ref_s"], time_source=row["time_source"],
-                          sol_fraction=row["sol_fraction"], detail=detail)
-        sp = (f", {row['ref_s'] / row['time_s']:.3g}x vs eager ({row['time_source']})"
-              if row["time_s"] and row["ref_s"] else "")
-        bar.step(f"{name} attempt {numbers[name]}: {'accepted' if row['accepted'] else 'not accepted'} "
-                 f"[{row['verdict'][:80]}]{sp}")
-        if on_event:
-            on_event({"problem": name, "attempt": numbers[name], **row})
+    return True
+
+
+def _record(name: str, number: int, b: dict, measure, pool, store: OptimizeStore, bar, on_event,
+            deadline: float | None) -> bool:
+    """Measure (if not done) and store one attempt; False when the deadline stops the round here."""
+    if b["candidate"] is None:
+        row = {"correct": False, "accepted": False, "verdict": b["reason"], "time_s": None, "ref_s": None,
+               "time_source": None, "sol_fraction": None, "phase_seconds": {}}
+    elif measure is None or (deadline is not None and time.monotonic() > deadline and pool.unstarted(measure)):
+        return False   # built but not measured: rebuilt on the next call
+    else:
+        if pool.unstarted(measure):   # the driver runs it now: the limit is what is left now
+            measure.kwargs["limit_s"] = _limit(deadline)
+        row = pool.result(measure)
+        if row.get("cut_by_deadline"):   # the deadline cut it short: not an attempt, redone next call
+            bar.step(f"{name} attempt {number}: cut short by the deadline (not recorded)", advance=0)
+            return False
+    row["phase_seconds"] = {**(b.get("phase_seconds") or {}), **(row.get("phase_seconds") or {})}
+    detail = {k: v for k, v in {**b, **row}.items() if k not in ("correct", "accepted", "verdict", "time_s",
+                                                               "ref_s", "time_source", "sol_fraction")}
+    store.add_attempt(name, attempt=number, candidate=b.get("candidate") or "", origin="formloop",
+                      correct=row["correct"], accepted=row["accepted"], verdict=row["verdict"],
+                      time_s=row["time_s"], ref_s=row["ref_s"], time_source=row["time_source"],
+                      sol_fraction=row["sol_fraction"], detail=detail)
+    sp = (f", {row['ref_s'] / row['time_s']:.3g}x vs eager ({row['time_source']})"
+          if row["time_s"] and row["ref_s"] else "")
+    took = ", ".join(f"{k} {v:.2g}s" for k, v in row["phase_seconds"].items())
+    bar.step(f"{name} attempt {number}: {'accepted' if row['accepted'] else 'not accepted'} "
+             f"[{row['verdict'][:80]}]{sp} ({took})")
+    if on_event:
+        on_event({"problem": name, "attempt": number, **row})
     return True
 
 

@@ -34,7 +34,7 @@ def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
     boot = rec.get("bootstrap") or {}
     row = {"problem": name, "level": rec.get("level"), "status": rec.get("status"), "reason": rec.get("reason", ""),
            "dtype": boot.get("dtype", "fp32"), "dtype_reason": boot.get("dtype_reason", ""),
-           "phases": [{"attempt": a["attempt"], **(a["detail"].get("phases") or {})} for a in attempts],
+           "phase_seconds": [{"attempt": a["attempt"], **(a["detail"].get("phase_seconds") or {})} for a in attempts],
            "sol_floor_s": rec.get("sol_floor_s"), "sol_note": rec.get("sol_note", ""), "reference_s": ref,
            "compile_s": rec.get("compile_s"), "attempts": len(attempts),
            "verdicts": [{"attempt": a["attempt"], "origin": a["origin"], "correct": bool(a["correct"]),
@@ -82,7 +82,7 @@ def _phase_totals(rows: list[dict]) -> dict[str, float]:
     """Host wall seconds per phase, summed over every attempt of the campaign (all calls)."""
     total: dict[str, float] = {}
     for r in rows:
-        for ph in r["phases"]:
+        for ph in r["phase_seconds"]:
             for k, v in ph.items():
                 if k != "attempt" and isinstance(v, (int, float)):
                     total[k] = round(total.get(k, 0.0) + v, 3)
