@@ -131,3 +131,65 @@ def test_cli_bad_dtype_exits_2(tmp_path):
     res = CliRunner().invoke(app, ["optimize", str(P / "level1" / "rmsnorm.py"), "--dtype", "fp16", "--out",
                                    str(tmp_path), "--store", str(tmp_path / "s.db")])
     assert res.exit_code == 2 and "dtype" in res.output
+
+
+def _fake_steps(monkeypatch, calls: dict, *, interrupt_at: int | None = None):
+    """bootstrap/build/measure stand-ins (no kernels): problem `slow` improves 10% per attempt, `fast`
+    is 2x faster than its reference from the start; measurement `interrupt_at` is a Ctrl-C."""
+    from formloop.optimize import attempt as steps
+
+    def bootstrap(path, *, small, chip, dtype="fp32"):
+        calls["bootstrap"].append(Path(path).stem)
+        return {"path": path, "name": Path(path).stem, "level": 1, "status": "ready", "reason": "",
+                "sol_floor_s": 0.1, "sol_note": "", "recognition": {}, "dtype": dtype, "dtype_reason": "",
+                "phase_seconds": {"load": 0.0}}
+
+    def build(path, *, attempt, out_dir, **_):
+        target = Path(out_dir) / "candidates" / f"{Path(path).stem}_a{attempt}.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("class ModelNew: pass\n")
+        return {"candidate": str(target), "regions": [], "phase_seconds": {"solve": 0.01}}
+
+    def measure(problem, candidate, **_):
+        calls["measure"].append(Path(candidate).stem)
+        if interrupt_at is not None and len(calls["measure"]) == interrupt_at:
+            raise KeyboardInterrupt
+        k = int(Path(candidate).stem.rsplit("_a", 1)[1])
+        t = 0.5 if "fast" in candidate else 0.9 ** k
+        return {"correct": True, "accepted": True, "verdict": "clean", "time_s": t, "ref_s": 1.0,
+                "time_source": "cpu", "sol_fraction": None, "phase_seconds": {"harness": 0.1}}
+
+    monkeypatch.setattr(steps, "bootstrap", bootstrap)
+    monkeypatch.setattr(steps, "build", build)
+    monkeypatch.setattr(steps, "measure", measure)
+
+
+def test_interrupted_campaign_resumes_where_it_stopped(tmp_path, monkeypatch):
+    from formloop import api
+    probs = tmp_path / "probs"
+    probs.mkdir()
+    for n in ("slow", "fast"):
+        (probs / f"{n}.py").write_text("# stand-in\n")
+    store, out = str(tmp_path / "pop.db"), str(tmp_path / "out")
+    kw = dict(out=out, budget=3, small=True, tier="interpreter", workers=1, progress=False, store=store, window=2)
+    calls = {"bootstrap": [], "measure": []}
+    _fake_steps(monkeypatch, calls, interrupt_at=4)
+    with pytest.raises(KeyboardInterrupt):
+        api.optimize([str(probs)], **kw)
+    # interpreter tier: no SOL gap, so fewest attempts first, then by name
+    assert calls["measure"] == ["fast_a0", "slow_a0", "fast_a1", "slow_a1"]
+    with OptimizeStore(store, "fp32/small") as s:   # three attempts were recorded before the interrupt
+        assert [a["attempt"] for a in s.attempts("fast")] == [0, 1] and len(s.attempts("slow")) == 1
+    calls = {"bootstrap": [], "measure": []}
+    _fake_steps(monkeypatch, calls)
+    report = api.optimize([str(probs)], **kw)
+    assert calls["bootstrap"] == []                  # bootstraps already stored are not redone
+    assert calls["measure"] == ["slow_a1", "fast_a2", "slow_a2"]   # only the missing attempts
+    rows = {r["problem"]: r for r in report["problems"]}
+    assert rows["slow"]["best"]["attempt"] == 2 and rows["slow"]["speedup_eager"] == pytest.approx(1 / 0.81)
+    assert rows["fast"]["status"] == "stopped:no-progress" and rows["fast"]["attempts"] == 3
+    assert report["summary"]["phase_seconds"]["harness"] == pytest.approx(0.1 * 6)
+    assert report["summary"]["phase_seconds"]["solve"] == pytest.approx(0.01 * 6)
+    calls = {"bootstrap": [], "measure": []}
+    api.optimize([str(probs)], **kw)
+    assert calls == {"bootstrap": [], "measure": []}    # a finished campaign runs nothing again

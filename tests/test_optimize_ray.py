@@ -47,3 +47,4 @@ def test_campaign_on_ray_lands_in_the_one_store(local_ray, tmp_path):
         assert [a["id"] for a in s.attempts("linear_bias_relu")] == first    # finished attempts are not re-run
     assert ray.is_initialized()     # a Ray instance the caller started is the caller's to stop
     assert again["summary"]["with_accepted_candidate"] == report["summary"]["with_accepted_candidate"]
+

@@ -94,10 +94,15 @@ class RayEngine:
         self.ray, self.tier = ray, tier
         self.started = False
         if not ray.is_initialized():
-            if address == "local":
-                ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            try:
+                if address == "local":
+                    ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
+                else:
+                    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            except Exception as exc:  # noqa: BLE001 - no cluster there: a named error, not a traceback
+                raise InvalidInput("ray", address, "the address of a running Ray cluster (`ray start --head` "
+                                   f"first), 'local' to start one here, or no --ray ({type(exc).__name__}: "
+                                   f"{str(exc)[:120]})") from None
             self.started = True
         self.env = {"env_vars": _env()}
         self.cpu = {"num_cpus": 1, "runtime_env": self.env}
