@@ -193,3 +193,15 @@ def test_interrupted_campaign_resumes_where_it_stopped(tmp_path, monkeypatch):
     calls = {"bootstrap": [], "measure": []}
     api.optimize([str(probs)], **kw)
     assert calls == {"bootstrap": [], "measure": []}    # a finished campaign runs nothing again
+
+
+def test_compile_clock_times_triton_jit_compiles_only(monkeypatch):
+    jit = pytest.importorskip("triton.runtime.jit")
+    from formloop.optimize.attempt import _compile_clock
+    monkeypatch.setattr(jit.JITFunction, "_do_compile", jit.JITFunction._do_compile)   # restored after the test
+    calls = []
+    monkeypatch.setattr(jit.JITFunction, "_do_compile", lambda self, *a, **k: calls.append(a) or "kernel")
+    box = _compile_clock()
+    assert box == {"s": 0.0, "n": 0}
+    assert jit.JITFunction._do_compile(object(), "key", "sig") == "kernel"   # behaviour unchanged
+    assert calls == [("key", "sig")] and box["n"] == 1 and box["s"] >= 0.0
