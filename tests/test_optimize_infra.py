@@ -205,3 +205,18 @@ def test_compile_clock_times_triton_jit_compiles_only(monkeypatch):
     assert box == {"s": 0.0, "n": 0}
     assert jit.JITFunction._do_compile(object(), "key", "sig") == "kernel"   # behaviour unchanged
     assert calls == [("key", "sig")] and box["n"] == 1 and box["s"] >= 0.0
+
+
+def test_an_older_store_read_has_no_campaign_and_is_not_changed(tmp_path):
+    from formloop.population import migrate
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    migrate(conn, upto=4)
+    conn.close()
+    before = path.read_bytes()
+    with OptimizeStore(path, "fp32/full", mode="read") as s:
+        assert s.problems() == [] and s.attempts("x") == [] and s.problem("x") is None
+    assert path.read_bytes() == before
+    with OptimizeStore(path, "fp32/full") as s:     # opened for writing: migrated to 5, then usable
+        s.put_problem("x", path="/x.py", level=1, tier="gpu", status="ready")
+        assert s.problem("x")["status"] == "ready"

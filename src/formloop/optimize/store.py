@@ -46,6 +46,8 @@ class OptimizeStore:
         if mode == "write":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = open_store(self.path, mode=mode, timeout_ms=max(settings.busy_timeout_ms, 30000)).conn
+        # a store of schema < 5 opened for reading has no campaign yet (writing migrates it)
+        self.blank = self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'optimize_log'").fetchone() is None
 
     def close(self) -> None:
         self.db.close()
@@ -71,12 +73,16 @@ class OptimizeStore:
         return f"{kind}|{self.campaign}|{problem}|{attempt}"
 
     def _get(self, conn, kind: str, problem: str, attempt: int) -> tuple[int, dict] | None:
+        if self.blank:
+            return None
         row = conn.execute("SELECT rowid, body FROM optimize_log WHERE key = ?",
                            (self._key(kind, problem, attempt),)).fetchone()
         return None if row is None else (row[0], json.loads(row[1]))
 
     def _rows(self, conn, kind: str, problem: str | None = None) -> list[tuple[int, str, int, dict]]:
         """(rowid, problem, attempt, body) of this campaign's `kind` rows (of `problem`, if given)."""
+        if self.blank:
+            return []
         head = f"{kind}|{self.campaign}|" + ("" if problem is None else f"{problem}|")
         rows = conn.execute("SELECT rowid, key, body FROM optimize_log WHERE substr(key, 1, ?) = ?",
                             (len(head), head)).fetchall()
