@@ -190,6 +190,10 @@ def test_interrupted_campaign_resumes_where_it_stopped(tmp_path, monkeypatch):
     assert rows["fast"]["status"] == "stopped:no-progress" and rows["fast"]["attempts"] == 3
     assert report["summary"]["phase_seconds"]["harness"] == pytest.approx(0.1 * 6)
     assert report["summary"]["phase_seconds"]["solve"] == pytest.approx(0.01 * 6)
+    assert report["summary"]["bootstrap_seconds"] == {"load": 0.0}
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "Engine: process-pool" in md and "time per phase" in md and "harness 0.6" in md
+    assert (tmp_path / "out" / "fast_p.svg").is_file() and (tmp_path / "out" / "models" / "slow.py").is_file()
     calls = {"bootstrap": [], "measure": []}
     api.optimize([str(probs)], **kw)
     assert calls == {"bootstrap": [], "measure": []}    # a finished campaign runs nothing again

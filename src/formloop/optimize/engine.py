@@ -139,7 +139,11 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
     if settings.dtype not in steps.DTYPES:
         raise InvalidInput("dtype", settings.dtype, steps.DTYPES)
     store = OptimizeStore(settings.store, settings.campaign)
-    pool = make_engine(settings.ray, tier=tier, workers=settings.workers)
+    try:
+        pool = make_engine(settings.ray, tier=tier, workers=settings.workers)
+    except BaseException:
+        store.close()
+        raise
     bar = Progress(len(files) * (settings.budget + 1), progress)
     try:
         engine = pool.describe()
