@@ -89,8 +89,8 @@ class RayEngine:
         try:
             import ray
         except ImportError:
-            raise InvalidInput("ray", address, "an installed Ray (pip install 'formloop[ray]'), or leave --ray out "
-                                               "for the process pool") from None
+            raise InvalidInput("ray", address, "an installed Ray (formloop's optional extra ray; make venv "
+                                               "installs it), or no --ray for the process pool") from None
         self.ray, self.tier = ray, tier
         self.started = False
         if not ray.is_initialized():
