@@ -1,14 +1,19 @@
 """`formloop optimize` over the shipped problem set on one GPU, one command, resumable across calls:
 
-    PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --budget-s 480
+    PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --budget-s 480 [--dtype bf16] [--ray auto]
 
 Every problem at its real size, fp32 as written, KernelBench's tolerances: capture, recognize, choose
 each region's instance by MILP, assemble ModelNew, check it with the harness (fresh inputs, poisoned
 outputs, float64 truth) and the integrity battery in a child process, time it against eager and
 torch.compile by formloop.measure.timer (CUDA graphs), and schedule attempts by SOL gap. The record
-is DIR/optimize.sqlite: a second call with the same DIR continues where the first stopped (no new
-attempt starts after --budget-s seconds, so one call fits a 10-minute device slot). Each call
-rewrites DIR/report.json, DIR/report.md and DIR/fast_p.png and prints the summary last.
+is a population store, DIR/population.db unless --store names another (campaign 'fp32/full' or
+'bf16/full'): a second call with the same DIR continues where the first stopped (no new attempt
+starts after --budget-s seconds, so one call fits a 10-minute device slot). Each call rewrites
+DIR/report.json, DIR/report.md, DIR/fast_p.svg (and DIR/fast_p.png with matplotlib) and prints the
+summary last, with the engine that ran (process pool, or Ray with --ray) and the time per phase.
+
+--dtype bf16: the bf16 variant (models, inputs and both baselines cast to bf16, the harness's bf16
+tolerance; problems that cannot be cast stay fp32, with the reason).
 
 Without CUDA it runs the same pipeline in the Triton interpreter at SMALL sizes (labelled; the
 speedups are not kernel speedups); --dry-run lists the problems and their coverage only."""
@@ -33,6 +38,9 @@ def main(argv=None) -> int:
     ap.add_argument("--level", type=int, action="append", default=[], help="only these levels (repeatable)")
     ap.add_argument("--small", action="store_true", help="SMALL sizes (forced without CUDA)")
     ap.add_argument("--dry-run", action="store_true", help="bootstrap only: coverage, no measurement")
+    ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"), help="the problem set's variant")
+    ap.add_argument("--store", type=Path, default=None, help="population store (default: OUT/population.db)")
+    ap.add_argument("--ray", default=None, help="auto | local | ADDRESS: Ray tasks instead of the process pool")
     args = ap.parse_args(argv)
     import torch
 
@@ -45,16 +53,19 @@ def main(argv=None) -> int:
     if args.dry_run:
         from formloop.optimize.attempt import bootstrap
         for f in problem_files(dirs):
-            b = bootstrap(str(f), small=small, chip=args.chip)
+            b = bootstrap(str(f), small=small, chip=args.chip, dtype=args.dtype)
             regions = [r["kind"] for r in (b["recognition"] or {}).get("regions", [])]
-            print(f"{f.stem}: {b['status']} {regions or ''} {b['reason'][:120]}", flush=True)
+            print(f"{f.stem}: {b['status']} {b['dtype']} {regions or ''} {b['reason'][:120]} {b['dtype_reason'][:80]}",
+                  flush=True)
         return 0
     report = api.optimize([str(d) for d in dirs], out=str(args.out), budget=args.attempts, small=small,
                           tier="gpu" if gpu else "interpreter", chip=args.chip, tolerance="kernelbench",
-                          workers=args.workers, deadline_s=args.budget_s)
+                          workers=args.workers, deadline_s=args.budget_s, dtype=args.dtype, ray=args.ray,
+                          store=str(args.store or args.out / "population.db"))
     s = report["summary"]
     print((args.out / "report.md").read_text())
-    print(json.dumps({"tier": report["tier"], "summary": s}, indent=1))
+    print(json.dumps({"tier": report["tier"], "dtype": report["dtype"], "engine": report["engine"], "summary": s},
+                     indent=1))
     pending = [r["problem"] for r in report["problems"] if r["status"] == "ready" and r["attempts"] < args.attempts]
     print(f"{len(pending)} problems still have attempts left" + (": call again with the same --out to resume"
                                                                 if pending else " (campaign complete)"))

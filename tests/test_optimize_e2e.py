@@ -40,7 +40,8 @@ class ModelNew(torch.nn.Module):
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     out = tmp_path_factory.mktemp("optimize")
-    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False)
+    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False,
+                          store=str(out / "population.db"))
     return out, report
 
 
@@ -87,11 +88,12 @@ def test_report_is_labelled_interpreter_and_written(campaign):
 
 def test_second_call_resumes_without_new_attempts(campaign):
     out, _ = campaign
-    store = OptimizeStore(out / "optimize.sqlite")
+    store = OptimizeStore(out / "population.db", "fp32/small")
     before = [dict(a) for a in store.attempts("linear_bias_relu")]
     store.close()
-    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False)
-    store = OptimizeStore(out / "optimize.sqlite")
+    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False,
+                          store=str(out / "population.db"))
+    store = OptimizeStore(out / "population.db", "fp32/small")
     after = store.attempts("linear_bias_relu")
     store.close()
     assert [a["id"] for a in after] == [a["id"] for a in before]   # the budget was spent: nothing re-run
@@ -101,10 +103,29 @@ def test_second_call_resumes_without_new_attempts(campaign):
 def test_an_agents_wrong_candidate_is_refused_and_stored(campaign):
     out, _ = campaign
     r = api.optimize_submit(FILES[0], out=str(out), source=WRONG.format(path=FILES[0]), small=True,
-                            tier="interpreter")
+                            tier="interpreter", store=str(out / "population.db"))
     assert r["correct"] is False and r["accepted"] is False and r["verdict"].startswith("incorrect")
     assert r["is_best"] is False
-    status = api.optimize_status(FILES[0], out=str(out))
+    status = api.optimize_status(FILES[0], out=str(out), store=str(out / "population.db"), small=True)
     assert status["best"]["origin"] == "formloop"
     assert [a["origin"] for a in status["attempts"]] == ["formloop", "agent"]
     assert status["sol"]["time_floor_s"] > 0
+
+
+def test_bf16_variant_casts_what_it_can_and_says_why_not(tmp_path):
+    """--dtype bf16: rmsnorm runs in bf16 (its candidate and its eager baseline both timed in bf16 by the
+    harness, bf16 tolerance); cross_entropy's integer targets keep it fp32, with the reason."""
+    files = [str(P / "level1" / "rmsnorm.py"), str(P / "level1" / "cross_entropy.py")]
+    report = api.optimize(files, out=str(tmp_path), budget=1, small=True, tier="interpreter", workers=1,
+                          progress=False, store=str(tmp_path / "p.db"), dtype="bf16")
+    rows = {r["problem"]: r for r in report["problems"]}
+    assert report["dtype"] == "bf16" and report["campaign"] == "bf16/small"
+    assert rows["rmsnorm"]["dtype"] == "bf16" and rows["rmsnorm"]["dtype_reason"] == ""
+    assert rows["cross_entropy"]["dtype"] == "fp32" and "int64" in rows["cross_entropy"]["dtype_reason"]
+    with OptimizeStore(tmp_path / "p.db", "bf16/small", mode="read") as s:
+        a = s.attempts("rmsnorm")[0]
+    assert a["detail"]["harness"]["protocol"]["precision"] == "torch.bfloat16", a["verdict"]
+    assert a["ref_s"] is not None and a["accepted"], a["verdict"]
+    assert "stayed fp32: cross_entropy" in (tmp_path / "report.md").read_text()
+    with OptimizeStore(tmp_path / "p.db", "fp32/small", mode="read") as s:
+        assert s.problems() == []     # the fp32 campaign is another record

@@ -177,7 +177,7 @@ def test_older_store_is_migrated_in_place(tmp_path):
     assert [r[1] for r in conn.execute("PRAGMA table_info(measurements)")].count("failure") == 0
     conn.close()
     with Population(path) as p:
-        assert p.migrated == [2, 3, 4] and p.schema_version == SCHEMA_VERSION == 4
+        assert p.migrated == [2, 3, 4, 5] and p.schema_version == SCHEMA_VERSION == 5
         assert p.templates()[0].name == "old"
         key = p.conn.execute("SELECT descriptor_key FROM templates").fetchone()[0]
         assert json.loads(key)["reuse"] == ["memory", "shared", "tiles"]  # filled by the data migration

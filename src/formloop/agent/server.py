@@ -152,17 +152,20 @@ class Tools:
         Triton interpreter at a reduced shape, labelled)."""
         return api.dsl_run(spec, path=path, shape=shape, calibration=calibration, solver=solver, timing=timing)
 
-    def optimize_status(self, problem: str, out: str, chip: str = "h200") -> dict:
-        """A problem file's SOL report (model) and its optimize campaign record in `out`: the best
-        verified candidate and every attempt's verdict."""
-        return api.optimize_status(problem, out=out, chip=chip)
+    def optimize_status(self, problem: str, out: str, chip: str = "h200", store: str | None = None,
+                        dtype: str = "fp32", small: bool = False) -> dict:
+        """A problem file's SOL report (model) and its optimize campaign record (in the population
+        `store`, campaign of `dtype` and sizes): the best verified candidate and every attempt's verdict."""
+        return api.optimize_status(problem, out=out, chip=chip, store=store or str(self.settings.store_path),
+                                   dtype=dtype, small=small)
 
     def optimize_submit(self, problem: str, out: str, source: str | None = None, spec: str | None = None,
-                        small: bool = False, tier: str = "auto") -> dict:
+                        small: bool = False, tier: str = "auto", store: str | None = None, dtype: str = "fp32") -> dict:
         """Submit a candidate for a problem file: a Triton ModelNew (`source`) or a kernel spec (`spec`)
         for its GEMM regions. Checked, measured and stored exactly as formloop's own (same harness,
         same integrity battery, sandboxed); it counts only if correct and integrity-accepted."""
-        return api.optimize_submit(problem, out=out, source=source, spec=spec, small=small, tier=tier)
+        return api.optimize_submit(problem, out=out, source=source, spec=spec, small=small, tier=tier,
+                                   store=store or str(self.settings.store_path), dtype=dtype)
 
 
 def build_server(settings: Settings | None = None):

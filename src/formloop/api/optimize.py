@@ -4,7 +4,8 @@ and integrity battery, scored and stored exactly like formloop's own (an agent i
 
 A submitted candidate is either a Triton `ModelNew` source (`source`, text) or a kernel spec
 (`spec`, the DSL of formloop.dsl) that fixes the instance of the problem's GEMM regions; the
-campaign's directory (`out`) holds the record (optimize.sqlite)."""
+campaign's directory (`out`) holds the ModelNew files and the report; the record lives in the
+population store (`store`, default the settings' store), under the campaign of the dtype and sizes."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,18 +16,27 @@ from formloop.campaign.schedule import Policy
 from formloop.errors import InvalidInput
 from formloop.optimize import attempt as steps
 from formloop.optimize.engine import Settings, optimize as run_campaign, resolve_tier
-from formloop.optimize.store import OptimizeStore
+from formloop.optimize.store import OptimizeStore, campaign_key
 
 TOLERANCES = ("kernelbench", "formloop")
+
+
+def _dtype(dtype: str) -> str:
+    if dtype not in steps.DTYPES:
+        raise InvalidInput("dtype", dtype, steps.DTYPES)
+    return dtype
 
 
 def optimize(paths: list[str], *, out: str, budget: int = 2, small: bool = False, tier: str = "auto",
              chip: str = "h200", tolerance: str = "kernelbench", eps: float | None = 0.1, window: int | None = 2,
              workers: int = 2, fp32_operands: str = "tf32", progress: bool = True,
-             deadline_s: float | None = None) -> dict[str, Any]:
+             deadline_s: float | None = None, store: str | None = None, dtype: str = "fp32",
+             ray: str | None = None) -> dict[str, Any]:
     """Bootstrap each problem, spend up to `budget` attempts per problem by SOL gap under the SOL-gap
     and no-progress stopping rules, verify every candidate (harness + integrity, sandboxed), write
-    OUT/models/*.py and the report (JSON, markdown, plot). Resumes from OUT/optimize.sqlite."""
+    OUT/models/*.py and the report (JSON, markdown, plot). Resumes from the population store
+    (`store`, default the settings'). `dtype` bf16 runs the bf16 variant; `ray` (auto | local |
+    ADDRESS) fans the work out as Ray tasks instead of the process pool."""
     if tolerance not in TOLERANCES:
         raise InvalidInput("tolerance", tolerance, TOLERANCES)
     if fp32_operands not in ("tf32", "fp32"):
@@ -39,7 +49,7 @@ def optimize(paths: list[str], *, out: str, budget: int = 2, small: bool = False
         raise InvalidInput("deadline-s", deadline_s, "a positive number of seconds")
     s = Settings(out=Path(out), budget=budget, small=small, tier=tier, chip=chip, tolerance=tolerance,
                  policy=Policy(eps=eps, window=window), workers=workers, fp32_operands=fp32_operands,
-                 deadline_s=deadline_s)
+                 deadline_s=deadline_s, store=None if store is None else Path(store), dtype=_dtype(dtype), ray=ray)
     return plain(run_campaign(paths, s, progress=progress))
 
 
@@ -50,18 +60,22 @@ def _problem(problem: str) -> Path:
     return p
 
 
-def optimize_status(problem: str, *, out: str, chip: str = "h200", small: bool = False) -> dict[str, Any]:
+def optimize_status(problem: str, *, out: str | None = None, chip: str = "h200", small: bool = False,
+                    store: str | None = None, dtype: str = "fp32") -> dict[str, Any]:
     """A problem's SOL report (model) and its campaign record: status, best accepted candidate (its
-    source file, time and source), every attempt's verdict."""
+    source file, time and source), every attempt's verdict. `out` is not needed (the record is in
+    the store); it is accepted for the callers that name the campaign's directory."""
     from formloop.api.sol import sol_report
+    from formloop.optimize.store import default_store
 
     p = _problem(problem)
     sol = sol_report(problem=str(p), chip=chip)
-    store_path = Path(out) / "optimize.sqlite"
+    store_path = Path(store) if store is not None else default_store()
+    campaign = campaign_key(_dtype(dtype), small)
     if not store_path.is_file():
         return {"problem": p.stem, "sol": sol, "record": None, "best": None, "attempts": [],
-                "note": f"no campaign in {out} yet"}
-    store = OptimizeStore(store_path)
+                "note": f"no campaign in {store_path} yet"}
+    store = OptimizeStore(store_path, campaign, mode="read")
     try:
         rec, best = store.problem(p.stem), store.best(p.stem)
         attempts = [{k: a[k] for k in ("attempt", "origin", "correct", "accepted", "verdict", "time_s", "ref_s",
@@ -76,7 +90,7 @@ def optimize_status(problem: str, *, out: str, chip: str = "h200", small: bool =
 
 def optimize_submit(problem: str, *, out: str, source: str | None = None, spec: str | None = None,
                     small: bool = False, tier: str = "auto", chip: str = "h200",
-                    tolerance: str = "kernelbench") -> dict[str, Any]:
+                    tolerance: str = "kernelbench", store: str | None = None, dtype: str = "fp32") -> dict[str, Any]:
     """Check, measure, score and store an agent's candidate exactly as formloop's own: the same
     sandboxed harness and integrity battery; it counts only if correct and integrity-accepted."""
     if (source is None) == (spec is None):
@@ -86,17 +100,19 @@ def optimize_submit(problem: str, *, out: str, source: str | None = None, spec: 
     p = _problem(problem)
     tier = resolve_tier(tier)
     outp = Path(out)
-    store = OptimizeStore(outp / "optimize.sqlite")
+    store = OptimizeStore(store, campaign_key(_dtype(dtype), small))
     try:
         if store.problem(p.stem) is None:
-            b = steps.bootstrap(str(p), small=small, chip=chip)
+            b = steps.bootstrap(str(p), small=small, chip=chip, dtype=dtype)
             store.put_problem(p.stem, path=str(p), level=b["level"], tier=tier, status=b["status"], reason=b["reason"],
                               sol_floor_s=b["sol_floor_s"], sol_note=b["sol_note"],
-                              bootstrap={"recognition": b["recognition"]})
+                              bootstrap={"recognition": b["recognition"], "dtype": b["dtype"],
+                                         "dtype_reason": b["dtype_reason"]})
+        settled = (store.problem(p.stem)["bootstrap"] or {}).get("dtype", "fp32")
         number = store.next_attempt(p.stem)
         if spec is not None:
             built = steps.build(str(p), small=small, tier=tier, attempt=number, out_dir=str(outp), spec=spec,
-                                prefix="s")
+                                prefix="s", dtype=settled)
         else:
             if not isinstance(source, str) or "ModelNew" not in source:
                 raise InvalidInput("source", "text without ModelNew", "Python source defining class ModelNew")
@@ -109,7 +125,7 @@ def optimize_submit(problem: str, *, out: str, source: str | None = None, spec: 
                    "time_source": None, "sol_fraction": None}
         else:
             row = steps.measure(steps.problem_file(str(p), small, outp), built["candidate"], tier=tier,
-                                tolerance=tolerance, chip=chip)
+                                tolerance=tolerance, chip=chip, dtype=settled)
         detail = {k: v for k, v in {**built, **row}.items() if k not in ("correct", "accepted", "verdict", "time_s",
                                                                        "ref_s", "time_source", "sol_fraction")}
         store.add_attempt(p.stem, attempt=number, candidate=built.get("candidate") or "", origin="agent",

@@ -37,12 +37,18 @@ def optimize_cmd(
     fp32_operands: str = typer.Option("tf32", "--fp32-operands", help="GEMM operands of fp32 problems on a GPU"),
     deadline_s: Optional[float] = typer.Option(None, "--deadline-s", help="start no attempt after this many "
                                                "seconds (the next call resumes)"),
+    store: Optional[str] = typer.Option(None, "--store", help="population store holding the campaign's record "
+                                        "(default: FORMLOOP_STORE or .formloop/population.db)"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16 (models, inputs, baselines cast to bf16)"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Ray cluster: auto | local | ADDRESS (default: a local "
+                                      "process pool)"),
     json_out: bool = typer.Option(False, "--json", help="the report as JSON"),
 ):
     """Capture each problem, implement its regions with formloop's templates, verify, schedule by SOL gap."""
     report = api.optimize(paths, out=out, budget=budget, small=small, tier=tier, chip=chip, tolerance=tolerance,
                           eps=_rule(eps, "eps"), window=_rule(window, "window", True), workers=workers,
-                          fp32_operands=fp32_operands, progress=not json_out, deadline_s=deadline_s)
+                          fp32_operands=fp32_operands, progress=not json_out, deadline_s=deadline_s, store=store,
+                          dtype=dtype, ray=ray)
     if json_out:
         print_json(report)
         return
@@ -57,10 +63,13 @@ def optimize_status_cmd(
     problem: str = typer.Argument(..., help="a problem file"),
     out: str = typer.Option(".formloop/optimize", "--out", help="the campaign's directory"),
     chip: str = typer.Option("h200", "--chip"),
+    store: Optional[str] = typer.Option(None, "--store", help="population store (default: the settings')"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16: which campaign"),
+    small: bool = typer.Option(False, "--small", help="the SMALL-size campaign"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """A problem's SOL report and its campaign record (best accepted candidate, every verdict)."""
-    r = api.optimize_status(problem, out=out, chip=chip)
+    r = api.optimize_status(problem, out=out, chip=chip, store=store, dtype=dtype, small=small)
     if json_out:
         print_json(r)
         return
@@ -82,6 +91,8 @@ def optimize_submit_cmd(
     out: str = typer.Option(".formloop/optimize", "--out", help="the campaign's directory"),
     small: bool = typer.Option(False, "--small"),
     tier: str = typer.Option("auto", "--tier"),
+    store: Optional[str] = typer.Option(None, "--store", help="population store (default: the settings')"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16: which campaign"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Check, measure and store a candidate exactly as formloop's own (harness + integrity, sandboxed)."""
@@ -92,7 +103,7 @@ def optimize_submit_cmd(
         raise InvalidInput("--candidate" if candidate else "--spec", str(path), "an existing file")
     text = path.read_text()
     r = api.optimize_submit(problem, out=out, source=text if candidate else None, spec=text if spec else None,
-                            small=small, tier=tier)
+                            small=small, tier=tier, store=store, dtype=dtype)
     if json_out:
         print_json(r)
         return

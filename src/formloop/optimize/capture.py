@@ -39,8 +39,9 @@ class Captured:
         return getattr(tm, "dtype", None)
 
 
-def capture(problem: Problem) -> Captured:
-    """Trace `problem.Model` with FX and propagate shapes on meta tensors."""
+def capture(problem: Problem, precision: torch.dtype | None = None) -> Captured:
+    """Trace `problem.Model` with FX and propagate shapes on meta tensors (model and floating inputs
+    cast to `precision` first, as the harness casts them)."""
     from torch.fx.passes.shape_prop import ShapeProp
 
     try:
@@ -48,6 +49,10 @@ def capture(problem: Problem) -> Captured:
             init = call_inputs(problem, "get_init_inputs")
             model = problem.Model(*init)
             inputs = call_inputs(problem, "get_inputs")
+            if precision is not None:
+                model = model.to(precision)
+                inputs = [t.to(precision) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                          for t in inputs]
     except Exception as exc:  # noqa: BLE001 - the problem's own code failed on meta tensors
         raise CaptureFailed(f"building the reference on meta tensors raised {type(exc).__name__}: {exc}") from None
     try:

@@ -6,10 +6,12 @@ with the campaign's stopping rules applied live (formloop.campaign.schedule stat
   is never compared with a GPU floor) or the no-progress rule (`window` attempts without a better
   t_best).
 
-CPU work (capture, recognition, MILP, assembly) runs in a process pool; measurements run one at
-a time (each in its own sandboxed child), so timings never share the device. Everything lands in
-OUT/optimize.sqlite: a second call resumes (bootstraps and attempts already recorded are reused,
-the budget counts them). One failing problem never stops the campaign."""
+CPU work (capture, recognition, MILP, assembly) runs in a process pool, or as Ray tasks with
+`ray` (formloop.optimize.distribute); measurements run one at a time (each in its own sandboxed
+child) or as Ray tasks of one GPU each, so timings never share a device. Everything lands in the
+population store (formloop.optimize.store; `store`, default the settings' store) under the
+campaign of the dtype and sizes: a second call resumes (bootstraps and attempts already recorded
+are reused, the budget counts them). One failing problem never stops the campaign."""
 from __future__ import annotations
 
 import math
@@ -18,7 +20,6 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from typing import Any
 from formloop.campaign.schedule import Policy
 from formloop.errors import InvalidInput
 from formloop.optimize import attempt as steps
-from formloop.optimize.store import OptimizeStore
+from formloop.optimize.distribute import make_engine
+from formloop.optimize.store import OptimizeStore, campaign_key
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,13 @@ class Settings:
     compile_baseline: bool | None = None    # None: on the gpu tier only
     fp32_operands: str = "tf32"
     deadline_s: float | None = None         # wall seconds after which no new attempt starts (resume later)
+    store: Path | None = None               # the population store (None: the settings' store)
+    dtype: str = "fp32"                     # fp32 | bf16 (the problem set's variant)
+    ray: str | None = None                  # None: the process pool; auto | local | ADDRESS: Ray
+
+    @property
+    def campaign(self) -> str:
+        return campaign_key(self.dtype, self.small)
 
 
 def problem_files(paths: Sequence[str | Path]) -> list[Path]:
@@ -71,20 +80,6 @@ def resolve_tier(tier: str) -> str:
     if tier == "interpreter":
         os.environ["TRITON_INTERPRET"] = "1"
     return tier
-
-
-def _pool(workers: int):
-    if workers <= 1:
-        return None
-    import multiprocessing as mp
-    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
-
-
-def _map(pool, fn, items: list[tuple[tuple, dict]]) -> list:
-    if pool is None:
-        return [fn(*a, **k) for a, k in items]
-    futures = [pool.submit(fn, *a, **k) for a, k in items]
-    return [f.result() for f in futures]
 
 
 class Progress:
@@ -141,26 +136,35 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
     tier = resolve_tier(settings.tier)
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
-    store = OptimizeStore(out / "optimize.sqlite")
-    pool = _pool(settings.workers)
+    if settings.dtype not in steps.DTYPES:
+        raise InvalidInput("dtype", settings.dtype, steps.DTYPES)
+    store = OptimizeStore(settings.store, settings.campaign)
+    try:
+        pool = make_engine(settings.ray, tier=tier, workers=settings.workers)
+    except BaseException:
+        store.close()
+        raise
     bar = Progress(len(files) * (settings.budget + 1), progress)
     try:
+        engine = pool.describe()
+        bar.step(f"engine: {engine['engine']}; store {store.path} (campaign {store.campaign})", advance=0)
         todo = [f for f in files if (store.problem(f.stem) or {}).get("tier") != tier]
-        boots = _map(pool, steps.bootstrap, [((str(f),), {"small": settings.small, "chip": settings.chip})
-                                             for f in todo])
+        boots = pool.map(steps.bootstrap, [((str(f),), {"small": settings.small, "chip": settings.chip,
+                                                        "dtype": settings.dtype}) for f in todo])
         for b in boots:
             store.put_problem(b["name"], path=b["path"], level=b["level"], tier=tier, status=b["status"],
                               reason=b["reason"], sol_floor_s=b["sol_floor_s"], sol_note=b["sol_note"],
-                              bootstrap={"recognition": b["recognition"]})
+                              bootstrap={"recognition": b["recognition"], "dtype": b["dtype"],
+                                         "dtype_reason": b["dtype_reason"], "phase_seconds": b["phase_seconds"]})
         bar.step(f"bootstrapped {len(files)} problems ({len(todo)} new)", advance=len(files))
         pfile = {f.stem: steps.problem_file(str(f), settings.small, out) for f in files}
         deadline = None if settings.deadline_s is None else started + settings.deadline_s
         _campaign(files, settings, tier, store, pool, pfile, bar, on_event, deadline)
         _write_models(files, store, out)
-        return build_report(store, [f.stem for f in files], tier=tier, settings=settings, out=out)
+        return build_report(store, [f.stem for f in files], tier=tier, settings=settings, out=out,
+                            engine={**engine, "wall_s": round(time.monotonic() - started, 2)})
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+        pool.shutdown()
         store.close()
 
 
@@ -168,7 +172,7 @@ def _compile_baseline(name: str, path: Path, settings: Settings, store: Optimize
                       limit_s: float | None = None) -> None:
     """torch.compile's time for the problem, once (0.0 records a baseline that could not be had)."""
     c = steps.compile_baseline(str(path), pfile[name], small=settings.small, out_dir=str(settings.out),
-                               tolerance=settings.tolerance, limit_s=limit_s)
+                               tolerance=settings.tolerance, limit_s=limit_s, dtype=_dtype(store, name))
     store.set_compile(name, c["compile_s"] or 0.0)
     bar.step(f"{name}: torch.compile baseline {c['compile_s']} s {c['note']}"[:160], advance=0)
 
@@ -198,6 +202,11 @@ def _limit(deadline: float | None) -> float | None:
     return None if deadline is None else max(45.0, deadline + 60.0 - time.monotonic())
 
 
+def _dtype(store: OptimizeStore, name: str) -> str:
+    """The problem's settled dtype (bootstrap's: bf16 problems that cannot be cast stay fp32)."""
+    return ((store.problem(name) or {}).get("bootstrap") or {}).get("dtype", "fp32")
+
+
 def _operands(store: OptimizeStore, name: str, settings: Settings) -> str:
     """fp32 GEMM operands once an attempt with the default (tf32) was incorrect: tolerance first."""
     wrong = any(a["verdict"].startswith("incorrect") for a in store.attempts(name) if a["origin"] == "formloop")
@@ -225,36 +234,63 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
     if not ranked:
         return False
     ranked.sort()
-    batch = [name for _, _, name in ranked[:max(1, settings.workers)]]
+    # Every eligible problem in one round, largest SOL gap first: the pool builds them all in
+    # parallel while the driver measures each as soon as its build is back (no pool idling behind a
+    # round's measurements, no driver idling behind a round's builds). Stopping rules apply between rounds.
+    batch = [name for _, _, name in ranked]
     numbers = {n: store.next_attempt(n) for n in batch}
-    built = _map(pool, steps.build, [((str(by_name[n]),), {"small": settings.small, "tier": tier,
-                                                           "attempt": numbers[n], "out_dir": str(settings.out),
-                                                           "fp32_operands": _operands(store, n, settings)})
-                                     for n in batch])
-    for name, b in zip(batch, built):
-        if deadline is not None and time.monotonic() > deadline:
-            return True   # built but not measured: rebuilt on the next call
-        if b["candidate"] is None:
-            row = {"correct": False, "accepted": False, "verdict": b["reason"], "time_s": None, "ref_s": None,
-                   "time_source": None, "sol_fraction": None}
-        else:
-            row = steps.measure(pfile[name], b["candidate"], tier=tier, tolerance=settings.tolerance,
-                                chip=settings.chip, integrity=settings.integrity, limit_s=_limit(deadline))
-            if row.get("cut_by_deadline"):   # the deadline cut it short: not an attempt, redone next call
-                bar.step(f"{name} attempt {numbers[name]}: cut short by the deadline (not recorded)", advance=0)
+    builds = [pool.submit(steps.build, str(by_name[n]), small=settings.small, tier=tier, attempt=numbers[n],
+                          out_dir=str(settings.out), fp32_operands=_operands(store, n, settings),
+                          dtype=_dtype(store, n)) for n in batch]
+    measures: dict[str, Any] = {}
+    built: dict[str, dict] = {}
+    for name, future in zip(batch, builds):   # a measurement is submitted as soon as its build is back
+        built[name] = b = pool.result(future)
+        if b["candidate"] is not None and (deadline is None or time.monotonic() <= deadline):
+            measures[name] = pool.submit_measure(steps.measure, pfile[name], b["candidate"], tier=tier,
+                                                 tolerance=settings.tolerance, chip=settings.chip,
+                                                 integrity=settings.integrity, limit_s=_limit(deadline),
+                                                 dtype=_dtype(store, name))
+        if pool.lazy and not _record(name, numbers[name], b, measures.get(name), pool,
+                                                              store, bar, on_event, deadline):
+            return True
+    if not pool.lazy:
+        for name in batch:
+            if not _record(name, numbers[name], built[name], measures.get(name), pool, store, bar, on_event,
+                           deadline):
                 return True
-        detail = {k: v for k, v in {**b, **row}.items() if k not in ("correct", "accepted", "verdict", "time_s",
-                                                                   "ref_s", "time_source", "sol_fraction")}
-        store.add_attempt(name, attempt=numbers[name], candidate=b.get("candidate") or "", origin="formloop",
-                          correct=row["correct"], accepted=row["accepted"], verdict=row["verdict"],
-                          time_s=row["time_s"], ref_s=row["ref_s"], time_source=row["time_source"],
-                          sol_fraction=row["sol_fraction"], detail=detail)
-        sp = (f", {row['ref_s'] / row['time_s']:.3g}x vs eager ({row['time_source']})"
-              if row["time_s"] and row["ref_s"] else "")
-        bar.step(f"{name} attempt {numbers[name]}: {'accepted' if row['accepted'] else 'not accepted'} "
-                 f"[{row['verdict'][:80]}]{sp}")
-        if on_event:
-            on_event({"problem": name, "attempt": numbers[name], **row})
+    return True
+
+
+def _record(name: str, number: int, b: dict, measure, pool, store: OptimizeStore, bar, on_event,
+            deadline: float | None) -> bool:
+    """Measure (if not done) and store one attempt; False when the deadline stops the round here."""
+    if b["candidate"] is None:
+        row = {"correct": False, "accepted": False, "verdict": b["reason"], "time_s": None, "ref_s": None,
+               "time_source": None, "sol_fraction": None, "phase_seconds": {}}
+    elif measure is None or (deadline is not None and time.monotonic() > deadline and pool.unstarted(measure)):
+        return False   # built but not measured: rebuilt on the next call
+    else:
+        if pool.unstarted(measure):   # the driver runs it now: the limit is what is left now
+            measure.kwargs["limit_s"] = _limit(deadline)
+        row = pool.result(measure)
+        if row.get("cut_by_deadline"):   # the deadline cut it short: not an attempt, redone next call
+            bar.step(f"{name} attempt {number}: cut short by the deadline (not recorded)", advance=0)
+            return False
+    row["phase_seconds"] = {**(b.get("phase_seconds") or {}), **(row.get("phase_seconds") or {})}
+    detail = {k: v for k, v in {**b, **row}.items() if k not in ("correct", "accepted", "verdict", "time_s",
+                                                               "ref_s", "time_source", "sol_fraction")}
+    store.add_attempt(name, attempt=number, candidate=b.get("candidate") or "", origin="formloop",
+                      correct=row["correct"], accepted=row["accepted"], verdict=row["verdict"],
+                      time_s=row["time_s"], ref_s=row["ref_s"], time_source=row["time_source"],
+                      sol_fraction=row["sol_fraction"], detail=detail)
+    sp = (f", {row['ref_s'] / row['time_s']:.3g}x vs eager ({row['time_source']})"
+          if row["time_s"] and row["ref_s"] else "")
+    took = ", ".join(f"{k} {v:.2g}s" for k, v in row["phase_seconds"].items())
+    bar.step(f"{name} attempt {number}: {'accepted' if row['accepted'] else 'not accepted'} "
+             f"[{row['verdict'][:80]}]{sp} ({took})")
+    if on_event:
+        on_event({"problem": name, "attempt": number, **row})
     return True
 
 

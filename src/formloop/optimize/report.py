@@ -2,7 +2,10 @@
 speedups vs eager and vs torch.compile, SOL fraction and every attempt's integrity verdict; over the
 set fast_p at p = 0, 1, 1.5, 2, geomean and median speedups (formloop.campaign.metrics: a problem
 without an accepted candidate counts 1.0 in geomean/median, never in fast_p). Written as
-OUT/report.json, OUT/report.md and OUT/fast_p.png (with matplotlib).
+OUT/report.json, OUT/report.md, OUT/fast_p.svg (always, drawn by hand) and OUT/fast_p.png (with
+matplotlib). The report also says which engine ran (process pool or Ray), each problem's dtype (and
+why a bf16 problem stayed fp32), and where the time went: per attempt its phase times (load, capture,
+recognize, solve, child start, harness incl. Triton JIT, integrity), summed over the campaign.
 
 Every time carries its source. On the interpreter tier the times are host wall times of Triton's
 interpreter at SMALL sizes: the speedups are printed, labelled, and are not kernel speedups."""
@@ -15,6 +18,7 @@ from typing import Any
 
 from formloop.campaign.metrics import fast_p, geomean, median
 from formloop.optimize.store import OptimizeStore
+from formloop.optimize.svgplot import write_svg
 
 PS = (0.0, 1.0, 1.5, 2.0)
 INTERPRETER_NOTE = ("interpreter tier: Triton kernels ran in Triton's CPU interpreter at SMALL sizes; the times "
@@ -27,7 +31,11 @@ def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
     attempts = store.attempts(name)
     best = store.best(name)
     ref = next((a["ref_s"] for a in reversed(attempts) if a["ref_s"]), None)
+    boot = rec.get("bootstrap") or {}
     row = {"problem": name, "level": rec.get("level"), "status": rec.get("status"), "reason": rec.get("reason", ""),
+           "dtype": boot.get("dtype", "fp32"), "dtype_reason": boot.get("dtype_reason", ""),
+           "bootstrap_seconds": boot.get("phase_seconds") or {},
+           "phase_seconds": [{"attempt": a["attempt"], **(a["detail"].get("phase_seconds") or {})} for a in attempts],
            "sol_floor_s": rec.get("sol_floor_s"), "sol_note": rec.get("sol_note", ""), "reference_s": ref,
            "compile_s": rec.get("compile_s"), "attempts": len(attempts),
            "verdicts": [{"attempt": a["attempt"], "origin": a["origin"], "correct": bool(a["correct"]),
@@ -60,7 +68,10 @@ def _summary(rows: list[dict]) -> dict[str, Any]:
            "integrity_flagged_counted": 0,   # by construction: only accepted attempts become a best
            "vs_eager": {"fast_p": {f"{p:g}": fast_p(eager, p) for p in PS}, "geomean": geomean(eager),
                         "median": median(eager)},
-           "median_sol_fraction": statistics.median(sol) if sol else None}
+           "median_sol_fraction": statistics.median(sol) if sol else None,
+           "dtypes": {d: sum(1 for r in rows if r["dtype"] == d) for d in sorted({r["dtype"] for r in rows})},
+           "phase_seconds": _phase_totals(rows),
+           "bootstrap_seconds": _phase_totals([{"phase_seconds": [r["bootstrap_seconds"]]} for r in rows])}
     if comp:
         out["vs_compile"] = {"fast_p": {f"{p:g}": fast_p(comp, p) for p in PS}, "geomean": geomean(comp),
                              "median": median(comp), "problems": len(comp)}
@@ -69,19 +80,43 @@ def _summary(rows: list[dict]) -> dict[str, Any]:
     return out
 
 
-def build_report(store: OptimizeStore, names: list[str], *, tier: str, settings: Any, out: Path) -> dict[str, Any]:
+def _phase_totals(rows: list[dict]) -> dict[str, float]:
+    """Host wall seconds per phase, summed over every attempt of the campaign (all calls)."""
+    total: dict[str, float] = {}
+    for r in rows:
+        for ph in r["phase_seconds"]:
+            for k, v in ph.items():
+                if k != "attempt" and isinstance(v, (int, float)):
+                    total[k] = round(total.get(k, 0.0) + v, 3)
+    return total
+
+
+def build_report(store: OptimizeStore, names: list[str], *, tier: str, settings: Any, out: Path,
+                 engine: dict | None = None) -> dict[str, Any]:
     rows = [_row(store, n) for n in names]
-    report = {"tier": tier, "source": "gpu (CUDA-graph timing, formloop.measure.timer)" if tier == "gpu"
+    report = {"tier": tier, "engine": engine or {}, "store": str(store.path), "campaign": store.campaign,
+              "dtype": getattr(settings, "dtype", "fp32"),
+              "source": "gpu (CUDA-graph timing, formloop.measure.timer)" if tier == "gpu"
               else "cpu wall time, Triton interpreter", "note": INTERPRETER_NOTE if tier != "gpu" else "",
               "settings": {"budget": settings.budget, "small": settings.small, "chip": settings.chip,
                            "tolerance": settings.tolerance, "eps": settings.policy.eps,
                            "window": settings.policy.window, "workers": settings.workers,
-                           "fp32_operands": settings.fp32_operands},
+                           "fp32_operands": settings.fp32_operands, "dtype": getattr(settings, "dtype", "fp32")},
               "summary": _summary(rows), "problems": rows, "out": str(out)}
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "report.md").write_text(markdown(report))
-    report["plot"] = _plot(rows, out / "fast_p.png", tier)
+    report["plot_svg"] = str(write_svg(_curves(rows, tier), out / "fast_p.svg",
+                                       title=f"fast_p, formloop optimize ({tier}, {report['dtype']})"))
+    report["plot"] = _plot(rows, out / "fast_p.png", tier) or report["plot_svg"]
     return report
+
+
+def _curves(rows: list[dict], tier: str) -> dict[str, dict]:
+    curves = {f"vs eager ({tier})": {r["problem"]: r["speedup_eager"] for r in rows}}
+    comp = {r["problem"]: r["speedup_compile"] for r in rows if r["compile_s"]}
+    if comp:
+        curves[f"vs torch.compile ({tier})"] = comp
+    return curves
 
 
 def _x(v: float | None, unit: str = "x") -> str:
@@ -91,9 +126,13 @@ def _x(v: float | None, unit: str = "x") -> str:
 def markdown(report: dict[str, Any]) -> str:
     s = report["summary"]
     tier = report["tier"]
-    lines = [f"# formloop optimize ({tier})", ""]
+    lines = [f"# formloop optimize ({tier}, {report.get('dtype', 'fp32')})", ""]
     if report["note"]:
         lines += [f"> {report['note']}", ""]
+    eng = report.get("engine") or {}
+    lines += [f"Engine: {eng.get('engine', '?')} ({eng.get('measurements', '')}); store {report.get('store')} "
+              f"(campaign {report.get('campaign')}); this call {eng.get('wall_s', '?')} s wall; dtypes "
+              + ", ".join(f"{k}: {v}" for k, v in s.get("dtypes", {}).items()), ""]
     ve = s["vs_eager"]
     lines += [f"Problems {s['problems']}: {s['with_accepted_candidate']} with an accepted candidate, "
               f"{s['kept_reference']} keep the reference ({s['not_covered']} not covered, {s['pending']} with "
@@ -108,6 +147,15 @@ def markdown(report: dict[str, Any]) -> str:
     else:
         lines.append("vs torch.compile: not measured on this tier")
     lines.append(f"median SOL fraction of the chosen kernels: {_x(s['median_sol_fraction'], '')}")
+    if s.get("phase_seconds"):
+        lines.append("time per phase, all attempts (host wall s): " + ", ".join(
+            f"{k} {v:.3g}" for k, v in sorted(s["phase_seconds"].items(), key=lambda kv: -kv[1])))
+    if s.get("bootstrap_seconds"):
+        lines.append("bootstrap, all problems (host wall s, in the pool: summed over workers): " + ", ".join(
+            f"{k} {v:.3g}" for k, v in sorted(s["bootstrap_seconds"].items(), key=lambda kv: -kv[1])))
+    kept = [r for r in report["problems"] if r.get("dtype_reason")]
+    if kept:
+        lines.append("stayed fp32: " + "; ".join(f"{r['problem']} ({r['dtype_reason']})" for r in kept)[:1200])
     lines += ["", "| problem | status | best (s, source) | vs eager | vs compile | SOL frac | regions | verdicts |",
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in report["problems"]:
@@ -123,10 +171,6 @@ def markdown(report: dict[str, Any]) -> str:
 def _plot(rows: list[dict], path: Path, tier: str) -> str | None:
     try:
         from formloop.campaign.plots import plot_fast_p
-        curves = {f"vs eager ({tier})": {r["problem"]: r["speedup_eager"] for r in rows}}
-        comp = {r["problem"]: r["speedup_compile"] for r in rows if r["compile_s"]}
-        if comp:
-            curves[f"vs torch.compile ({tier})"] = comp
-        return str(plot_fast_p(curves, path))
+        return str(plot_fast_p(_curves(rows, tier), path))
     except Exception:  # noqa: BLE001 - matplotlib missing: JSON and markdown stand alone
         return None

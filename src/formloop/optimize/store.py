@@ -1,125 +1,164 @@
-"""The campaign's record: one SQLite file in the output directory (`optimize.sqlite`), so an
-interrupted campaign resumes where it stopped and a second call continues the first.
+"""The campaign's record, kept in the population store (schema 5's `optimize_log`, formloop.population;
+keys 'KIND|CAMPAIGN|PROBLEM|ATTEMPT', JSON bodies):
+the default store is the population of the settings (FORMLOOP_STORE, `.formloop/population.db`),
+`--store PATH` names another. An interrupted campaign resumes where it stopped and a second call
+with the same store continues the first (finished attempts are not run again).
 
-Per problem: its bootstrap (tier, SOL floor, coverage, the reason it keeps the reference if it
-does) and every attempt (candidate file, harness verdict, integrity verdict, times, design,
-provenance). A problem's best is its fastest attempt that is correct and integrity-accepted; a
-candidate that is not both never counts. WAL journal and one transaction per write: concurrent
+A store holds any number of campaigns; `campaign` names one (the dtype variant and the sizes, e.g.
+`fp32/full`, `bf16/small`): its problems and attempts are its own. Per problem: its bootstrap
+(tier, SOL floor, coverage, the reason it keeps the reference if it does, the torch.compile
+baseline) and every attempt (candidate file, harness verdict, integrity verdict, times, phase times,
+design, provenance). A problem's best is its fastest attempt that is correct and integrity-accepted;
+a candidate that is not both never counts. One `BEGIN IMMEDIATE` transaction per write: concurrent
 writers queue."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS problems (
-    name        TEXT PRIMARY KEY,
-    path        TEXT NOT NULL,
-    level       INTEGER,
-    tier        TEXT NOT NULL,
-    status      TEXT NOT NULL,          -- ready | reference (kept, with reason) | stopped:<rule>
-    reason      TEXT NOT NULL DEFAULT '',
-    sol_floor_s REAL,
-    sol_note    TEXT NOT NULL DEFAULT '',
-    compile_s   REAL,                   -- torch.compile of the reference, same harness (gpu tier only)
-    bootstrap   TEXT NOT NULL,          -- JSON: coverage, regions, fallbacks
-    updated_at  REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    id          INTEGER PRIMARY KEY,
-    problem     TEXT NOT NULL REFERENCES problems(name),
-    attempt     INTEGER NOT NULL,
-    candidate   TEXT NOT NULL,          -- path of the ModelNew file
-    origin      TEXT NOT NULL,          -- formloop | agent
-    correct     INTEGER NOT NULL,
-    accepted    INTEGER NOT NULL,       -- correct and integrity-accepted
-    verdict     TEXT NOT NULL,          -- integrity verdict, or the harness's failure
-    time_s      REAL,
-    ref_s       REAL,
-    time_source TEXT,                   -- gpu | cpu (interpreter)
-    sol_fraction REAL,
-    detail      TEXT NOT NULL,          -- JSON: design, harness summary, integrity flags
-    created_at  REAL NOT NULL,
-    UNIQUE (problem, attempt)
-);
-"""
+from formloop.population.opening import open_store
+from formloop.settings import load_settings
+
+PROBLEM_FIELDS = ("path", "level", "tier", "status", "reason", "sol_floor_s", "sol_note", "compile_s", "bootstrap")
+ATTEMPT_FIELDS = ("candidate", "origin", "correct", "accepted", "verdict", "time_s", "ref_s", "time_source",
+                  "sol_fraction", "detail")
+
+
+def default_store() -> Path:
+    """The population store of the settings (FORMLOOP_STORE or .formloop/population.db)."""
+    return load_settings().store_path
+
+
+def campaign_key(dtype: str = "fp32", small: bool = False) -> str:
+    return f"{dtype}/{'small' if small else 'full'}"
 
 
 class OptimizeStore:
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(SCHEMA)
+    """One campaign (`campaign`) in the population store at `path` (opened for writing, or for
+    reading with mode='read')."""
+
+    def __init__(self, path: str | Path | None = None, campaign: str = "fp32/full", *, mode: str = "write"):
+        settings = load_settings()
+        self.path = Path(path) if path is not None else settings.store_path
+        self.campaign = campaign
+        if mode == "write":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = open_store(self.path, mode=mode, timeout_ms=max(settings.busy_timeout_ms, 30000)).conn
+        # a store of schema < 5 opened for reading has no campaign yet (writing migrates it)
+        self.blank = self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'optimize_log'").fetchone() is None
 
     def close(self) -> None:
         self.db.close()
 
-    def _tx(self, sql: str, args: tuple) -> int:
-        cur = self.db.cursor()
-        cur.execute("BEGIN IMMEDIATE")
+    def __enter__(self) -> "OptimizeStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _tx(self, fn) -> Any:
+        self.db.execute("BEGIN IMMEDIATE")
         try:
-            cur.execute(sql, args)
-            cur.execute("COMMIT")
+            out = fn(self.db)
         except BaseException:
-            cur.execute("ROLLBACK")
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise
-        return cur.lastrowid
+        self.db.execute("COMMIT")
+        return out
+
+    def _key(self, kind: str, problem: str, attempt: int) -> str:
+        return f"{kind}|{self.campaign}|{problem}|{attempt}"
+
+    def _get(self, conn, kind: str, problem: str, attempt: int) -> tuple[int, dict] | None:
+        if self.blank:
+            return None
+        row = conn.execute("SELECT rowid, body FROM optimize_log WHERE key = ?",
+                           (self._key(kind, problem, attempt),)).fetchone()
+        return None if row is None else (row[0], json.loads(row[1]))
+
+    def _rows(self, conn, kind: str, problem: str | None = None) -> list[tuple[int, str, int, dict]]:
+        """(rowid, problem, attempt, body) of this campaign's `kind` rows (of `problem`, if given)."""
+        if self.blank:
+            return []
+        head = f"{kind}|{self.campaign}|" + ("" if problem is None else f"{problem}|")
+        rows = conn.execute("SELECT rowid, key, body FROM optimize_log WHERE substr(key, 1, ?) = ?",
+                            (len(head), head)).fetchall()
+        out = []
+        for rowid, key, body in rows:
+            name, number = key[len(f"{kind}|{self.campaign}|"):].rsplit("|", 1)
+            out.append((rowid, name, int(number), json.loads(body)))
+        return sorted(out, key=lambda r: (r[1], r[2]))
+
+    def _put(self, conn, kind: str, problem: str, attempt: int, body: dict) -> int:
+        key = self._key(kind, problem, attempt)
+        text = json.dumps(body, default=str)
+        got = conn.execute("SELECT rowid FROM optimize_log WHERE key = ?", (key,)).fetchone()
+        if got is not None:
+            conn.execute("UPDATE optimize_log SET body = ? WHERE rowid = ?", (text, got[0]))
+            return got[0]
+        return conn.execute("INSERT INTO optimize_log (key, body) VALUES (?, ?)", (key, text)).lastrowid
+
+    def _update_problem(self, name: str, change: dict) -> None:
+        def write(conn):
+            got = self._get(conn, "problem", name, -1)
+            if got is None:
+                raise KeyError(f"problem {name} is not in campaign {self.campaign}")
+            body = {**got[1], **change, "updated_at": time.time()}
+            self._put(conn, "problem", name, -1, body)
+        self._tx(write)
 
     def put_problem(self, name: str, *, path: str, level: int | None, tier: str, status: str, reason: str = "",
                     sol_floor_s: float | None = None, sol_note: str = "", bootstrap: dict | None = None) -> None:
-        self._tx("INSERT OR REPLACE INTO problems (name, path, level, tier, status, reason, sol_floor_s, sol_note, "
-                 "compile_s, bootstrap, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
-                 "(SELECT compile_s FROM problems WHERE name = ?), ?, ?)",
-                 (name, path, level, tier, status, reason, sol_floor_s, sol_note, name,
-                  json.dumps(bootstrap or {}, default=str), time.time()))
+        """Record a problem's bootstrap (a torch.compile baseline already stored is kept)."""
+        def write(conn):
+            got = self._get(conn, "problem", name, -1)
+            body = {"path": path, "level": level, "tier": tier, "status": status, "reason": reason,
+                    "sol_floor_s": sol_floor_s, "sol_note": sol_note,
+                    "compile_s": got[1].get("compile_s") if got else None, "bootstrap": bootstrap or {},
+                    "updated_at": time.time()}
+            self._put(conn, "problem", name, -1, body)
+        self._tx(write)
 
     def set_status(self, name: str, status: str, reason: str = "") -> None:
-        self._tx("UPDATE problems SET status = ?, reason = ?, updated_at = ? WHERE name = ?",
-                 (status, reason, time.time(), name))
+        self._update_problem(name, {"status": status, "reason": reason})
 
     def set_compile(self, name: str, seconds: float | None) -> None:
-        self._tx("UPDATE problems SET compile_s = ? WHERE name = ?", (seconds, name))
+        self._update_problem(name, {"compile_s": seconds})
 
     def problem(self, name: str) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT * FROM problems WHERE name = ?", (name,)).fetchone()
-        if row is None:
-            return None
-        d = dict(row)
-        d["bootstrap"] = json.loads(d["bootstrap"])
-        return d
+        got = self._get(self.db, "problem", name, -1)
+        return None if got is None else {"name": name, **got[1]}
 
     def problems(self) -> list[dict[str, Any]]:
-        return [self.problem(r["name"]) for r in self.db.execute("SELECT name FROM problems ORDER BY name")]
+        return [{"name": name, **body} for _, name, _, body in self._rows(self.db, "problem")]
 
     def add_attempt(self, problem: str, *, candidate: str, origin: str, correct: bool, accepted: bool,
                     verdict: str, time_s: float | None, ref_s: float | None, time_source: str | None,
                     sol_fraction: float | None, detail: dict, attempt: int | None = None) -> int:
-        if attempt is None:
-            attempt = self.next_attempt(problem)
-        return self._tx("INSERT INTO attempts (problem, attempt, candidate, origin, correct, accepted, verdict, "
-                        "time_s, ref_s, time_source, sol_fraction, detail, created_at) "
-                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (problem, attempt, candidate, origin, int(correct), int(accepted), verdict, time_s, ref_s,
-                         time_source, sol_fraction, json.dumps(detail, default=str), time.time()))
+        body = {"candidate": candidate, "origin": origin, "correct": bool(correct), "accepted": bool(accepted),
+                "verdict": verdict, "time_s": time_s, "ref_s": ref_s, "time_source": time_source,
+                "sol_fraction": sol_fraction, "detail": detail, "created_at": time.time()}
+
+        def write(conn):
+            number = self._next(conn, problem) if attempt is None else attempt
+            if self._get(conn, "attempt", problem, number) is not None:
+                raise ValueError(f"attempt {number} of {problem} is already recorded in campaign {self.campaign}")
+            return self._put(conn, "attempt", problem, number, body)
+        return self._tx(write)
+
+    def _next(self, conn, problem: str) -> int:
+        numbers = [r[2] for r in self._rows(conn, "attempt", problem) if r[1] == problem]
+        return max(numbers) + 1 if numbers else 0
 
     def next_attempt(self, problem: str) -> int:
-        row = self.db.execute("SELECT MAX(attempt) FROM attempts WHERE problem = ?", (problem,)).fetchone()
-        return 0 if row[0] is None else row[0] + 1
+        return self._next(self.db, problem)
 
     def attempts(self, problem: str) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT * FROM attempts WHERE problem = ? ORDER BY attempt", (problem,)).fetchall()
-        out = []
-        for r in rows:
-            d = dict(r)
-            d["detail"] = json.loads(d["detail"])
-            out.append(d)
-        return out
+        return [{"id": rowid, "problem": name, "attempt": number, **body}
+                for rowid, name, number, body in self._rows(self.db, "attempt", problem) if name == problem]
 
     def best(self, problem: str) -> dict[str, Any] | None:
         """The fastest correct, integrity-accepted attempt (None if there is none)."""

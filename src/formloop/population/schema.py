@@ -121,6 +121,15 @@ CREATE TABLE calibration_log (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, key TE
  created_at REAL NOT NULL);
 """
 
+# formloop optimize's campaign record (formloop.optimize.store): key 'KIND|CAMPAIGN|PROBLEM|ATTEMPT' (kind
+# 'problem' with attempt -1: bootstrap, status, SOL floor, torch.compile baseline; kind 'attempt': one
+# candidate's verdict, times, provenance), body JSON; the key is unique (the writer checks it inside
+# its write transaction). As small as it is because sqlite_master must stay within the first page
+# (about 110 bytes were left): no index, no constraint.
+V5 = """
+CREATE TABLE optimize_log (key TEXT, body TEXT);
+"""
+
 
 def descriptor_key(descriptor: dict) -> str:
     """The normalized descriptor: lower-case word sets per field, JSON with sorted keys.
@@ -148,6 +157,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               _fill_descriptor_keys),
     Migration(3, "proof claims: concurrent runs prove a template once", V3),
     Migration(4, "calibration log: measured points and fitted cost terms per (template, dtype, chip, toolchain)", V4),
+    Migration(5, "optimize log: formloop optimize's problems and attempts (resumable campaigns)", V5),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 # Reading needs the columns of schema 2 (provenance, failure); schema 3 adds only what writers use.
@@ -157,6 +167,7 @@ TABLES = {1: {"templates", "certificates", "counterexamples", "designs", "measur
 TABLES[2] = TABLES[1] | {"calibrations"}
 TABLES[3] = TABLES[2] | {"proof_claims"}
 TABLES[4] = TABLES[3] | {"calibration_log"}
+TABLES[5] = TABLES[4] | {"optimize_log"}
 FACT_TABLES = ("templates", "certificates", "counterexamples", "designs", "measurements", "calibrations")
 # Schema 4's calibration_log is not yet listed here: the maintenance
 # commands (check, backup, export) and their tests count exactly these tables.

@@ -1,0 +1,226 @@
+"""formloop optimize's infrastructure: the campaign record in the population store (schema 5, resume,
+campaigns kept apart), the bf16 variant's cast rule, the hand-drawn fast_p SVG, the report's phase
+totals, and bad input. Fast: no kernel runs here (test_optimize_e2e and test_optimize_ray run them)."""
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from formloop.campaign.metrics import fast_p
+from formloop.errors import InvalidInput
+from formloop.optimize.store import OptimizeStore
+from formloop.optimize.svgplot import curve, write_svg
+from formloop.population import SCHEMA_VERSION, Population
+
+ROOT = Path(__file__).resolve().parents[1]
+P = ROOT / "problems"
+
+
+def _attempt(store: OptimizeStore, name: str, *, accepted: bool, time_s: float | None, phases=None) -> int:
+    return store.add_attempt(name, candidate=f"/x/{name}.py", origin="formloop", correct=accepted,
+                             accepted=accepted, verdict="accepted" if accepted else "incorrect: off",
+                             time_s=time_s, ref_s=1.0, time_source="cpu", sol_fraction=None,
+                             detail={"phase_seconds": phases or {}})
+
+
+def test_campaign_record_lives_in_the_population_store(tmp_path):
+    path = tmp_path / "population.db"
+    with OptimizeStore(path, "fp32/full") as s:
+        s.put_problem("p", path="/p.py", level=1, tier="interpreter", status="ready", sol_floor_s=1e-6,
+                      bootstrap={"dtype": "fp32"})
+        s.set_compile("p", 0.5)
+        s.put_problem("p", path="/p.py", level=1, tier="interpreter", status="ready")   # re-bootstrap keeps compile_s
+        assert s.problem("p")["compile_s"] == 0.5
+        assert [_attempt(s, "p", accepted=a, time_s=t) for a, t in ((True, 0.4), (False, 0.1), (True, 0.3))]
+        assert [a["attempt"] for a in s.attempts("p")] == [0, 1, 2] and s.next_attempt("p") == 3
+        assert s.best("p")["attempt"] == 2          # the fastest ACCEPTED one: 0.1 s was incorrect
+        with pytest.raises(ValueError):
+            s.add_attempt("p", attempt=1, candidate="", origin="agent", correct=False, accepted=False, verdict="x",
+                          time_s=None, ref_s=None, time_source=None, sol_fraction=None, detail={})
+    with OptimizeStore(path, "bf16/full") as other:     # another campaign in the same store sees nothing
+        assert other.problem("p") is None and other.attempts("p") == [] and other.next_attempt("p") == 0
+    with OptimizeStore(path, "fp32/full", mode="read") as again:   # a new process resumes from the file
+        assert [a["time_s"] for a in again.attempts("p")] == [0.4, 0.1, 0.3]
+        assert again.problems()[0]["name"] == "p"
+    with Population(path) as pop:    # a real population store: schema 5, its other tables untouched
+        assert pop.schema_version == SCHEMA_VERSION >= 5
+        assert pop.counts()["templates"] == 0
+
+
+def test_problem_names_do_not_bleed_into_each_other(tmp_path):
+    with OptimizeStore(tmp_path / "s.db", "fp32/small") as s:
+        for name in ("a", "a|b", "ab"):
+            s.put_problem(name, path="/x.py", level=1, tier="gpu", status="ready")
+        _attempt(s, "a|b", accepted=True, time_s=1.0)
+        _attempt(s, "ab", accepted=True, time_s=2.0)
+        assert s.attempts("a") == [] and [a["time_s"] for a in s.attempts("a|b")] == [1.0]
+        assert sorted(p["name"] for p in s.problems()) == sorted(["a", "a|b", "ab"])
+
+
+def test_schema_stays_on_the_first_page(tmp_path):
+    """The damage tests place garbage by file offset: sqlite_master must stay one leaf page."""
+    Population(tmp_path / "p.db").close()
+    conn = sqlite3.connect(tmp_path / "p.db")
+    try:
+        pages = conn.execute("SELECT pageno, pagetype FROM dbstat WHERE name = 'sqlite_schema'").fetchall()
+    except sqlite3.OperationalError:
+        pytest.skip("this SQLite has no dbstat table")
+    finally:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        conn.close()
+    assert "optimize_log" in names
+    assert pages == [(1, "leaf")]
+
+
+def test_svg_marks_are_fast_p_of_the_speedups(tmp_path):
+    sp = {"a": 2.5, "b": 1.2, "c": None, "d": 0.8, "e": 1.5}
+    svg = write_svg({"vs eager": sp, "vs compile": {"a": 1.1, "b": 0.9}}, tmp_path / "f.svg", title="t").read_text()
+    marks = re.findall(r'data-p="([0-9.]+)" data-fast-p="([0-9.]+)"', svg)
+    assert len(marks) == 8
+    brute = {p: sum(1 for s in sp.values() if s is not None and s > p) / len(sp) for p in (0, 1, 1.5, 2)}
+    assert {float(p): float(f) for p, f in marks[:4]} == pytest.approx(brute)   # 1.5 itself is not > 1.5
+    assert brute[1.5] == pytest.approx(0.2)
+    pts = curve(sp, 3.0)
+    assert pts[0] == (0.0, pytest.approx(0.8)) and pts[-1] == (3.0, 0.0)
+    for p, f in pts:     # every corner is on the curve (or the step just left of it)
+        assert f in (fast_p(sp, p), pytest.approx(fast_p(sp, p - 1e-9)))
+
+
+def test_report_sums_phase_times_over_attempts(tmp_path):
+    from formloop.optimize.report import _phase_totals, markdown
+    rows = [{"phase_seconds": [{"attempt": 0, "solve": 1.5, "harness": 2.0}, {"attempt": 1, "solve": 0.5}]},
+            {"phase_seconds": [{"attempt": 0, "integrity": 4.0, "harness": 1.0}]}]
+    assert _phase_totals(rows) == {"solve": 2.0, "harness": 3.0, "integrity": 4.0}
+    assert callable(markdown)
+
+
+def test_bf16_cast_rule_keeps_integer_input_problems_fp32():
+    from formloop.optimize.attempt import cast_check
+    from formloop.sol.problem import load_problem
+    assert cast_check(load_problem(str(P / "level1" / "rmsnorm.py"), small=True), "bf16") == ""
+    why = cast_check(load_problem(str(P / "level1" / "cross_entropy.py"), small=True), "bf16")
+    assert why.startswith("stays fp32") and "torch.int64" in why
+    assert cast_check(load_problem(str(P / "level1" / "cross_entropy.py"), small=True), "fp32") == ""
+
+
+def test_bootstrap_settles_the_dtype_and_captures_in_it():
+    from formloop.optimize.attempt import bootstrap
+    b = bootstrap(str(P / "level1" / "rmsnorm.py"), small=True, chip="h200", dtype="bf16")
+    assert b["dtype"] == "bf16" and b["status"] == "ready"
+    assert set(b["phase_seconds"]) >= {"load", "capture", "recognize"}
+    c = bootstrap(str(P / "level1" / "cross_entropy.py"), small=True, chip="h200", dtype="bf16")
+    assert c["dtype"] == "fp32" and "int64" in c["dtype_reason"]
+
+
+def test_bad_dtype_and_ray_address_are_named(tmp_path):
+    from formloop import api
+    from formloop.optimize.distribute import make_engine
+    with pytest.raises(InvalidInput, match="dtype"):
+        api.optimize([str(P / "level1" / "rmsnorm.py")], out=str(tmp_path), dtype="fp16", store=str(tmp_path / "s"))
+    with pytest.raises(InvalidInput, match="ray"):
+        make_engine("  ", tier="interpreter", workers=1)
+
+
+def test_cli_bad_dtype_exits_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from formloop.cli import app
+    res = CliRunner().invoke(app, ["optimize", str(P / "level1" / "rmsnorm.py"), "--dtype", "fp16", "--out",
+                                   str(tmp_path), "--store", str(tmp_path / "s.db")])
+    assert res.exit_code == 2 and "dtype" in res.output
+
+
+def _fake_steps(monkeypatch, calls: dict, *, interrupt_at: int | None = None):
+    """bootstrap/build/measure stand-ins (no kernels): problem `slow` improves 10% per attempt, `fast`
+    is 2x faster than its reference from the start; measurement `interrupt_at` is a Ctrl-C."""
+    from formloop.optimize import attempt as steps
+
+    def bootstrap(path, *, small, chip, dtype="fp32"):
+        calls["bootstrap"].append(Path(path).stem)
+        return {"path": path, "name": Path(path).stem, "level": 1, "status": "ready", "reason": "",
+                "sol_floor_s": 0.1, "sol_note": "", "recognition": {}, "dtype": dtype, "dtype_reason": "",
+                "phase_seconds": {"load": 0.0}}
+
+    def build(path, *, attempt, out_dir, **_):
+        target = Path(out_dir) / "candidates" / f"{Path(path).stem}_a{attempt}.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("class ModelNew: pass\n")
+        return {"candidate": str(target), "regions": [], "phase_seconds": {"solve": 0.01}}
+
+    def measure(problem, candidate, **_):
+        calls["measure"].append(Path(candidate).stem)
+        if interrupt_at is not None and len(calls["measure"]) == interrupt_at:
+            raise KeyboardInterrupt
+        k = int(Path(candidate).stem.rsplit("_a", 1)[1])
+        t = 0.5 if "fast" in candidate else 0.9 ** k
+        return {"correct": True, "accepted": True, "verdict": "clean", "time_s": t, "ref_s": 1.0,
+                "time_source": "cpu", "sol_fraction": None, "phase_seconds": {"harness": 0.1}}
+
+    monkeypatch.setattr(steps, "bootstrap", bootstrap)
+    monkeypatch.setattr(steps, "build", build)
+    monkeypatch.setattr(steps, "measure", measure)
+
+
+def test_interrupted_campaign_resumes_where_it_stopped(tmp_path, monkeypatch):
+    from formloop import api
+    probs = tmp_path / "probs"
+    probs.mkdir()
+    for n in ("slow", "fast"):
+        (probs / f"{n}.py").write_text("# stand-in\n")
+    store, out = str(tmp_path / "pop.db"), str(tmp_path / "out")
+    kw = dict(out=out, budget=3, small=True, tier="interpreter", workers=1, progress=False, store=store, window=2)
+    calls = {"bootstrap": [], "measure": []}
+    _fake_steps(monkeypatch, calls, interrupt_at=4)
+    with pytest.raises(KeyboardInterrupt):
+        api.optimize([str(probs)], **kw)
+    # interpreter tier: no SOL gap, so fewest attempts first, then by name
+    assert calls["measure"] == ["fast_a0", "slow_a0", "fast_a1", "slow_a1"]
+    with OptimizeStore(store, "fp32/small") as s:   # three attempts were recorded before the interrupt
+        assert [a["attempt"] for a in s.attempts("fast")] == [0, 1] and len(s.attempts("slow")) == 1
+    calls = {"bootstrap": [], "measure": []}
+    _fake_steps(monkeypatch, calls)
+    report = api.optimize([str(probs)], **kw)
+    assert calls["bootstrap"] == []                  # bootstraps already stored are not redone
+    assert calls["measure"] == ["slow_a1", "fast_a2", "slow_a2"]   # only the missing attempts
+    rows = {r["problem"]: r for r in report["problems"]}
+    assert rows["slow"]["best"]["attempt"] == 2 and rows["slow"]["speedup_eager"] == pytest.approx(1 / 0.81)
+    assert rows["fast"]["status"] == "stopped:no-progress" and rows["fast"]["attempts"] == 3
+    assert report["summary"]["phase_seconds"]["harness"] == pytest.approx(0.1 * 6)
+    assert report["summary"]["phase_seconds"]["solve"] == pytest.approx(0.01 * 6)
+    assert report["summary"]["bootstrap_seconds"] == {"load": 0.0}
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "Engine: process-pool" in md and "time per phase" in md and "harness 0.6" in md
+    assert (tmp_path / "out" / "fast_p.svg").is_file() and (tmp_path / "out" / "models" / "slow.py").is_file()
+    calls = {"bootstrap": [], "measure": []}
+    api.optimize([str(probs)], **kw)
+    assert calls == {"bootstrap": [], "measure": []}    # a finished campaign runs nothing again
+
+
+def test_compile_clock_times_triton_jit_compiles_only(monkeypatch):
+    jit = pytest.importorskip("triton.runtime.jit")
+    from formloop.optimize.attempt import _compile_clock
+    monkeypatch.setattr(jit.JITFunction, "_do_compile", jit.JITFunction._do_compile)   # restored after the test
+    calls = []
+    monkeypatch.setattr(jit.JITFunction, "_do_compile", lambda self, *a, **k: calls.append(a) or "kernel")
+    box = _compile_clock()
+    assert box == {"s": 0.0, "n": 0}
+    assert jit.JITFunction._do_compile(object(), "key", "sig") == "kernel"   # behaviour unchanged
+    assert calls == [("key", "sig")] and box["n"] == 1 and box["s"] >= 0.0
+
+
+def test_an_older_store_read_has_no_campaign_and_is_not_changed(tmp_path):
+    from formloop.population import migrate
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    migrate(conn, upto=4)
+    conn.close()
+    before = path.read_bytes()
+    with OptimizeStore(path, "fp32/full", mode="read") as s:
+        assert s.problems() == [] and s.attempts("x") == [] and s.problem("x") is None
+    assert path.read_bytes() == before
+    with OptimizeStore(path, "fp32/full") as s:     # opened for writing: migrated to 5, then usable
+        s.put_problem("x", path="/x.py", level=1, tier="gpu", status="ready")
+        assert s.problem("x")["status"] == "ready"
