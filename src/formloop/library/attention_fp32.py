@@ -99,3 +99,12 @@ def choose_config(B: int, Hq: int, Hkv: int, Lq: int, Lk: int, D: int, causal: b
     pinned = f", tile {cfg['Br']}x{cfg['Bc']} pinned (attempt {attempt})" if attempt else ""
     return {"config": cfg, "source": f"attention-prefill MILP rebound to fp32 storage, {precision} rate, TM=0{pinned}",
             "predicted_us": float(sol.objective), "template_hash": t.content_hash}
+
+
+def attention(q, k, v, *, causal: bool = False, scale: float | None = None, config: dict | None = None,
+              precision: str = "tf32x3"):
+    """The ModelNew's call: formloop.library.attention_fp32_kernel.fp32_attention, imported on first
+    use (triton reads TRITON_INTERPRET when the kernel module is imported)."""
+    from formloop.library.attention_fp32_kernel import fp32_attention  # noqa: PLC0415 (imports triton)
+
+    return fp32_attention(q, k, v, causal=causal, scale=scale, config=config, precision=precision)
