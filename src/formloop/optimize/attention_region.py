@@ -274,8 +274,13 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
                         f"prefill/decode program; instance: {inst['source']}")
     region.notes.append(f"dot precision {precision}: predicted worst error {preds[precision]:.2g} (model, unit-scale "
                         f"inputs) vs KernelBench fp32 tolerance 1e-4; tf32 predicted {preds['tf32']:.2g}")
-    return {"config": inst["config"], "precision": precision, "causal": p["causal"], "scale": p["scale"],
-            "predicted_us": inst.get("predicted_us"), "source": inst["source"], "tensors": []}
+    design = {"config": inst["config"], "precision": precision, "causal": int(p["causal"]), "source": inst["source"],
+              "tensors": []}   # plain numbers and strings: the ModelNew prints the designs as JSON
+    if p["scale"] is not None:
+        design["scale"] = float(p["scale"])
+    if inst.get("predicted_us") is not None:
+        design["predicted_us"] = float(inst["predicted_us"])
+    return design
 
 
 def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
@@ -284,7 +289,7 @@ def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
     p = region.params
     with graph.inserting_before(region.output):
         call = graph.call_function(attention, (p["q"], p["k"], p["v"]),
-                                   {"causal": design["causal"], "scale": design["scale"], "config": design["config"],
+                                   {"causal": bool(design["causal"]), "scale": design.get("scale"), "config": design["config"],
                                     "precision": design["precision"]})
     region.output.replace_all_uses_with(call)
     for n in reversed(region.nodes):
