@@ -15,8 +15,9 @@ and tf32x3 (2e-6) chosen.
 Instance. The prefill template's cost model (formloop.library.attention_prefill) with e = 4 bytes,
 the tensor rate of the chosen precision (tf32: the TF32 peak; tf32x3: a third of it; ieee: the
 fp32 CUDA-core peak), and the pointer-load path (TM = 0: this kernel has no TMA path), solved by the
-MILP. Its capacity walls C1 (shared memory of S stages of fp32 K/V) and C2 (registers) hold for fp32;
-the tf32x3 operand split is not in the register model. Decode (one query token) and cross-length
+MILP. Its walls C1 and C2 are evaluated at 4-byte elements, and C1_fp32 (smem_wall) adds the q tile's
+second copy that the 3xTF32 split keeps in shared memory (measured by sm_90 compiles); the split's
+registers are not in the C2 model. Decode (one query token) and cross-length
 shapes are outside the template (its L is both lengths): a fixed menu instead, say so in `source`."""
 from __future__ import annotations
 
@@ -61,6 +62,12 @@ def precision_for(tolerance: float | None = None, *, floor: str | None = None) -
     return "ieee", preds
 
 
+def smem_wall(br, bc, s, d: int, precision: str):
+    """Shared memory of one program, bytes: the q tile (twice under 3xTF32: its hi and lo parts) and S
+    stages of K and V, fp32 (fitted to Triton 3.6 sm_90 compiles, tests/test_attention_fp32_compile.py)."""
+    return ((2 if precision == "tf32x3" else 1) * br + s * 2 * bc) * d * 4 + 1024
+
+
 def _rate(chip, precision: str) -> float:
     if precision == "ieee":
         return chip.peak("fp32")
@@ -82,23 +89,31 @@ def choose_config(B: int, Hq: int, Hkv: int, Lq: int, Lk: int, D: int, causal: b
     values = t.bind({"B": B, "Hq": Hq, "Hkv": Hkv, "D": dp, "L": Lq, "e": 4, "causal": int(bool(causal))}, c)
     values["flops"] = _rate(c, precision)
     fold = {d.name: d for d in t.decisions}
-    extra = [Constraint("fp32_pointer_path", fold["TM"].eq(0), "scope", "the fp32 kernel loads by pointers")]
-    if attempt:   # attempt k: tile ALT_TILES[k-1] pinned, the MILP solves the rest
-        br, bc = ALT_TILES[(attempt - 1) % len(ALT_TILES)]
-        extra.append(Constraint("pinned_tile", fold["Br"].eq(br) & fold["Bc"].eq(bc), "scope", "attempt's tile"))
+    extra = [Constraint("fp32_pointer_path", fold["TM"].eq(0), "scope", "the fp32 kernel loads by pointers"),
+             Constraint("C1_fp32", smem_wall(fold["Br"], fold["Bc"], fold["S"], dp, precision) <= values["Ms"],
+                        "capacity", "q (twice for the 3xTF32 split) and S stages of fp32 K and V fit")]
 
-    f = Formulation(template=t, params=values,
-                    constraints=tuple(Constraint(x.name, substitute(x.expr, values), x.group, x.doc)
-                                      for x in (*t.constraints, *t.preconditions, *extra)),
-                    cost=substitute(t.cost, values), terms={k: substitute(v, values) for k, v in t.terms.items()})
-    sol = SOLVERS["milp"](f)
-    a = {k: int(v) for k, v in sol.assignment.items()}
-    if not a:
-        raise ValueError(f"the rebound prefill template has no feasible instance ({sol.status.value})")
+    def solve(pin: tuple[int, int] | None):
+        more = [] if pin is None else [Constraint("pinned_tile", fold["Br"].eq(pin[0]) & fold["Bc"].eq(pin[1]),
+                                                  "scope", "the attempt's tile")]
+        f = Formulation(template=t, params=values,
+                        constraints=tuple(Constraint(x.name, substitute(x.expr, values), x.group, x.doc)
+                                          for x in (*t.constraints, *t.preconditions, *extra, *more)),
+                        cost=substitute(t.cost, values), terms={k: substitute(v, values) for k, v in t.terms.items()})
+        sol = SOLVERS["milp"](f)
+        if not sol.assignment:
+            raise ValueError(f"the rebound prefill template has no feasible instance ({sol.status.value})")
+        return {k: int(v) for k, v in sol.assignment.items()}, float(sol.objective)
+
+    a, cost = solve(None)
+    pinned = ""
+    if attempt:   # attempt k: the k-th other tile of ALT_TILES pinned, the MILP solves the rest
+        others = [x for x in ALT_TILES if x != (a["Br"], a["Bc"])]
+        a, cost = solve(others[(attempt - 1) % len(others)])
+        pinned = f", tile {a['Br']}x{a['Bc']} pinned (attempt {attempt})"
     cfg = {"Br": a["Br"], "Bc": a["Bc"], "W": a["W"], "S": a["S"]}
-    pinned = f", tile {cfg['Br']}x{cfg['Bc']} pinned (attempt {attempt})" if attempt else ""
     return {"config": cfg, "source": f"attention-prefill MILP rebound to fp32 storage, {precision} rate, TM=0{pinned}",
-            "predicted_us": float(sol.objective), "template_hash": t.content_hash}
+            "predicted_us": cost, "template_hash": t.content_hash}
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, config: dict | None = None,
