@@ -289,8 +289,8 @@ def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
     p = region.params
     with graph.inserting_before(region.output):
         call = graph.call_function(attention, (p["q"], p["k"], p["v"]),
-                                   {"causal": bool(design["causal"]), "scale": design.get("scale"), "config": design["config"],
-                                    "precision": design["precision"]})
+                                   {"causal": bool(design["causal"]), "scale": design.get("scale"),
+                                    "config": design["config"], "precision": design["precision"]})
     region.output.replace_all_uses_with(call)
     for n in reversed(region.nodes):
         graph.erase_node(n)
