@@ -213,3 +213,82 @@ def test_whole_models_assemble_with_attention_and_match_float64(name, tmp_path):
     with torch.no_grad():
         out, truth = new(*x).double(), r64(*[a.double() for a in x])
     assert (out - truth).abs().max().item() < 1e-4
+
+
+def test_sdpa_with_dropout_or_a_mask_tensor_stays_pytorch(tmp_path):
+    p = tmp_path / "sdpa_dropout.py"
+    p.write_text('''import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Model(nn.Module):
+    def forward(self, q, k, v, m):
+        a = F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+        b = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        c = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=0.5)
+        return a + b + c
+
+
+def get_inputs():
+    return [torch.randn(1, 2, 16, 16) for _ in range(3)] + [torch.randn(16, 16)]
+
+
+def get_init_inputs():
+    return []
+''')
+    rec = recognize(capture(load_problem(p)))
+    att = [r for r in rec.regions if r.kind == "attention"]
+    assert len(att) == 1 and att[0].params["scale"] == 0.5
+
+
+def test_repeat_interleave_gqa_and_zero_dropout_are_one_region(tmp_path):
+    """K/V widened by repeat_interleave (SDPA), and a written-out attention with nn.Dropout(0.0) between
+    softmax and P·V: one attention region each, and the assembled ModelNew matches float64."""
+    import importlib.util
+
+    from formloop.optimize.assemble import assemble
+
+    p = tmp_path / "gqa_repeat.py"
+    p.write_text('''import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, q, k, v):
+        a = F.scaled_dot_product_attention(q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1),
+                                           is_causal=True)
+        kk, vv = k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1)
+        s = torch.softmax((q @ kk.transpose(-2, -1)) / 4.0, dim=-1)
+        return a + self.drop(s) @ vv
+
+
+def get_inputs():
+    return [torch.randn(2, 6, 21, 16), torch.randn(2, 2, 21, 16), torch.randn(2, 2, 21, 16)]
+
+
+def get_init_inputs():
+    return []
+''')
+    prob = load_problem(p)
+    cap = capture(prob)
+    rec = recognize(cap)
+    att = [r for r in rec.regions if r.kind == "attention"]
+    assert len(att) == 2 and att[0].params["dims"][2] == 2 and att[0].params["causal"] is True
+    assert att[1].params["scale"] == 0.25 and not att[1].params["causal"]
+    asm = assemble(cap, rec, tier="interpreter")
+    f = tmp_path / "new.py"
+    f.write_text(asm.source)
+    spec = importlib.util.spec_from_file_location("gqa_new", f)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(2, 6, 21, 16, generator=g), torch.randn(2, 2, 21, 16, generator=g), \
+        torch.randn(2, 2, 21, 16, generator=g)
+    truth = _ref(q, k, v, True) + _ref(q, k, v, False, 0.25)
+    assert (mod.ModelNew()(q, k, v).double() - truth).abs().max().item() < 2e-5

@@ -159,7 +159,7 @@ def _match_sdpa(n: fx.Node, cap: Captured) -> Region | None:
     q, k, v = (_arg(n, i, key) for i, key in enumerate(("query", "key", "value")))
     if _arg(n, 3, "attn_mask") is not None or _arg(n, 4, "dropout_p", 0.0) not in (0, 0.0):
         return None
-    causal, scale = bool(_arg(n, 5, "is_causal", False)), n.kwargs.get("scale")
+    causal, scale = bool(_arg(n, 5, "is_causal", False)), _arg(n, 6, "scale")
     if scale is not None and not isinstance(scale, (int, float)):
         return None
     k, extra_k = _gqa_source(k)
@@ -209,14 +209,17 @@ def _match_manual(m1: fx.Node, cap: Captured) -> Region | None:
             elif f == "softmax" and (_arg(u, 1, "dim") in (-1, 3)) and _arg(u, 2, "dtype") is None:
                 nodes.append(u)
                 m2 = next(iter(u.users)) if len(u.users) == 1 else None
-                if not (_is_matmul(m2) and m2.args[0] is u):
+                if _inactive_dropout(m2, cap):
+                    nodes.append(m2)
+                    m2 = next(iter(m2.users)) if len(m2.users) == 1 else None
+                if not (_is_matmul(m2) and m2.args[0] is nodes[-1]):
                     return None
                 if kind not in ("none", "causal"):
                     notes.append(kind)
                     return None
                 if scale <= 0:
                     return None
-                extra = [s for s in side if not is_layout(s)]
+                extra = _side_nodes(side, {*nodes, m2})
                 return _region(cap, [*nodes, *extra, m2], q, k, m2.args[1], kind == "causal", scale, notes)
             else:
                 return None
@@ -225,6 +228,26 @@ def _match_manual(m1: fx.Node, cap: Captured) -> Region | None:
         nodes.append(u)
         cur = u
     return None
+
+
+def _inactive_dropout(n: Any, cap: Captured) -> bool:
+    """F.dropout / nn.Dropout with p = 0 (an identity in training and eval alike)."""
+    if not isinstance(n, fx.Node):
+        return False
+    if n.op == "call_module":
+        mod = cap.gm.get_submodule(n.target)
+        return isinstance(mod, torch.nn.Dropout) and mod.p == 0
+    return n.op == "call_function" and n.target is F.dropout and _arg(n, 1, "p", 0.5) in (0, 0.0)
+
+
+def _side_nodes(side: set, region: set) -> list[fx.Node]:
+    """The compute nodes of the scale and mask subgraphs read only inside the region (others stay)."""
+    keep = {s for s in side if not is_layout(s)}
+    while True:
+        drop = {s for s in keep if any(u not in keep and u not in region for u in s.users)}
+        if not drop:
+            return list(keep)
+        keep -= drop
 
 
 def _consumers(n: fx.Node, depth: int = 6) -> list[fx.Node]:
