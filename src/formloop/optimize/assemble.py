@@ -99,7 +99,9 @@ def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, sm
             out.skipped.append({"region": region.nodes[0].name, "reason": f"{type(exc).__name__}: {exc}"[:400]})
             continue
         output = local.output
-        replaced[output] = impl.emit(local, design, gm.graph)
+        call = impl.emit(local, design, gm.graph)
+        if isinstance(call, fx.Node):
+            replaced[output] = call
         out.regions.append({**region.describe(), "nodes": [n.name for n in local.nodes], "notes": local.notes,
                             "design": {k: v for k, v in design.items() if k != "spec"}, "spec": design.get("spec")})
     gm.graph.eliminate_dead_code()
