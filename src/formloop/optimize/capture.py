@@ -58,11 +58,25 @@ def capture(problem: Problem, precision: torch.dtype | None = None) -> Captured:
     try:
         gm = fx.symbolic_trace(model)
     except Exception as exc:  # noqa: BLE001 - FX refuses what it cannot trace; the reason is the message
-        raise CaptureFailed(f"torch.fx could not trace Model.forward: {type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0][:200]}") from None
+        try:   # a buffer indexed by a traced size (minGPT's mask[:, :, :t, :t]) traces once buffers are proxied
+            gm = _trace_proxying_buffers(model)
+        except Exception:  # noqa: BLE001 - the first reason is the one to report
+            raise CaptureFailed(f"torch.fx could not trace Model.forward: {type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0][:200]}") from None
     try:
         ShapeProp(gm).propagate(*[t for t in inputs])
     except Exception as exc:  # noqa: BLE001
         raise CaptureFailed(f"shape propagation on meta tensors raised {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:200]}") from None
     return Captured(problem, gm, inputs, init)
+
+
+class _BufferProxyTracer(fx.Tracer):
+    proxy_buffer_attributes = True
+
+
+def _trace_proxying_buffers(model: torch.nn.Module) -> fx.GraphModule:
+    """FX with buffer reads as graph values (get_attr nodes), so slicing them by a traced size works."""
+    tracer = _BufferProxyTracer()
+    graph = tracer.trace(model)
+    return fx.GraphModule(tracer.root, graph, type(model).__name__)

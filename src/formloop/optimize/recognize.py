@@ -71,6 +71,7 @@ def register(impl: Implementer) -> Implementer:
 def implementers() -> list[Implementer]:
     from formloop.optimize import gemm_region, vector_regions  # noqa: F401 - register the built-in implementers
     from formloop.optimize import vecops_regions  # noqa: F401 - norms, scan, arg-reductions, gathers, cross-entropy
+    from formloop.optimize import attention_region  # noqa: F401 - SDPA and written-out attention (fp32)
 
     return list(_REGISTRY)
 

@@ -1,0 +1,60 @@
+"""`formloop optimize` on the shipped attention problems, end to end in the Triton interpreter at SMALL
+sizes: SDPA (causal, full, GQA prefill, GQA decode) and minGPT's written-out attention become the fp32
+flash kernel, and every ModelNew passes the harness (KernelBench's fp32 tolerance, float64 truth) and
+the integrity battery. A ModelNew whose mask is wrong (causal flag dropped) is refused by the same
+harness. Slow (interpreted kernels, child processes): one attempt each."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from formloop import api  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+P = ROOT / "problems"
+NAMES = ["attention_causal", "attention_decode_gqa", "attention_gqa_causal", "attention_prefill"]
+FILES = [str(P / "level1" / f"{n}.py") for n in NAMES] + [str(P / "level3" / "mingpt_attention.py")]
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    out = tmp_path_factory.mktemp("optimize_attention")
+    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False,
+                          tolerance="kernelbench")
+    return out, {r["problem"]: r for r in report["problems"]}
+
+
+@pytest.mark.parametrize("name", NAMES + ["mingpt_attention"])
+def test_attention_problem_gets_an_accepted_kernel(campaign, name):
+    out, rows = campaign
+    r = rows[name]
+    assert r["best"] is not None, r["verdicts"]
+    assert r["verdicts"][0]["correct"] and r["verdicts"][0]["accepted"], r["verdicts"]
+    kinds = [g["kind"] for g in r["regions"]]
+    assert "attention" in kinds
+    body = (out / "models" / f"{name}.py").read_text().split("def forward", 1)[1]
+    assert "attention(" in body and "scaled_dot_product_attention" not in body and "softmax" not in body
+    notes = " ".join(n for g in r["regions"] if g["kind"] == "attention" for n in g["notes"])
+    assert "tf32x3" in notes and "not the proved bf16" in notes
+
+
+def test_a_wrong_mask_is_refused_by_the_harness(campaign, tmp_path):
+    """The accepted causal ModelNew with its causal flag dropped computes full attention: the harness
+    (same problem, same tolerance) must call it incorrect."""
+    from formloop.measure.jobs import run_harness
+
+    out, _ = campaign
+    src = (out / "models" / "attention_causal.py").read_text()
+    assert src.count("causal = True") == 1
+    wrong = tmp_path / "attention_causal_wrong.py"
+    wrong.write_text(src.replace("causal = True", "causal = False"))
+    problem = out / "problems" / "attention_causal.py"
+    h = run_harness(str(problem), str(wrong), tolerance="kernelbench", sets=1)
+    assert not h["correct"], h.get("summary")
+    good = run_harness(str(problem), str(out / "models" / "attention_causal.py"), tolerance="kernelbench", sets=1)
+    assert good["correct"], good.get("summary")
