@@ -140,3 +140,16 @@ def test_reference_is_causal_and_grouped():
     assert torch.allclose(out[0, 3, 0], v[0, 1, 0].double())  # query 0 sees key 0 only; head 3 reads KV head 1
     full = reference(q, k, v, causal=False, dtype=torch.float64)
     assert torch.allclose(out[:, :, -1], full[:, :, -1])  # the last query sees every key
+
+
+def test_instances_launch_through_the_plans_launcher_which_names_why_it_is_not_thin():
+    """Under the interpreter the bound (thin) launch is not possible: every run goes through the plan's
+    own launch, counted, with the reason named; a bad operand is still refused with a named error."""
+    for inst in (TritonDecode(DecodePlan(DecodeConfig(Bn=16, KS=2, QP=4, S=2, W=4, MG=0), 1, 8, 2, 32, 40)),
+                 TritonPrefill(PrefillPlan(PrefillConfig(Br=16, Bc=16, S=2, W=4, GQ=0, TM=0), 1, 4, 2, 16, 20))):
+        case = _check(inst, seed=2)
+        inst.launch(case)
+        thin = inst.plan.thin_launcher("cpu")
+        assert thin.path == "jit" and thin.fallback.startswith("interpreter") and thin.jit_calls == 2
+        with pytest.raises(InvalidInput):
+            inst.plan.run(case.q[:, :1], case.k, case.v, case.out)

@@ -1,7 +1,7 @@
-"""The thin eager launch of attention-decode (attention_launch.ThinLaunch): checked on this CPU-only
+"""The thin eager launch of attention-decode and attention-prefill (attention_launch.ThinLaunch): checked on this CPU-only
 machine by compiling for sm_90 and recording, in place of the C launcher, the final arguments that
-reach it (launch metadata and hook chains aside: no hooks are installed), once through Triton's own dispatch (`DecodePlan.launch`) and once through the plan's bound
-launch (`DecodePlan.run`): they must be identical, the bound launch must not go through the JIT,
+reach it (launch metadata and hook chains aside: no hooks are installed), once through Triton's own dispatch (`DecodePlan.launch`, `PrefillPlan.launch`) and once
+through the plan's bound launch (`run`): they must be identical, the bound launch must not go through the JIT,
 and a new operand set must bind anew (its pointers in its arguments)."""
 from __future__ import annotations
 
@@ -82,6 +82,27 @@ for cfg in (DecodeConfig(128, 16, 4, 3, 4, 1, 1), DecodeConfig(64, 8, 2, 2, 8, 0
     row["path"], row["fallback"], row["jit_calls"] = thin.path, thin.fallback, thin.jit_calls
     row["kernels"] = 1 + (cfg.KS > 1 and not cfg.MG)
     row["ptrs"] = [[x.data_ptr() for x in s if x is not None] for s in sets]
+    out.append(row)
+from formloop.library.attention_prefill_kernel import PrefillConfig, PrefillPlan
+
+for cfg in (PrefillConfig(128, 64, 3, 8, 0, 1), PrefillConfig(64, 64, 2, 4, 1, 0)):
+    plan = PrefillPlan(cfg, 1, 32, 8, 128, 256, "bf16", 1)
+    thin = plan._thin[torch.device("cpu")] = ThinLaunch("cpu", False)
+    thin.fallback = NOT_RUN
+    sets = [(torch.zeros(1, 32, 256, 128, dtype=t), torch.zeros(1, 8, 256, 128, dtype=t),
+             torch.zeros(1, 8, 256, 128, dtype=t), torch.zeros(1, 32, 256, 128, dtype=t)) for _ in range(2)]
+    row = {}
+    for n, ops in enumerate(sets):
+        calls.clear()
+        plan.launch(*ops)
+        jit = list(calls)
+        calls.clear()
+        plan.run(*ops)
+        d0 = len(dispatches)
+        plan.run(*ops)
+        row[n] = {"jit": jit, "thin": calls[:len(jit)], "again": calls[len(jit):], "dispatches": len(dispatches) - d0}
+    row["path"], row["fallback"], row["jit_calls"], row["kernels"] = thin.path, thin.fallback, thin.jit_calls, 1
+    row["ptrs"] = [[x.data_ptr() for x in s] for s in sets]
     out.append(row)
 print(json.dumps(out))
 """

@@ -54,7 +54,7 @@ US = 1e6
 Bn = decision("Bn", (16, 32, 64, 128, 256), doc="keys per tile (BLOCK_N)")
 KS = decision("KS", (1, 2, 4, 8, 12, 16, 24, 32, 48, 64), doc="splits of the key range (split-KV)")
 QP = decision("QP", (4, 1, 2, 8, 16), doc="query heads of one GQA group packed into one program")
-S = decision("S", (3, 4, 2, 1), doc="pipeline stages (num_stages)")
+S = decision("S", (3, 4, 2, 6), doc="pipeline stages (num_stages): 6 keeps a split's first 5 tiles in flight")
 W = decision("W", (4, 8), doc="warps per program (num_warps)")
 MG = decision("MG", (1, 0), doc="merge of the split partials: 1 = in-launch (last arriver), 0 = second kernel")
 TM = decision("TM", (1, 0), doc="load path: 1 = TMA descriptors (copy engine), 0 = pointer loads (cp.async)")

@@ -38,7 +38,7 @@ from formloop.library.attention_cases import (
     TOLERANCE, TORCH_DTYPES, RowScaled, check_block_table, paged, qkv, reference,
 )
 from formloop.library.attention_decode_jit import _decode_kernel, _merge_kernel
-from formloop.library.attention_launch import ThinLaunch, constexprs, operand_key
+from formloop.library.attention_launch import ThinLaunch, constexprs, device_key, operand_key
 from formloop.library.attention_workload import check_page, check_shape
 
 LOG2E = 1.4426950408889634
@@ -166,7 +166,7 @@ class DecodePlan:
         validated and the kernels bound once per set of base pointers, shapes and strides."""
         thin = self._thin.get(q.device)
         if thin is None:
-            thin = self._thin.setdefault(q.device, ThinLaunch(q.device, INTERPRETED))
+            thin = self._thin.setdefault(device_key(q.device), ThinLaunch(q.device, INTERPRETED))
         if table is not None and self.page and not (k.is_cuda and torch.cuda.is_current_stream_capturing()):
             check_block_table(table, k.shape[0], self.pages_per_seq)  # contents can change under one pointer
 
@@ -177,7 +177,7 @@ class DecodePlan:
                  lambda: self.launch(q, k, v, out, workspace, table))
 
     def thin_launcher(self, device) -> "ThinLaunch | None":
-        return self._thin.get(torch.device(device))
+        return self._thin.get(device_key(device))
 
     def _operands(self, q, k, v, out, workspace, table):
         """Validated (tensors, strides) of one launch."""
