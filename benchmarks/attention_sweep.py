@@ -56,7 +56,7 @@ def sweep_set(family: str, f, *, top: int, random: int, seed: int, extra=()) -> 
                 seen_grid.add(g)
                 chosen.setdefault(key_of(family, a), a)
         for a in ranked[:5]:  # the merge alternative and the neighbours of the model's best
-            for change in ({"MG": 0}, {"S": a["S"] + 1}, {"S": a["S"] - 1}, {"W": 12 - a["W"]}, {"QP": 2},
+            for change in ({"MG": 0}, {"MG": 2}, {"S": a["S"] + 1}, {"S": a["S"] - 1}, {"W": 12 - a["W"]}, {"QP": 2},
                            {"TM": 1 - a["TM"]}, {"S": 6}):
                 k = key_of(family, {**a, **change})
                 if k in feasible:
@@ -88,7 +88,7 @@ ANCHORS = {DECODE: ((64, 8, 2, 3, 4, 1, 0), (256, 8, 2, 2, 4, 1, 1), (256, 16, 4
 def candidates(family: str, f, *, top: int, anchors=()) -> list[dict]:
     """A small model-ranked set, in the order it is measured (a run cut short by its budget keeps the
     first): the model's four best; the one-decision neighbours of its best that the model is least sure
-    of (decode: the merge, the load path, the warps and the stages of its three best, and six stages at
+    of (decode: the three merges, the load path, the warps and the stages of its three best, and six stages at
     the same and at half the tile, which the model ties with three stages where the copy bandwidth
     binds; prefill: the load path and the launch order of its best); the `anchors` (keys: an earlier
     run's bests) that are feasible here; the rest of its `top` designs; its best design for each value
@@ -99,7 +99,7 @@ def candidates(family: str, f, *, top: int, anchors=()) -> list[dict]:
     for a in ranked[:min(top, 4)]:
         chosen.setdefault(key_of(family, a), a)
     for a in ranked[:3 if family == DECODE else 1]:
-        changes = ({"MG": 1 - a["MG"]}, {"TM": 1 - a["TM"]}, {"W": 12 - a["W"]}, {"S": a["S"] + 1},
+        changes = ({"MG": 0}, {"MG": 1}, {"MG": 2}, {"TM": 1 - a["TM"]}, {"W": 12 - a["W"]}, {"S": a["S"] + 1},
                    {"S": a["S"] - 1}, {"S": 6}, {"S": 6, "Bn": a["Bn"] // 2}) if family == DECODE else \
             ({"TM": 0}, {"TM": 1}, {"GQ": 1}, {"GQ": 0})
         for change in changes:

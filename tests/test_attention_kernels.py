@@ -28,6 +28,8 @@ DECODE = [  # (config, (B, Hq, Hkv, D, L), page)
     (DecodeConfig(Bn=16, KS=4, QP=1, S=2, W=4, MG=1, TM=1), (1, 4, 4, 16, 63), 32),
     (DecodeConfig(Bn=16, KS=5, QP=4, S=2, W=4, MG=1), (1, 8, 2, 32, 80), 0),  # one-load fold (QP·KSP = 32)
     (DecodeConfig(Bn=16, KS=9, QP=8, S=2, W=4, MG=0), (1, 16, 2, 32, 140), 0),  # row-by-row fold (QP·KSP = 128)
+    (DecodeConfig(Bn=16, KS=3, QP=2, S=6, W=4, MG=2), (2, 8, 2, 32, 70), 0),  # dependent merge (plain here), 6 stages
+    (DecodeConfig(Bn=16, KS=2, QP=4, S=2, W=4, MG=2, TM=1), (1, 8, 2, 32, 100), 16),
 ]
 PREFILL = [  # (config, (B, Hq, Hkv, D, L), causal)
     (PrefillConfig(Br=32, Bc=16, S=2, W=4, GQ=1, TM=0), (1, 4, 2, 32, 45), 1),

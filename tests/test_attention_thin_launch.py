@@ -42,7 +42,7 @@ class Recording(CudaLauncher):  # Triton's launcher with the C function replaced
                                              getattr(metadata, "tensordesc_meta", None))
         self.global_scratch_size = self.profile_scratch_size = 0
         self.global_scratch_align = self.profile_scratch_align = 1
-        self.launch_cooperative_grid = self.launch_pdl = False
+        self.launch_cooperative_grid, self.launch_pdl = metadata.launch_cooperative_grid, metadata.launch_pdl
 
 
 def _init(self):
@@ -60,7 +60,7 @@ from formloop.library.attention_launch import NOT_RUN, ThinLaunch
 out = []
 t = torch.bfloat16
 for cfg in (DecodeConfig(128, 16, 4, 3, 4, 1, 1), DecodeConfig(64, 8, 2, 2, 8, 0, 0),
-            DecodeConfig(64, 1, 4, 3, 4, 1, 0)):
+            DecodeConfig(64, 1, 4, 3, 4, 1, 0), DecodeConfig(64, 8, 4, 6, 4, 2, 1)):
     plan = DecodePlan(cfg, 1, 32, 8, 128, 4096, "bf16", 0)
     thin = plan._thin[torch.device("cpu")] = ThinLaunch("cpu", False)
     thin.fallback = NOT_RUN  # as on a GPU: the target-only driver compiles for sm_90
@@ -80,7 +80,8 @@ for cfg in (DecodeConfig(128, 16, 4, 3, 4, 1, 1), DecodeConfig(64, 8, 2, 2, 8, 0
         plan.run(*ops)
         row[n] = {"jit": jit, "thin": calls[:len(jit)], "again": calls[len(jit):], "dispatches": len(dispatches) - d0}
     row["path"], row["fallback"], row["jit_calls"] = thin.path, thin.fallback, thin.jit_calls
-    row["kernels"] = 1 + (cfg.KS > 1 and not cfg.MG)
+    row["kernels"] = 1 + (cfg.KS > 1 and cfg.MG != 1)
+    row["pdl"] = cfg.MG == 2
     row["ptrs"] = [[x.data_ptr() for x in s if x is not None] for s in sets]
     out.append(row)
 from formloop.library.attention_prefill_kernel import PrefillConfig, PrefillPlan
@@ -136,3 +137,5 @@ def test_thin_launch_hands_the_c_launcher_what_tritons_dispatch_does():
             seen = {v for v in _flat(row[n]["thin"]) if isinstance(v, int)}
             assert all(p in seen for p in ptrs[:1] + ptrs[3:4]), (ptrs, n)
         assert row["0"]["thin"] != row["1"]["thin"]
+        # the launcher's pdl flag (argument 6): set on the dependent merge launch only (MG = 2)
+        assert [c[6] for c in row["0"]["thin"]] == [False] + [bool(row.get("pdl"))] * (row["kernels"] - 1)

@@ -16,8 +16,9 @@ KS = 1 normalizes and stores directly. KS > 1: every split stores its (m, l, o) 
 with MG = 1 it then counts itself in on its program's counter (one acquire-release atomic after a
 block barrier) and the split that arrives last folds the KS partials (all loaded at once, folded in
 closed form against the largest max, so the result does not depend on arrival order), stores the
-output and resets the counter for the next launch; with MG = 0 a second kernel folds them. Both
-folds are one jit function.
+output and resets the counter for the next launch; with MG = 0 a second kernel folds them, and with
+MG = 2 that second kernel is a programmatic dependent launch (scheduled while the splits run, waiting
+on griddepcontrol before it reads a partial: attention_decode_jit). All folds are one jit function.
 
 This module imports triton and torch; set TRITON_INTERPRET=1 before importing it to run the
 kernels in Triton's interpreter on the CPU."""
@@ -47,7 +48,8 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # widen 16-bit dot oper
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """Bn keys per tile, KS splits, QP heads per program, S stages, W warps, MG merge (1 in-launch),
+    """Bn keys per tile, KS splits, QP heads per program, S stages, W warps, MG merge (1 in-launch, 0 second
+    kernel, 2 second kernel launched dependent),
     TM load path (1 copy engine, 0 pointers)."""
 
     Bn: int = 64
@@ -71,9 +73,10 @@ class DecodeConfig:
             v = getattr(self, name)
             if v & (v - 1):
                 raise InvalidInput(name, v, "a power of two")
-        for name in ("MG", "TM"):
-            if getattr(self, name) not in (0, 1):
-                raise InvalidInput(name, getattr(self, name), (0, 1))
+        if self.MG not in (0, 1, 2):
+            raise InvalidInput("MG", self.MG, (0, 1, 2))
+        if self.TM not in (0, 1):
+            raise InvalidInput("TM", self.TM, (0, 1))
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -217,10 +220,11 @@ class DecodePlan:
         options): the split kernel and, for a second-kernel merge, the merge kernel."""
         cfg, G = self.config, self.Hq // self.Hkv
         split = cfg.KS > 1
+        pdl = split and cfg.MG == 2 and not INTERPRETED  # the interpreter has no grid dependency control
         per = -(-(-(-self.L // cfg.Bn)) // cfg.KS)
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
-                    IN_LAUNCH=bool(cfg.MG), TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
-                    WIDEN=INTERPRETED and not warmup, num_warps=cfg.W, num_stages=cfg.S)
+                    IN_LAUNCH=cfg.MG == 1, TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
+                    WIDEN=INTERPRETED and not warmup, PDL=pdl, num_warps=cfg.W, num_stages=cfg.S)
         if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
             if warmup:
                 from triton.runtime.jit import MockTensor
@@ -232,9 +236,10 @@ class DecodePlan:
             tensors = (tensors[0], *kv, *tensors[3:])
         args = (*tensors, self.L, per, cfg.KS, self.Hkv, LOG2E / math.sqrt(self.D), *strides)
         out = [(_decode_kernel, tuple(grid), args, meta)]
-        if split and not cfg.MG:
+        if split and cfg.MG != 1:
             merge_args = (tensors[3], tensors[4], cfg.KS, self.Hkv, strides[2], strides[3])
-            merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, num_warps=4)
+            merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, PDL=pdl, num_warps=4,
+                              **({"launch_pdl": True} if pdl else {}))
             out.append((_merge_kernel, (grid[0],), merge_args, merge_meta))
         return out
 
