@@ -167,17 +167,20 @@ class DecodePlan:
             workspace: torch.Tensor | None = None, table: torch.Tensor | None = None) -> None:
         """`launch` through the plan's thin launcher for q's device (attention_launch): operands are
         validated and the kernels bound once per set of base pointers, shapes and strides."""
-        thin = self._thin.get(q.device)
+        device = q.device
+        thin = self._thin.get(device)
         if thin is None:
-            thin = self._thin.setdefault(device_key(q.device), ThinLaunch(q.device, INTERPRETED))
+            thin = self._thin.setdefault(device_key(device), ThinLaunch(device, INTERPRETED))
         if table is not None and self.page and not (k.is_cuda and torch.cuda.is_current_stream_capturing()):
             check_block_table(table, k.shape[0], self.pages_per_seq)  # contents can change under one pointer
+        key = operand_key(q, k, v, out, workspace, table)
+        if thin.try_bound(key):
+            return
 
         def calls():
             return self._calls(self.grid, *self._operands(q, k, v, out, workspace, table))
 
-        thin.run(operand_key(q, k, v, out, workspace, table), calls,
-                 lambda: self.launch(q, k, v, out, workspace, table))
+        thin.run(key, calls, lambda: self.launch(q, k, v, out, workspace, table))
 
     def thin_launcher(self, device) -> "ThinLaunch | None":
         return self._thin.get(device_key(device))

@@ -72,6 +72,16 @@ class ThinLaunch:
         # The stream Triton's own launch reads (torch's current raw stream: a capturing graph's too).
         self._get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
+    def try_bound(self, key: tuple) -> bool:
+        """Launch the kernels bound to `key` and say so; False (nothing launched) if none are bound."""
+        bound = self._bound.get(key)
+        if not bound:
+            return False
+        stream = self._get_stream(self._index)
+        for raw, gx, gy, gz, head, tail in bound:
+            raw(gx, gy, gz, stream, *head, *tail)
+        return True
+
     def run(self, key: tuple, calls: Callable[[], list[Call]], jit_launch: Callable[[], None]) -> None:
         """Launch the kernels `calls()` names (built, and the operands validated, only when `key` is new),
         thin when bound, else through `jit_launch`."""
@@ -126,4 +136,4 @@ class ThinLaunch:
 
 def operand_key(*tensors) -> tuple:
     """What a binding depends on: each operand's base pointer, dtype, shape and strides (None: absent)."""
-    return tuple(None if t is None else (t.data_ptr(), t.dtype, tuple(t.shape), t.stride()) for t in tensors)
+    return tuple(None if t is None else (t.data_ptr(), t.dtype, t.shape, t.stride()) for t in tensors)

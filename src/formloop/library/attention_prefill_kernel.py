@@ -186,15 +186,19 @@ class PrefillPlan:
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
         """`launch` through the plan's thin launcher for q's device (attention_launch): operands are
         validated and the kernel bound once per set of base pointers, shapes and strides."""
-        thin = self._thin.get(q.device)
+        device = q.device
+        thin = self._thin.get(device)
         if thin is None:
-            thin = self._thin.setdefault(device_key(q.device), ThinLaunch(q.device, INTERPRETED))
+            thin = self._thin.setdefault(device_key(device), ThinLaunch(device, INTERPRETED))
+        key = operand_key(q, k, v, out)
+        if thin.try_bound(key):
+            return
 
         def calls():
             self._check(q, k, v, out)
             return [self._call(self.grid, [q, k, v], out)]
 
-        thin.run(operand_key(q, k, v, out), calls, lambda: self.launch(q, k, v, out))
+        thin.run(key, calls, lambda: self.launch(q, k, v, out))
 
     def thin_launcher(self, device) -> "ThinLaunch | None":
         return self._thin.get(device_key(device))
