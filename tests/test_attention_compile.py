@@ -36,7 +36,13 @@ for family, plan, cfg, page, fn in jobs:
 from formloop.library.attention_decode_jit import _merge_kernel
 
 merges = [k for c in _merge_kernel.device_caches.values() for k in c[0].values()]
-out.append({"merges": [[k.metadata.launch_pdl, "griddepcontrol.wait" in k.asm["ptx"]] for k in merges]})
+
+
+def waits_first(ptx):  # the dependent merge waits before its first global load (a partial)
+    return "griddepcontrol.wait" in ptx and ptx.index("griddepcontrol.wait") < ptx.index("ld.global")
+
+
+out.append({"merges": [[k.metadata.launch_pdl, waits_first(k.asm["ptx"])] for k in merges]})
 print(json.dumps(out))
 """
 
