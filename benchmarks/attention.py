@@ -150,18 +150,21 @@ def ranking_template(family: str, args):
     return calibrated(family, Calibration.load(path)) if path and os.path.isfile(path) else calibrated(family, None)
 
 
-def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=None) -> None:
-    from formloop.library import get_template
-
-    args = bench.args
-    prior = get_template(family)
-    ranker = ranking_template(family, args)
+def lengths_of(family: str, args) -> tuple[tuple, tuple]:
     lengths = DRY_LENGTHS[family] if args.dry_run else LENGTHS[family]
     held_lengths = (DRY_HELD if args.dry_run else HELD)[family]
     if args.lengths:
         lengths, held_lengths = tuple(int(x) for x in args.lengths.split(",")), ()
     if args.held is not None:
         held_lengths = tuple(int(x) for x in args.held.split(",") if x)
+    return lengths, held_lengths
+
+
+def plan_family(bench: Bench, family: str) -> dict:
+    """The designs to measure at each length (in measuring order) and the compile jobs they need."""
+    args = bench.args
+    ranker = ranking_template(family, args)
+    lengths, held_lengths = lengths_of(family, args)
     plans = {}
     for L in (*lengths, *held_lengths):
         f = ranker.formulate(bench.workload(family, L), bench.chip)
@@ -171,13 +174,19 @@ def run_family(bench: Bench, family: str, result: dict, deadline: float, truth=N
         else:
             plans[L] = candidates(family, f, top=args.top if family == DECODE else max(1, args.top * 2 // 3),
                                   anchors=() if args.dry_run else ANCHORS[family])
-    if bench.gpu is not None:
-        jobs = [(family, a, bench.workload(family, L)) for L, al in plans.items() for a in al]
-        if family == DECODE:
-            jobs.append((family, plans[lengths[-1]][0], bench.workload(family, *PAGED)))
-        pc = result.setdefault("precompile", {})[family] = precompile(jobs, args.workers, time.time() + args.compile_s)
-        print(f"{family}: precompiled {pc['kernels']} kernels in {pc['seconds']:.0f} s, {pc['error_count']} errors "
-              f"{pc['errors'][:2]}", flush=True)
+    jobs = [(family, a, bench.workload(family, L)) for L, al in plans.items() for a in al]
+    if family == DECODE:
+        jobs.append((family, plans[lengths[-1]][0], bench.workload(family, *PAGED)))
+    return {"plans": plans, "jobs": jobs, "ranker": ranker}
+
+
+def run_family(bench: Bench, family: str, result: dict, deadline: float, planned: dict, truth=None) -> None:
+    from formloop.library import get_template
+
+    args = bench.args
+    prior = get_template(family)
+    ranker, plans = planned["ranker"], planned["plans"]
+    lengths, held_lengths = lengths_of(family, args)
     order = (*lengths, *held_lengths)
     for n, L in enumerate(order):
         stop = time.time() + (deadline - time.time()) * 0.7 / (len(order) - n)
@@ -280,9 +289,19 @@ def main(argv=None) -> int:
     families = [f for f in args.families.split(",") if f]
     truth = {DECODE: {"eta_bw": 0.8, "lat_m": 1.5e-6, "t_launch": 3e-6},
              PREFILL: {"eta_mma": 0.55, "t_soft": 9e-9}} if args.dry_run else {}
-    for n, family in enumerate(families):
-        deadline = t_start + args.budget_s * (n + 1) / len(families)
-        run_family(bench, family, result, deadline, truth.get(family))
+    planned = {family: plan_family(bench, family) for family in families}
+    if bench.gpu is not None:  # every family's kernels in one pool, before any measurement
+        jobs = [j for family in families for j in planned[family]["jobs"]]
+        pc = result["precompile"] = precompile(jobs, args.workers, time.time() + args.compile_s)
+        print(f"precompiled {pc['kernels']} kernels in {pc['seconds']:.0f} s, {pc['error_count']} errors "
+              f"{pc['errors'][:2]}", flush=True)
+    t_measure = time.time()
+    left = max(0.0, t_start + args.budget_s - t_measure)
+    share = {DECODE: 0.55, PREFILL: 0.45} if len(families) == 2 else {f: 1.0 / len(families) for f in families}
+    deadline = t_measure
+    for family in families:
+        deadline += left * share.get(family, 1.0 / len(families))  # a family's unused time passes to the next
+        run_family(bench, family, result, deadline, planned[family], truth.get(family))
         save(result, bench, t_start, os.path.join(args.out, "attention_partial.json"))  # survives a killed run
     summarize(bench, result, args.dry_run)
     save(result, bench, t_start, os.path.join(args.out, "attention.json"))

@@ -112,6 +112,12 @@ def _device_state(bench, runnable) -> dict:
             "pick_retimed_us": t["median_us"]}
 
 
+def _paths(eager: dict) -> str:
+    """Which launch path each eager-timed design took (thin: bound C launch; jit: with its reason)."""
+    return " ".join(f"{k}:{v.get('launch_path', '?')}" + (f" ({v['fallback']})" if v.get("fallback") else "")
+                    for k, v in eager.items()) or "n/a"
+
+
 def _row(family: str, L: int, row: dict, wl: dict, copy_bw: float, peak: float) -> dict:
     from formloop.library.attention_service import sol
 
@@ -131,6 +137,7 @@ def _row(family: str, L: int, row: dict, wl: dict, copy_bw: float, peak: float) 
            "best_config": key_of(family, row["best"]["config"]) if row.get("best") else None,
            "accepted": all(c.get("all_passed") for c in row.get("acceptance", {}).values()),
            "eager_pick_us": row.get("eager", {}).get("pick", {}).get("median_us", math.nan),
+           "eager_path": _paths(row.get("eager", {})),
            "eager_cudnn_us": row.get("sdpa", {}).get("cudnn", {}).get("eager", {}).get("median_us", math.nan),
            "eager_best_us": row.get("eager", {}).get("best", {}).get("median_us", math.nan),
            "eager_flash_us": row.get("sdpa", {}).get("flash", {}).get("eager", {}).get("median_us", math.nan),
@@ -187,7 +194,8 @@ def print_table(result: dict) -> None:
                   f"{r['sm_mhz']:5.0f} {r['power_w']:4.0f} {'y' if r['accepted'] else 'N':>2} "
                   f"{'y' if r['goal_met'] else 'n':>4} {r['checked']:>7}")
     for r in result.get("rows", []):
-        print(f"  {r['family']} L={r['L']}: pick {r['pick_config']}, best {r['best_config']}")
+        print(f"  {r['family']} L={r['L']}: pick {r['pick_config']}, best {r['best_config']}; eager launch path "
+              f"{r.get('eager_path', 'n/a')}")
     for fam, e in result["families"].items():
         print(f"{fam}: candidates ranked by {e.get('ranking', 'priors')}")
         for label in ("calibration", "held_out_calibration"):

@@ -56,8 +56,8 @@ def sweep_set(family: str, f, *, top: int, random: int, seed: int, extra=()) -> 
                 seen_grid.add(g)
                 chosen.setdefault(key_of(family, a), a)
         for a in ranked[:5]:  # the merge alternative and the neighbours of the model's best
-            for change in ({"MG": 0}, {"S": a["S"] + 1}, {"S": a["S"] - 1}, {"W": 12 - a["W"]}, {"QP": 2},
-                           {"TM": 1 - a["TM"]}):
+            for change in ({"MG": 0}, {"MG": 2}, {"S": a["S"] + 1}, {"S": a["S"] - 1}, {"W": 12 - a["W"]}, {"QP": 2},
+                           {"TM": 1 - a["TM"]}, {"S": 6}):
                 k = key_of(family, {**a, **change})
                 if k in feasible:
                     chosen.setdefault(k, feasible[k])
@@ -86,13 +86,36 @@ ANCHORS = {DECODE: ((64, 8, 2, 3, 4, 1, 0), (256, 8, 2, 2, 4, 1, 1), (256, 16, 4
 
 
 def candidates(family: str, f, *, top: int, anchors=()) -> list[dict]:
-    """The model's `top` designs, its best design for each value of the decisions that shape the
-    work (decode: each Bn, each KS, each QP; prefill: each Br × Bc, each S), and the one-decision
-    neighbours of its pick that the model is least sure of (decode: the merge, the load path, the
-    warps and the stages of its three best; prefill: the load path and the launch order): a small,
-    model-ranked set; and the `anchors` (keys) that are feasible here."""
+    """A small model-ranked set, in the order it is measured (a run cut short by its budget keeps the
+    first): the model's four best; the one-decision neighbours of its best that the model is least sure
+    of (decode: the three merges, the load path, the warps and the stages, and six stages at the same
+    and at half the tile, which the model ties with three stages where the copy bandwidth binds;
+    prefill: the load path and the launch order); the `anchors` (keys: an earlier run's bests) that are
+    feasible here; (decode) the same neighbours of its second and third best; the rest of its `top`
+    designs; its best design for each value of the decisions that shape the work (decode: each Bn,
+    each KS, each QP; prefill: each Br × Bc, each S)."""
     ranked = _feasible(f)
+    feasible = {key_of(family, a): a for a in ranked}
     chosen: dict[tuple, dict] = {}
+    for a in ranked[:min(top, 4)]:
+        chosen.setdefault(key_of(family, a), a)
+
+    def neighbours(designs):
+        for a in designs:
+            changes = ({"MG": 0}, {"MG": 1}, {"MG": 2}, {"TM": 1 - a["TM"]}, {"W": 12 - a["W"]}, {"S": a["S"] + 1},
+                       {"S": a["S"] - 1}, {"S": 6}, {"S": 6, "Bn": a["Bn"] // 2}) if family == DECODE else \
+                ({"TM": 0}, {"TM": 1}, {"GQ": 1}, {"GQ": 0})
+            for change in changes:
+                k = key_of(family, {**a, **change})
+                if k in feasible:
+                    chosen.setdefault(k, feasible[k])
+
+    neighbours(ranked[:1])
+    for k in anchors:
+        if tuple(k) in feasible:
+            chosen.setdefault(tuple(k), feasible[tuple(k)])
+    if family == DECODE:
+        neighbours(ranked[1:3])
     for a in ranked[:top]:
         chosen.setdefault(key_of(family, a), a)
     groups = ((lambda a: ("Bn", a["Bn"])), (lambda a: ("KS", a["KS"])), (lambda a: ("QP", a["QP"]))) \
@@ -103,17 +126,6 @@ def candidates(family: str, f, *, top: int, anchors=()) -> list[dict]:
             if group(a) not in seen:
                 seen.add(group(a))
                 chosen.setdefault(key_of(family, a), a)
-    feasible = {key_of(family, a): a for a in ranked}
-    for k in anchors:
-        if tuple(k) in feasible:
-            chosen.setdefault(tuple(k), feasible[tuple(k)])
-    for a in ranked[:3 if family == DECODE else 1]:
-        changes = ({"MG": 1 - a["MG"]}, {"TM": 1 - a["TM"]}, {"W": 12 - a["W"]}, {"S": a["S"] + 1},
-                   {"S": a["S"] - 1}) if family == DECODE else ({"TM": 0}, {"TM": 1}, {"GQ": 1}, {"GQ": 0})
-        for change in changes:
-            k = key_of(family, {**a, **change})
-            if k in feasible:
-                chosen.setdefault(k, feasible[k])
     return list(chosen.values())
 
 
@@ -238,5 +250,8 @@ def time_eager(runnable, device: str, generator, l2_bytes: int, reps: int = 7, m
         end.synchronize()
         per.append(start.elapsed_time(end) / n_sets * 1e3)
     per.sort()
-    return {"median_us": per[len(per) // 2], "launches": n_sets * reps, "operand_sets": n_sets,
+    plan = getattr(runnable, "plan", None)
+    thin = plan.thin_launcher(device) if hasattr(plan, "thin_launcher") else None  # ours: the bound launch
+    path = {"launch_path": thin.path, "fallback": thin.fallback, "jit_calls": thin.jit_calls} if thin else {}
+    return {"median_us": per[len(per) // 2], "launches": n_sets * reps, "operand_sets": n_sets, **path,
             "timing": f"eager launches over {n_sets} operand sets, {reps} event-timed rounds, median"}

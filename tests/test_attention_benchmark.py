@@ -65,6 +65,10 @@ def test_candidates_are_the_models_ranking(family):
     f = get_template(family).formulate(attention_workload(family, (1, 32, 8, 128, 4096), page=0, causal=1),
                                        get_chip("h200"))
     got = [key_of(family, a) for a in candidates(family, f, top=6)]
-    assert len(set(got)) == len(got) <= 6 + 18 + 4  # top-k, one per value of Bn, KS, QP (Br x Bc, S), neighbours
-    assert [key_of(family, a) for a in top_designs(f, 6)] == got[:6]
+    # top-k, one per value of Bn, KS, QP (Br x Bc, S), the neighbours of the best three (decode) or the best
+    assert len(set(got)) == len(got) <= 6 + 18 + (27 if family == "attention-decode" else 4)
+    top = [key_of(family, a) for a in top_designs(f, 6)]
+    assert top[:4] == got[:4] and set(top) <= set(got)  # the model's best are measured first
+    if family == "attention-decode":  # six stages, which the model ties with three, are measured early
+        assert any(k[3] == 6 for k in got[:12]), got
     assert key_of(family, solve_milp(f).assignment) in got  # the MILP's pick is measured

@@ -23,14 +23,26 @@ def compiled(fn):
 out = []
 jobs = [("decode", DecodePlan(cfg, 1, 32, 8, 128, 4096, "bf16", page), cfg, page, _decode_kernel)
         for cfg, page in ((DecodeConfig(128, 16, 4, 3, 8, 1), 0), (DecodeConfig(64, 8, 4, 2, 4, 0), 16),
-                          (DecodeConfig(128, 16, 4, 4, 8, 1, 1), 0))]
+                          (DecodeConfig(128, 16, 4, 4, 8, 1, 1), 0), (DecodeConfig(64, 32, 4, 6, 4, 1, 1), 0),
+                          (DecodeConfig(64, 32, 4, 5, 4, 0, 0), 0), (DecodeConfig(64, 16, 4, 3, 4, 2, 1), 0))]
 jobs += [("prefill", PrefillPlan(cfg, 1, 32, 8, 128, 4096), cfg, 0, _prefill_kernel)
          for cfg in (PrefillConfig(128, 64, 3, 8, 0, 1), PrefillConfig(64, 64, 2, 4, 1, 0))]
 for family, plan, cfg, page, fn in jobs:
     before = compiled(fn)
     plan.warmup()
     new = [k for i, k in compiled(fn).items() if i not in before]
-    out.append({"family": family, "config": cfg.__dict__, "page": page, "shared": new[0].metadata.shared})
+    out.append({"family": family, "config": cfg.__dict__, "page": page, "shared": new[0].metadata.shared,
+                "gdc": "griddepcontrol.launch_dependents" in new[0].asm["ptx"]})
+from formloop.library.attention_decode_jit import _merge_kernel
+
+merges = [k for c in _merge_kernel.device_caches.values() for k in c[0].values()]
+
+
+def waits_first(ptx):  # the dependent merge waits before its first global load (a partial)
+    return "griddepcontrol.wait" in ptx and ptx.index("griddepcontrol.wait") < ptx.index("ld.global")
+
+
+out.append({"merges": [[k.metadata.launch_pdl, waits_first(k.asm["ptx"])] for k in merges]})
 print(json.dumps(out))
 """
 
@@ -45,9 +57,13 @@ def test_kernels_compile_for_sm90_within_the_shared_memory_wall():
     from formloop.library.attention_decode import chip_params as decode_chip
     from formloop.library.attention_prefill import chip_params as prefill_chip
 
-    compiled = run_compile_script(SCRIPT)
+    *compiled, merges = run_compile_script(SCRIPT)
     h200 = get_chip("h200")
-    assert len(compiled) == 5
+    assert len(compiled) == 8
+    # the dependent merge (MG = 2): its split kernel signals, its merge is a PDL launch that waits; the plain
+    # second-kernel merge (MG = 0) neither
+    assert [c["gdc"] for c in compiled if c["family"] == "decode"] == [False] * 5 + [True]
+    assert set(map(tuple, merges["merges"])) == {(False, False), (True, True)}
     for c in compiled:
         family = c["family"]
         t = get_template(f"attention-{family}")

@@ -28,6 +28,8 @@ DECODE = [  # (config, (B, Hq, Hkv, D, L), page)
     (DecodeConfig(Bn=16, KS=4, QP=1, S=2, W=4, MG=1, TM=1), (1, 4, 4, 16, 63), 32),
     (DecodeConfig(Bn=16, KS=5, QP=4, S=2, W=4, MG=1), (1, 8, 2, 32, 80), 0),  # one-load fold (QP·KSP = 32)
     (DecodeConfig(Bn=16, KS=9, QP=8, S=2, W=4, MG=0), (1, 16, 2, 32, 140), 0),  # row-by-row fold (QP·KSP = 128)
+    (DecodeConfig(Bn=16, KS=3, QP=2, S=6, W=4, MG=2), (2, 8, 2, 32, 70), 0),  # dependent merge (plain here), 6 stages
+    (DecodeConfig(Bn=16, KS=2, QP=4, S=2, W=4, MG=2, TM=1), (1, 8, 2, 32, 100), 16),
 ]
 PREFILL = [  # (config, (B, Hq, Hkv, D, L), causal)
     (PrefillConfig(Br=32, Bc=16, S=2, W=4, GQ=1, TM=0), (1, 4, 2, 32, 45), 1),
@@ -140,3 +142,16 @@ def test_reference_is_causal_and_grouped():
     assert torch.allclose(out[0, 3, 0], v[0, 1, 0].double())  # query 0 sees key 0 only; head 3 reads KV head 1
     full = reference(q, k, v, causal=False, dtype=torch.float64)
     assert torch.allclose(out[:, :, -1], full[:, :, -1])  # the last query sees every key
+
+
+def test_instances_launch_through_the_plans_launcher_which_names_why_it_is_not_thin():
+    """Under the interpreter the bound (thin) launch is not possible: every run goes through the plan's
+    own launch, counted, with the reason named; a bad operand is still refused with a named error."""
+    for inst in (TritonDecode(DecodePlan(DecodeConfig(Bn=16, KS=2, QP=4, S=2, W=4, MG=0), 1, 8, 2, 32, 40)),
+                 TritonPrefill(PrefillPlan(PrefillConfig(Br=16, Bc=16, S=2, W=4, GQ=0, TM=0), 1, 4, 2, 16, 20))):
+        case = _check(inst, seed=2)
+        inst.launch(case)
+        thin = inst.plan.thin_launcher("cpu")
+        assert thin.path == "jit" and thin.fallback.startswith("interpreter") and thin.jit_calls == 2
+        with pytest.raises(InvalidInput):
+            inst.plan.run(case.q[:, :1], case.k, case.v, case.out)

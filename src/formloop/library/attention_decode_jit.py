@@ -1,11 +1,16 @@
 """The Triton jit functions of attention-decode (attention_decode_kernel documents the program and
 plans the launches): the split-KV decode kernel, the second-kernel merge and the fold both use.
+PDL (MG = 2): the merge kernel is launched as a programmatic dependent of the split kernel, which
+lets it be scheduled at once (griddepcontrol.launch_dependents); the merge's griddepcontrol.wait
+returns only when the split kernel has completed and its memory is visible, so the fold reads the
+same partials as a plain second launch (both instructions are no-ops without such a launch).
 
 This module imports triton."""
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -51,7 +56,9 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
                    s_qb, s_qh, s_ob, s_oh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_tb,
                    G: tl.constexpr, QP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
                    PAGE: tl.constexpr, SPLIT: tl.constexpr, IN_LAUNCH: tl.constexpr, TM: tl.constexpr,
-                   KSP: tl.constexpr, WIDEN: tl.constexpr):
+                   KSP: tl.constexpr, WIDEN: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # the merge kernel (launched dependent) may be scheduled now; it waits for this grid to finish
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     j = tl.program_id(1)
     g = pid % (G // QP)
@@ -122,7 +129,9 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
 
 @triton.jit(do_not_specialize=["KS", "Hkv"])
 def _merge_kernel(o_ptr, ws_ptr, KS, Hkv, s_ob, s_oh,
-                  G: tl.constexpr, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr):
+                  G: tl.constexpr, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # launched dependent: wait until the split kernel has completed and its partials are visible
+        gdc_wait()
     pid = tl.program_id(0)
     g = pid % (G // QP)
     a = (pid // (G // QP)) % Hkv

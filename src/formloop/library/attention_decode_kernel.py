@@ -16,8 +16,9 @@ KS = 1 normalizes and stores directly. KS > 1: every split stores its (m, l, o) 
 with MG = 1 it then counts itself in on its program's counter (one acquire-release atomic after a
 block barrier) and the split that arrives last folds the KS partials (all loaded at once, folded in
 closed form against the largest max, so the result does not depend on arrival order), stores the
-output and resets the counter for the next launch; with MG = 0 a second kernel folds them. Both
-folds are one jit function.
+output and resets the counter for the next launch; with MG = 0 a second kernel folds them, and with
+MG = 2 that second kernel is a programmatic dependent launch (scheduled while the splits run, waiting
+on griddepcontrol before it reads a partial: attention_decode_jit). All folds are one jit function.
 
 This module imports triton and torch; set TRITON_INTERPRET=1 before importing it to run the
 kernels in Triton's interpreter on the CPU."""
@@ -38,6 +39,7 @@ from formloop.library.attention_cases import (
     TOLERANCE, TORCH_DTYPES, RowScaled, check_block_table, paged, qkv, reference,
 )
 from formloop.library.attention_decode_jit import _decode_kernel, _merge_kernel
+from formloop.library.attention_launch import ThinLaunch, constexprs, device_key, operand_key
 from formloop.library.attention_workload import check_page, check_shape
 
 LOG2E = 1.4426950408889634
@@ -46,7 +48,8 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # widen 16-bit dot oper
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """Bn keys per tile, KS splits, QP heads per program, S stages, W warps, MG merge (1 in-launch),
+    """Bn keys per tile, KS splits, QP heads per program, S stages, W warps, MG merge (1 in-launch, 0 second
+    kernel, 2 second kernel launched dependent),
     TM load path (1 copy engine, 0 pointers)."""
 
     Bn: int = 64
@@ -70,9 +73,10 @@ class DecodeConfig:
             v = getattr(self, name)
             if v & (v - 1):
                 raise InvalidInput(name, v, "a power of two")
-        for name in ("MG", "TM"):
-            if getattr(self, name) not in (0, 1):
-                raise InvalidInput(name, getattr(self, name), (0, 1))
+        if self.MG not in (0, 1, 2):
+            raise InvalidInput("MG", self.MG, (0, 1, 2))
+        if self.TM not in (0, 1):
+            raise InvalidInput("TM", self.TM, (0, 1))
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -90,12 +94,6 @@ def _spec_key(tensors, strides) -> tuple:
     (the copy engine's descriptor). Equal keys launch the same compiled kernel."""
     return (tensors[0].device, tuple(strides), tuple(tensors[1].shape),
             tuple((t.dtype, t.data_ptr() % 16) for t in tensors))
-
-
-def _constexprs(fn, args, meta) -> tuple:
-    """The constexpr values after the positional arguments, in the kernel's signature order: Triton
-    hands a compiled kernel every bound argument, constexprs included."""
-    return tuple(meta[name] for name in fn.arg_names[len(args):])
 
 
 @dataclass(frozen=True)
@@ -118,6 +116,7 @@ class DecodePlan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_compiled", {})  # specialization key -> compiled kernels (see _run)
+        object.__setattr__(self, "_thin", {})  # device -> ThinLaunch (see run)
         check_shape({"B": self.B, "Hq": self.Hq, "Hkv": self.Hkv, "D": self.D, "L": self.L})
         check_page(self.page)
         if self.dtype not in TORCH_DTYPES:
@@ -162,7 +161,33 @@ class DecodePlan:
                workspace: torch.Tensor | None = None, table: torch.Tensor | None = None) -> None:
         """out[B, Hq, D] = attention of q[B, Hq, D] over K, V: [B, Hkv, L, D] (contiguous rows of D)
         or, paged, [pages, Hkv, page, D] with `table` [B, ⌈L/page⌉] naming each sequence's pages."""
-        cfg, G = self.config, self.Hq // self.Hkv
+        self._run(self.grid, *self._operands(q, k, v, out, workspace, table))
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+            workspace: torch.Tensor | None = None, table: torch.Tensor | None = None) -> None:
+        """`launch` through the plan's thin launcher for q's device (attention_launch): operands are
+        validated and the kernels bound once per set of base pointers, shapes and strides."""
+        device = q.device
+        thin = self._thin.get(device)
+        if thin is None:
+            thin = self._thin.setdefault(device_key(device), ThinLaunch(device, INTERPRETED))
+        if table is not None and self.page and not (k.is_cuda and torch.cuda.is_current_stream_capturing()):
+            check_block_table(table, k.shape[0], self.pages_per_seq)  # contents can change under one pointer
+        key = operand_key(q, k, v, out, workspace, table)
+        if thin.try_bound(key):
+            return
+
+        def calls():
+            return self._calls(self.grid, *self._operands(q, k, v, out, workspace, table))
+
+        thin.run(key, calls, lambda: self.launch(q, k, v, out, workspace, table))
+
+    def thin_launcher(self, device) -> "ThinLaunch | None":
+        return self._thin.get(device_key(device))
+
+    def _operands(self, q, k, v, out, workspace, table):
+        """Validated (tensors, strides) of one launch."""
+        cfg = self.config
         if tuple(q.shape) != (self.B, self.Hq, self.D) or tuple(out.shape) != (self.B, self.Hq, self.D):
             raise InvalidInput("q/out shape", (tuple(q.shape), tuple(out.shape)), f"[{self.B}, {self.Hq}, {self.D}]")
         for x in (q, k, v, out):
@@ -182,8 +207,7 @@ class DecodePlan:
             if tuple(k.shape) != (self.B, self.Hkv, self.L, self.D) or k.shape != v.shape:
                 raise InvalidInput("K/V shape", tuple(k.shape), f"[{self.B}, {self.Hkv}, {self.L}, {self.D}]")
             table, s_tb = q, 0
-        split = cfg.KS > 1
-        if split:
+        if cfg.KS > 1:
             n = self.B * self.Hq * cfg.KS * (self.D + 4)
             if workspace is None or workspace.numel() != n + (-n) % 4 + self.grid[0]:
                 raise InvalidInput("workspace", None if workspace is None else workspace.numel(),
@@ -191,21 +215,19 @@ class DecodePlan:
             ws, cnt = workspace, workspace[n + (-n) % 4:].view(torch.int32)
         else:
             ws, cnt = out, out
-        self._run(grid=self.grid, tensors=(q, k, v, out, ws, cnt, table),
-                  strides=(q.stride(0), q.stride(1), out.stride(0), out.stride(1), k.stride(0), k.stride(1),
-                           k.stride(2), v.stride(0), v.stride(1), v.stride(2), s_tb))
+        return (q, k, v, out, ws, cnt, table), (q.stride(0), q.stride(1), out.stride(0), out.stride(1), k.stride(0),
+                                                k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), s_tb)
 
-    def _run(self, grid, tensors, strides, warmup: bool = False) -> None:
-        """Launch (or, warmup, compile). The first launch of a specialization goes through Triton's
-        jit dispatch; later ones replay its compiled kernels with the same argument list (fast_launch)."""
+    def _calls(self, grid, tensors, strides, warmup: bool = False) -> list:
+        """The kernels of one launch as (jit function, grid, positional arguments, constexprs and
+        options): the split kernel and, for a second-kernel merge, the merge kernel."""
         cfg, G = self.config, self.Hq // self.Hkv
         split = cfg.KS > 1
+        pdl = split and cfg.MG == 2 and not INTERPRETED  # the interpreter has no grid dependency control
         per = -(-(-(-self.L // cfg.Bn)) // cfg.KS)
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
-                    IN_LAUNCH=bool(cfg.MG), TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
-                    WIDEN=INTERPRETED and not warmup, num_warps=cfg.W,
-                    num_stages=cfg.S)
-        key = None if warmup or INTERPRETED else _spec_key(tensors, strides)
+                    IN_LAUNCH=cfg.MG == 1, TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
+                    WIDEN=INTERPRETED and not warmup, PDL=pdl, num_warps=cfg.W, num_stages=cfg.S)
         if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
             if warmup:
                 from triton.runtime.jit import MockTensor
@@ -216,25 +238,31 @@ class DecodePlan:
                 kv = [TensorDescriptor.from_tensor(x.view(-1, self.D), [cfg.Bn, self.D]) for x in tensors[1:3]]
             tensors = (tensors[0], *kv, *tensors[3:])
         args = (*tensors, self.L, per, cfg.KS, self.Hkv, LOG2E / math.sqrt(self.D), *strides)
-        out, ws = tensors[3], tensors[4]
-        merge_args = (out, ws, cfg.KS, self.Hkv, strides[2], strides[3])
-        merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, num_warps=4)
-        second = split and not cfg.MG
+        out = [(_decode_kernel, tuple(grid), args, meta)]
+        if split and cfg.MG != 1:
+            merge_args = (tensors[3], tensors[4], cfg.KS, self.Hkv, strides[2], strides[3])
+            merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, PDL=pdl, num_warps=4,
+                              **({"launch_pdl": True} if pdl else {}))
+            out.append((_merge_kernel, (grid[0],), merge_args, merge_meta))
+        return out
+
+    def _run(self, grid, tensors, strides, warmup: bool = False) -> None:
+        """Launch (or, warmup, compile). The first launch of a specialization goes through Triton's
+        jit dispatch; later ones replay its compiled kernels with the same argument list (fast_launch)."""
+        calls = self._calls(grid, tensors, strides, warmup)
         if warmup:
-            _decode_kernel.warmup(*args, grid=grid, **meta)
-            if second:
-                _merge_kernel.warmup(*merge_args, grid=(grid[0],), **merge_meta)
+            for fn, g, args, meta in calls:
+                fn.warmup(*args, grid=g, **meta)
             return
+        key = None if INTERPRETED else _spec_key(tensors, strides)
         compiled = self._compiled.get(key) if key is not None else None
         if compiled is not None:
-            compiled[0][(*grid, 1)](*args, *_constexprs(_decode_kernel, args, meta))
-            if second:
-                compiled[1][(grid[0], 1, 1)](*merge_args, *_constexprs(_merge_kernel, merge_args, merge_meta))
+            for kernel, (fn, g, args, meta) in zip(compiled, calls):
+                kernel[(*g, 1, 1)[:3]](*args, *constexprs(fn, args, meta))
             return
-        k1 = _decode_kernel[grid](*args, **meta)
-        k2 = _merge_kernel[(grid[0],)](*merge_args, **merge_meta) if second else None
-        if key is not None and k1 is not None and len(self._compiled) < 64:
-            self._compiled[key] = (k1, k2)
+        kernels = [fn[g](*args, **meta) for fn, g, args, meta in calls]
+        if key is not None and kernels[0] is not None and len(self._compiled) < 64:
+            self._compiled[key] = tuple(kernels)
 
     def warmup(self) -> None:
         """Compile without launching (fills Triton's cache; used by parallel pre-compilation). The
@@ -289,7 +317,7 @@ class TritonDecode(RowScaled):
         return case
 
     def launch(self, case: DecodeCase) -> None:
-        self.plan.launch(case.q, case.k, case.v, case.out, case.workspace, case.table)
+        self.plan.run(case.q, case.k, case.v, case.out, case.workspace, case.table)
 
     def raw_output(self, case: DecodeCase) -> torch.Tensor:
         return case.out

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from formloop.errors import InvalidInput
 from formloop.library.attention_cases import TOLERANCE, TORCH_DTYPES, RowScaled, qkv, reference
+from formloop.library.attention_launch import ThinLaunch, device_key, operand_key
 from formloop.library.attention_workload import check_shape
 
 LOG2E = 1.4426950408889634
@@ -166,6 +167,7 @@ class PrefillPlan:
                    int(wl.get("causal", 1)))
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_thin", {})  # device -> ThinLaunch (see run)
         check_shape({"B": self.B, "Hq": self.Hq, "Hkv": self.Hkv, "D": self.D, "L": self.L})
         if self.dtype not in TORCH_DTYPES:
             raise InvalidInput("dtype", self.dtype, sorted(TORCH_DTYPES))
@@ -178,14 +180,38 @@ class PrefillPlan:
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
         """out = attention(q, K, V): q and out [B, Hq, L, D], K and V [B, Hkv, L, D], all contiguous."""
+        self._check(q, k, v, out)
+        self._run(self.grid, [q, k, v], out)
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
+        """`launch` through the plan's thin launcher for q's device (attention_launch): operands are
+        validated and the kernel bound once per set of base pointers, shapes and strides."""
+        device = q.device
+        thin = self._thin.get(device)
+        if thin is None:
+            thin = self._thin.setdefault(device_key(device), ThinLaunch(device, INTERPRETED))
+        key = operand_key(q, k, v, out)
+        if thin.try_bound(key):
+            return
+
+        def calls():
+            self._check(q, k, v, out)
+            return [self._call(self.grid, [q, k, v], out)]
+
+        thin.run(key, calls, lambda: self.launch(q, k, v, out))
+
+    def thin_launcher(self, device) -> "ThinLaunch | None":
+        return self._thin.get(device_key(device))
+
+    def _check(self, q, k, v, out) -> None:
         want = {"q": (q, self.Hq), "k": (k, self.Hkv), "v": (v, self.Hkv), "out": (out, self.Hq)}
         for name, (x, heads) in want.items():
             if tuple(x.shape) != (self.B, heads, self.L, self.D) or not x.is_contiguous():
                 raise InvalidInput(f"{name} tensor", tuple(x.shape),
                                    f"contiguous [{self.B}, {heads}, {self.L}, {self.D}]")
-        self._run(self.grid, [q, k, v], out)
 
-    def _run(self, grid, srcs, out, warmup: bool = False) -> None:
+    def _call(self, grid, srcs, out, warmup: bool = False) -> tuple:
+        """(jit function, grid, positional arguments, constexprs and options) of one launch."""
         cfg = self.config
         if cfg.TM:
             from triton.tools.tensor_descriptor import TensorDescriptor
@@ -202,10 +228,14 @@ class PrefillPlan:
         args = (*srcs, out, self.L, self.B * self.Hq, self.Hq, self.Hkv, LOG2E / math.sqrt(self.D))
         meta = dict(G=self.Hq // self.Hkv, BR=cfg.Br, BC=cfg.Bc, D=self.D, CAUSAL=bool(self.causal), GQ=bool(cfg.GQ),
                     TM=bool(cfg.TM), WIDEN=INTERPRETED and not warmup, num_warps=cfg.W, num_stages=cfg.S)
+        return _prefill_kernel, grid, args, meta
+
+    def _run(self, grid, srcs, out, warmup: bool = False) -> None:
+        fn, grid, args, meta = self._call(grid, srcs, out, warmup)
         if warmup:
-            _prefill_kernel.warmup(*args, grid=grid, **meta)
+            fn.warmup(*args, grid=grid, **meta)
         else:
-            _prefill_kernel[grid](*args, **meta)
+            fn[grid](*args, **meta)
 
     def warmup(self) -> None:
         """Compile without launching (fills Triton's cache; used by parallel pre-compilation)."""
@@ -239,7 +269,7 @@ class TritonPrefill(RowScaled):
         return PrefillCase(q, k, v, out)
 
     def launch(self, case: PrefillCase) -> None:
-        self.plan.launch(case.q, case.k, case.v, case.out)
+        self.plan.run(case.q, case.k, case.v, case.out)
 
     def raw_output(self, case: PrefillCase) -> torch.Tensor:
         return case.out
