@@ -70,6 +70,7 @@ def register(impl: Implementer) -> Implementer:
 
 def implementers() -> list[Implementer]:
     from formloop.optimize import gemm_region, vector_regions  # noqa: F401 - register the built-in implementers
+    from formloop.optimize import conv_region  # noqa: F401 - the conv2d + epilogue implementer
 
     return list(_REGISTRY)
 
