@@ -10,8 +10,10 @@ fp32 allclose, atol = rtol = 1e-4), then timing by formloop.measure.timer, eager
 by side, in one run: torch's conv (the module, NCHW input, cuDNN with torch's default TF32 setting),
 formloop on the NCHW input (the NCHW -> NHWC layout copy included), formloop on a channels-last input
 (no layout copy: what a conv after a conv region sees), and the layout copy alone. Ratios are torch /
-formloop. Without CUDA: the interpreter at SMALL sizes, correctness only (labelled); --dry-run lists
-the regions and their instances only. Writes DIR/conv_regions.json."""
+formloop. It also reports torch's own conv error vs float64 (cuDNN runs fp32 convs in TF32 unless
+torch.backends.cudnn.allow_tf32 is off) and formloop's worst allclose ratio against torch's conv,
+which is what the KernelBench rule checks. Without CUDA: the interpreter at SMALL sizes, correctness
+only (labelled); --dry-run lists the regions and their instances only. Writes DIR/conv_regions.json."""
 from __future__ import annotations
 
 import argparse
@@ -86,6 +88,16 @@ def main(argv=None) -> int:
             if not gpu:
                 print(json.dumps({k: row[k] for k in row if "err" in k or "correct" in k}), "(interpreter)", flush=True)
                 continue
+            with torch.no_grad():   # the reference the KernelBench rule compares with: torch's conv as configured
+                yt = torch.nn.functional.conv2d(x, w, kw.get("bias"), stride=p["stride"], padding=p["padding"],
+                                                dilation=p["dilation"])
+            row["cudnn_allow_tf32"] = bool(torch.backends.cudnn.allow_tf32)
+            if "max_abs_err" in row:
+                terr = (yt.double() - ref).abs()
+                row["torch_conv_max_abs_err"] = float(terr.max())
+                row["torch_conv_kernelbench_fp32_worst_ratio"] = float((terr / (1e-4 + 1e-4 * ref.abs())).max())
+                kb = ((y.double() - yt.double()).abs() / (1e-4 + 1e-4 * yt.double().abs())).max()
+                row["formloop_vs_torch_conv_kernelbench_worst_ratio"] = float(kb)
             sets = [[torch.randn(*xshape, device=dev)] for _ in range(3)]
             cl = [[s[0].contiguous(memory_format=torch.channels_last)] for s in sets]
             conv = torch.nn.Conv2d(xshape[1], w.shape[0], tuple(w.shape[2:]), stride=p["stride"], padding=p["padding"],
