@@ -95,6 +95,32 @@ def test_eval_batchnorm_is_folded_and_training_mode_is_refused():
         conv_chain(x, conv.weight.detach(), padding=(1, 1), chain=chain, config=CFG, bias=conv.bias.detach(), bn=bn)
 
 
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_training_batchnorm_uses_batch_statistics_and_updates_running_ones(momentum):
+    torch.manual_seed(4)
+    conv, bn = nn.Conv2d(5, 12, 3, padding=1, bias=False), nn.BatchNorm2d(12, momentum=momentum)
+    ref_bn = nn.BatchNorm2d(12, momentum=momentum).double()
+    with torch.no_grad():
+        for b in (bn, ref_bn):
+            b.weight.copy_(torch.linspace(0.5, 1.5, 12))
+            b.bias.copy_(torch.linspace(-1, 1, 12))
+    post = "scale(by=row,name=bn_scale) >> bias(axis=row,name=bn_shift) >> relu"
+    ew = {"BN": 16, "BM": 64, "W": 4}
+    for step in range(2):
+        x = torch.randn(2, 5, 7, 6)
+        y = conv_chain(x, conv.weight.detach(), padding=(1, 1), config=CFG, bn=bn, post=post, post_config=ew)
+        ref = torch.relu(ref_bn(F.conv2d(x.double(), conv.weight.detach().double(), padding=1))).detach()
+        assert _close(y, ref)
+        assert torch.allclose(bn.running_mean.double(), ref_bn.running_mean, atol=1e-6)
+        assert torch.allclose(bn.running_var.double(), ref_bn.running_var, atol=1e-6)
+        assert int(bn.num_batches_tracked) == step + 1
+    bn.eval()
+    ref_bn.eval()
+    x = torch.randn(2, 5, 7, 6)
+    y = conv_chain(x, conv.weight.detach(), padding=(1, 1), config=CFG, bn=bn, post=post, post_config=ew)
+    assert _close(y, torch.relu(ref_bn(F.conv2d(x.double(), conv.weight.detach().double(), padding=1))).detach())
+
+
 def test_recognizer_regions_and_notes(tmp_path):
     regions = {}
     for f in CONV_FILES:
@@ -104,12 +130,16 @@ def test_recognizer_regions_and_notes(tmp_path):
     assert r3.kind == "conv2d-epilogue" and r3.params["via"] == "implicit" and r3.params["chain"] == [
         "bias(axis=row,name=bias)"]
     assert regions["conv2d_patch_embed"].regions[0].params["via"] == "gemm"
-    cbr = regions["conv_bn_relu"]
-    assert [r.kind for r in cbr.regions][0] == "conv2d-epilogue" and "training-mode" in cbr.regions[0].notes[0]
-    assert [f["op"] for f in cbr.fallbacks] == ["module BatchNorm2d"]
+    cbr = regions["conv_bn_relu"].regions
+    assert len(cbr) == 1 and [n.name for n in cbr[0].nodes] == ["conv", "bn", "relu"]
+    assert regions["conv_bn_relu"].fallbacks == []
+    assert cbr[0].params["chain"] == [] and cbr[0].params["post"] == [
+        "scale(by=row,name=bn_scale)", "bias(axis=row,name=bn_shift)", "relu"] and "training-mode" in cbr[0].notes[0]
     rb = regions["resnet_bottleneck"]
     assert [r.params["via"] for r in rb.regions if r.kind == "conv2d-epilogue"] == ["gemm", "implicit", "gemm"]
-    assert regions["conv_transpose2d"].regions == [] and "ConvTranspose2d" in regions["conv_transpose2d"].fallbacks[0]["op"]
+    assert [r.kind for r in rb.regions][-1] == "elementwise" and rb.fallbacks == []   # bn3 + x >> relu
+    ct = regions["conv_transpose2d"]
+    assert ct.regions == [] and "ConvTranspose2d" in ct.fallbacks[0]["op"]
     prob = tmp_path / "eval_block.py"
     prob.write_text("import torch\nfrom torch import nn\nfrom torch.nn import functional as F\n\n\n"
                     "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"

@@ -12,6 +12,10 @@ Two lowerings (`via`):
   view of the input (a view for a channels-last 1x1 input, else one copy), against the filter as
   stored, [K, C·R·S] (no copy), through `fused_gemm.gemm_chain` (so the TMA path is open).
 
+A BatchNorm2d in training mode cannot be folded (its statistics are the batch's): the kernel writes
+the conv output, torch reduces it per channel (one read) and one elementwise pass applies the
+normalization and the chain after it (`post`); the running statistics are updated as PyTorch does.
+
 The output is the kernel's [(n, p, q), K] matrix viewed as NCHW: a channels-last NCHW tensor (no
 copy back); PyTorch ops after the region take it as it is. Set TRITON_INTERPRET=1 before the first
 triton import to run in the interpreter (no CUDA device)."""
@@ -60,6 +64,34 @@ def bn_fold(bn: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return scale, shift
 
 
+def bn_batch_scale_shift(bn: torch.nn.Module, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, shift) per channel of a BatchNorm2d on the conv output `y` [(n, p, q), K], as
+    nn.BatchNorm2d.forward computes it: in training mode (or without running statistics) from the
+    batch's biased variance, updating the running statistics (unbiased variance, momentum or the
+    cumulative average) like F.batch_norm; in eval mode from the running statistics."""
+    if not (bn.training or bn.running_mean is None):
+        return bn_fold(bn)
+    var, mean = torch.var_mean(y, dim=0, correction=0)
+    if bn.training and bn.track_running_stats:
+        n = y.shape[0]
+        with torch.no_grad():
+            bn.num_batches_tracked.add_(1)
+            if bn.momentum is None:   # the cumulative moving average, kept on the device (no host sync)
+                f = 1.0 / bn.num_batches_tracked.to(mean.dtype)
+                bn.running_mean.mul_(1 - f).add_(mean * f)
+                bn.running_var.mul_(1 - f).add_(var * (n / max(n - 1, 1)) * f)
+            else:
+                bn.running_mean.mul_(1 - bn.momentum).add_(mean, alpha=bn.momentum)
+                bn.running_var.mul_(1 - bn.momentum).add_(var, alpha=bn.momentum * n / max(n - 1, 1))
+    scale = torch.rsqrt(var + bn.eps)
+    if bn.weight is not None:
+        scale = scale * bn.weight
+    shift = -mean * scale
+    if bn.bias is not None:
+        shift = shift + bn.bias
+    return scale, shift
+
+
 def conv_geometry(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation) -> Conv2d:
     n, c, h, wd = x.shape
     k, cw, r, s = w.shape
@@ -78,16 +110,22 @@ def patch_rows(x: torch.Tensor, g: Conv2d) -> torch.Tensor:
 def conv_chain(x: torch.Tensor, w: torch.Tensor, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                via: str = "implicit", ab: str = "fp32", c: str = "fp32", chain: str = "",
                config: Mapping[str, int], bias: torch.Tensor | None = None, bn: torch.nn.Module | None = None,
-               ) -> torch.Tensor:
+               post: str = "", post_config: Mapping[str, int] | None = None) -> torch.Tensor:
     """chain(conv2d(x, w) [+ bias] [folded bn]) for NCHW x [n, c, h, w] and w [k, c, r, s]; the chain's
-    tensors are named `bias`, `bn_scale`, `bn_shift` (see the module docstring)."""
+    tensors are named `bias`, `bn_scale`, `bn_shift` (see the module docstring). With `post` (an
+    elementwise chain reading `bn_scale` and `bn_shift`), `bn` is applied after the kernel instead:
+    its per-channel scale and shift from the batch statistics of the kernel's output (training mode)
+    or the running ones (eval), then `post` runs on the output by one elementwise pass (config
+    `post_config`, formloop.library.fused_vector.ew_chain)."""
     if via not in VIAS:
         raise InvalidInput("conv lowering (via)", via, VIAS)
     g = conv_geometry(x, w, stride, padding, dilation)
     tensors: dict[str, torch.Tensor] = {}
     if bias is not None:
         tensors["bias"] = bias
-    if bn is not None:
+    if post and (bn is None or post_config is None):
+        raise InvalidInput("post chain of a conv region", post, "given with its BatchNorm and post_config")
+    if bn is not None and not post:
         tensors["bn_scale"], tensors["bn_shift"] = bn_fold(bn)
     if via == "gemm":
         if g.stride != (g.r, g.s) or g.pad != (0, 0) or g.dilation != (1, 1):
@@ -107,4 +145,9 @@ def conv_chain(x: torch.Tensor, w: torch.Tensor, *, stride=(1, 1), padding=(0, 0
         plan = _plan(_spec(ab, c, chain), tuple(sorted(config.items())), Shape.of_conv(g))
         out = new_output(plan, x.device)
         plan.launch({"a": xh, "b": b, **tensors}, out, plan.new_workspace(x.device))
+    if post:
+        from formloop.library.fused_vector import ew_chain
+
+        scale, shift = bn_batch_scale_shift(bn, out)
+        out = ew_chain(post, out, {"bn_scale": scale, "bn_shift": shift}, config=post_config)
     return out.view(g.n, g.p, g.q, g.k).permute(0, 3, 1, 2)

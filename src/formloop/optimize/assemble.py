@@ -80,12 +80,19 @@ def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, sm
     by_old = dict(zip(cap.gm.graph.nodes, gm.graph.nodes))
     impls = {i.name: i for i in implementers()}
     out = Assembly("")
+    replaced: dict[fx.Node, fx.Node] = {}   # an emitted region's output -> its kernel call (later regions read it)
+
+    def now(v):
+        v = by_old.get(v, v)
+        while v in replaced:
+            v = replaced[v]
+        return v
     for region in rec.regions:
         impl = impls[region.implementer]
         local = copy.copy(region)
         local.nodes = [by_old[n] for n in region.nodes]
-        local.params = {k: (by_old.get(v, v) if isinstance(v, fx.Node) else v) for k, v in region.params.items()}
-        local.params["tensors"] = {k: by_old.get(v, v) if isinstance(v, fx.Node) else v
+        local.params = {k: (now(v) if isinstance(v, fx.Node) else v) for k, v in region.params.items()}
+        local.params["tensors"] = {k: now(v) if isinstance(v, fx.Node) else v
                                    for k, v in region.params.get("tensors", {}).items()}
         local.notes = list(region.notes)
         try:
@@ -94,7 +101,7 @@ def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, sm
         except Exception as exc:  # noqa: BLE001 - the region stays PyTorch, with the reason
             out.skipped.append({"region": region.nodes[0].name, "reason": f"{type(exc).__name__}: {exc}"[:400]})
             continue
-        impl.emit(local, design, gm.graph)
+        replaced[local.output] = impl.emit(local, design, gm.graph)
         out.regions.append({**region.describe(), "nodes": [n.name for n in local.nodes], "notes": local.notes,
                             "design": {k: v for k, v in design.items() if k != "spec"}, "spec": design.get("spec")})
     gm.graph.eliminate_dead_code()

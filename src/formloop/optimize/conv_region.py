@@ -5,11 +5,12 @@ value has one user. Implemented by `formloop.library.fused_conv.conv_chain`: the
 `conv2d` operation of the gemm-epilogue template, or, where stride == filter without padding
 (patch embedding, 1x1 convs), a plain GEMM over the patch rows (see that module for the layouts).
 
-Training-mode BatchNorm (what KernelBench runs: no `.eval()`) is not fused: it normalizes with the
+Training-mode BatchNorm (what KernelBench runs: no `.eval()`) is not folded: it normalizes with the
 batch's statistics over all N·P·Q outputs of a channel, a grid-wide reduction that must finish
-before any output can be normalized, and it updates the running statistics; the region ends at the
-convolution and the BatchNorm stays PyTorch (noted). ConvTranspose2d is not implemented (noted by
-the recognizer's fallback reason).
+before any output can be normalized. The region still takes it: the kernel writes the conv output,
+torch reduces it per channel and updates the running statistics, and one elementwise pass (the
+elementwise family's MILP design) applies the normalization and the chain after it (`post`).
+ConvTranspose2d is not implemented (the recognizer's fallback reason says so).
 
 The instance is chosen through the kernel spec language (formloop.dsl.service) like the GEMM
 region: a `conv2d` (or `gemm`) spec with the region's geometry and open fields, solved by the
@@ -27,8 +28,11 @@ from formloop.optimize.gemm_region import ALT_TILES, DTYPES, INTERPRETER_TILE, a
 from formloop.optimize.recognize import Implementer, Region, register
 
 FUSED_OPS = ("relu", "tanh", "sigmoid", "silu", "mish", "gelu", "leaky_relu", "hardtanh", "clamp", "scale(by=")
-BN_TRAINING = ("training-mode BatchNorm2d after the conv stays PyTorch: it needs the batch statistics over all "
-               "N*P*Q outputs of a channel (a grid-wide reduction) before any output is normalized")
+BN_TRAINING = ("training-mode BatchNorm2d: not folded into the conv kernel (its batch statistics over all N*P*Q "
+               "outputs of a channel are a grid-wide reduction that must end before any output is normalized); "
+               "torch reduces the kernel's output per channel, one elementwise pass normalizes and runs the "
+               "chain after it")
+BN_OPS = ["scale(by=row,name=bn_scale)", "bias(axis=row,name=bn_shift)"]
 
 
 def operand_type(dtype: str, tier: str, fp32_operands: str = "tf32") -> str:
@@ -84,7 +88,7 @@ def match(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     xs, ws, ys = cap.shape(g["x"]), _weight_shape(g["w"], cap), cap.shape(node)
     if xs is None or ws is None or ys is None or len(xs) != 4 or len(ws) != 4 or ws[1] != xs[1]:
         return None
-    chain, nodes, cur, notes = [], [node], node, []
+    chain, post, nodes, cur, notes = [], [], [node], node, []
     if g["bias"] is not None:
         chain.append("bias(axis=row,name=bias)")
     bn = None
@@ -95,16 +99,17 @@ def match(node: fx.Node, cap: Captured, taken: set) -> Region | None:
         if u.op == "call_module" and type(cap.gm.get_submodule(u.target)) is nn.BatchNorm2d and bn is None \
                 and len(nodes) == 1:
             mod = cap.gm.get_submodule(u.target)
-            if mod.training or not mod.track_running_stats:
-                notes.append(f"{u.name}: {BN_TRAINING}")
-                break
             bn = u.target
-            chain += ["scale(by=row,name=bn_scale)", "bias(axis=row,name=bn_shift)"]
+            if mod.training or mod.running_mean is None:
+                notes.append(f"{u.name}: {BN_TRAINING}")
+                post += BN_OPS
+            else:
+                chain += BN_OPS
         else:
             text = chain_op(u, cur, cap, {})
             if text is None or "name=" in text or not text.startswith(FUSED_OPS):
                 break
-            chain.append(text)
+            (post if post else chain).append(text)
         nodes.append(u)
         cur = u
     n, c, h, w = xs
@@ -113,7 +118,7 @@ def match(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     p, q = ys[2], ys[3]
     shape_text = f"{n} x {h} x {w} x {c} x {k}" if via == "implicit" else f"{n * p * q} x {k} x {c * r * s}"
     region = Region("conv2d-epilogue", "conv2d-epilogue-gpu", nodes,
-                    {**g, "bn": bn, "chain": chain, "via": via, "dtype": DTYPES[cap.dtype(node)],
+                    {**g, "bn": bn, "chain": chain, "post": post, "via": via, "dtype": DTYPES[cap.dtype(node)],
                      "dims": [n, h, w, c, k, r, s], "gemm": [n * p * q, k, c * r * s], "shape_text": shape_text})
     region.notes += notes
     return region
@@ -164,7 +169,17 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
                             f"{(out.get('lines') or ['?'])[0][:160]}); it stays PyTorch")
         region.nodes.pop()
     design = out["design"]
-    return {"config": {k: int(v) for k, v in design["assignment"].items()}, "ab": ab, "via": p["via"],
+    post, post_config = " >> ".join(p["post"]), None
+    if post:
+        from formloop.library.elementwise import solved_design
+
+        m, k = p["gemm"][0], p["gemm"][1]
+        post_config = solved_design(post, m, k, p["dtype"], "", "h200")
+        if tier != "gpu":   # the interpreter runs programs one by one: one coarse tile (correctness only)
+            bn_ = 1 << max(0, k - 1).bit_length()
+            post_config = {"BN": bn_, "BM": max(1, min(1 << max(0, m - 1).bit_length(), 4096 // bn_)), "W": 4}
+    return {"post": post, "post_config": post_config,
+            "config": {k: int(v) for k, v in design["assignment"].items()}, "ab": ab, "via": p["via"],
             "chain": " >> ".join(chain), "spec": text, "predicted_us": design.get("predicted_us"),
             "template_hash": design.get("template_hash"), "solver": (design.get("solve") or {}).get("solver", "pinned")}
 
@@ -186,6 +201,8 @@ def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
             kw["bias"] = value(p["bias"])
         if p["bn"] is not None:
             kw["bn"] = graph.get_attr(p["bn"])
+        if design["post"]:
+            kw["post"], kw["post_config"] = design["post"], design["post_config"]
         call = graph.call_function(conv_chain, (p["x"], value(p["w"])), kw)
     region.output.replace_all_uses_with(call)
     for n in reversed(region.nodes):
