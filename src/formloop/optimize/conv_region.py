@@ -169,7 +169,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
                             f"{(out.get('lines') or ['?'])[0][:160]}); it stays PyTorch")
         region.nodes.pop()
     design = out["design"]
-    post, post_config = " >> ".join(p["post"]), None
+    post, post_config = " >> ".join(p["post"]), {}   # (the design is written into the ModelNew as JSON: no None)
     if post:
         from formloop.library.elementwise import solved_design
 
