@@ -80,14 +80,18 @@ def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, sm
     by_old = dict(zip(cap.gm.graph.nodes, gm.graph.nodes))
     impls = {i.name: i for i in implementers()}
     out = Assembly("")
-    replaced: dict[fx.Node, fx.Node] = {}
+    replaced: dict[fx.Node, fx.Node] = {}   # an emitted region's output -> its kernel call (later regions read it)
+
+    def now(v):
+        v = by_old.get(v, v)
+        while v in replaced and replaced[v] is not v:
+            v = replaced[v]
+        return v
+
     for region in rec.regions:
         impl = impls[region.implementer]
         local = copy.copy(region)
         local.nodes = [by_old[n] for n in region.nodes]
-        def now(v):   # the node a value is in the new graph (an earlier region's output is its kernel call)
-            v = by_old.get(v, v)
-            return replaced.get(v, v)
         local.params = {k: (now(v) if isinstance(v, fx.Node) else v) for k, v in region.params.items()}
         local.params["tensors"] = {k: now(v) if isinstance(v, fx.Node) else v
                                    for k, v in region.params.get("tensors", {}).items()}

@@ -72,6 +72,7 @@ def implementers() -> list[Implementer]:
     from formloop.optimize import gemm_region, vector_regions  # noqa: F401 - register the built-in implementers
     from formloop.optimize import vecops_regions  # noqa: F401 - norms, scan, arg-reductions, gathers, cross-entropy
     from formloop.optimize import attention_region  # noqa: F401 - SDPA and written-out attention (fp32)
+    from formloop.optimize import conv_region  # noqa: F401 - the conv2d + epilogue implementer
 
     return list(_REGISTRY)
 
