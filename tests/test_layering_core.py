@@ -24,7 +24,8 @@ GUARDED = ("triton", "torch", "formloop.library.gemm_tiling_kernel", "formloop.l
            "formloop.library.gemm_epilogue_kernel", "formloop.library.attention_decode_kernel",
            "formloop.library.attention_prefill_kernel", "formloop.library.rowwise_kernel",
            "formloop.library.elementwise_kernel", "formloop.library.qk_rope_kernel",
-           "formloop.library.qwen3_layer_kernels")
+           "formloop.library.qwen3_layer_kernels", "formloop.library.attention_fp32_kernel",
+           "formloop.library.gemm_tiling_sched_kernel", "formloop.library.fused_gemm", "formloop.library.fused_vector")
 # each imports triton and torch at module level
 
 

@@ -29,6 +29,7 @@ from formloop.errors import InvalidInput
 from formloop.hw.chips import get_chip
 from formloop.library.attention_prefill import attention_prefill
 from formloop.expr import substitute
+from formloop.solve import SOLVERS
 from formloop.template import Constraint, Formulation
 
 UNIT_ROUNDOFF = {"tf32": 2.0 ** -11, "tf32x3": 2.0 ** -22, "ieee": 2.0 ** -24}
@@ -81,8 +82,6 @@ def choose_config(B: int, Hq: int, Hkv: int, Lq: int, Lk: int, D: int, causal: b
         cfg = dict(SMALL_MENU[attempt % len(SMALL_MENU)])
         return {"config": cfg, "source": f"fixed menu entry {attempt % len(SMALL_MENU)} (decode/cross-length: "
                                           "outside the prefill template)", "predicted_us": None}
-    from formloop.solve import SOLVERS
-
     c = get_chip(chip)
     t = attention_prefill("bf16")          # the structure; storage and rate are rebound below
     dp = max(16, 1 << (int(D) - 1).bit_length())

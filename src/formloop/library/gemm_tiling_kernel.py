@@ -239,7 +239,7 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, ws_ptr, cnt_ptr, M, N, K, GROUP_M, 
 
 
 def _sched():  # the persistent and stream-K kernels (that module imports this one's jit helpers)
-    from formloop.library import gemm_tiling_sched_kernel as m  # noqa: PLC0415
+    import formloop.library.gemm_tiling_sched_kernel as m  # noqa: PLC0415
     return m
 
 
