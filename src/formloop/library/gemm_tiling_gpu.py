@@ -51,7 +51,7 @@ from formloop.verify.certificate import ProofPlan
 from formloop.verify.outcome import ObligationResult
 
 NAME = "gemm-tiling-gpu"
-DTYPES = ("bf16", "fp16", "tf32", "fp32")
+DTYPES = ("bf16", "fp16", "tf32", "tf32x3", "fp32")
 # The chips whose specs this contract is written for (TMA copies, 227 KiB of shared memory a block).
 CONTRACT_CHIPS = ("h200", "h100")
 CONTRACT = "gpu (Triton family)"  # how a report names a contract of the Triton families on these chips
@@ -197,7 +197,7 @@ def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None 
     if chip.name not in CONTRACT_CHIPS:
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS,
                            fix="the Triton family's contract assumes Hopper: TMA copies and 227 KiB of shared memory")
-    precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}[dtype]
+    precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "tf32x3": "tf32x3", "fp32": "fp32"}[dtype]
     values = {"Ms": chip.smem_per_block, "acc_regs": acc_budget(chip), "n_sm": chip.sm_count,
               "bw": chip.bandwidth, "flops": chip.peak(precision), "l2": chip.l2_bytes, **PRIORS}
     if calibration:
