@@ -74,27 +74,44 @@ def _import_line(name: str, obj: Any) -> str | None:
 
 
 def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, small: bool = False,
-             fp32_operands: str = "tf32", spec: str | None = None) -> Assembly:
+             fp32_operands: str = "auto", spec: str | None = None, tolerance: str = "kernelbench") -> Assembly:
     """Choose every region's instance (implementer.choose), emit the calls, write the source."""
     gm = copy.deepcopy(cap.gm)
     by_old = dict(zip(cap.gm.graph.nodes, gm.graph.nodes))
     impls = {i.name: i for i in implementers()}
     out = Assembly("")
+    # A region's output replaced by an earlier region's call: later regions read the call instead
+    # (their params were captured before, so they still name the erased node; the decoder layer's
+    # projections read the RMSNorm a rowwise region had replaced).
+    replaced: dict[fx.Node, fx.Node] = {}
+
+    def current(v):
+        if not isinstance(v, fx.Node):
+            return v
+        v = by_old.get(v, v)
+        while v in replaced:
+            v = replaced[v]
+        return v
+
     for region in rec.regions:
         impl = impls[region.implementer]
         local = copy.copy(region)
         local.nodes = [by_old[n] for n in region.nodes]
-        local.params = {k: (by_old.get(v, v) if isinstance(v, fx.Node) else v) for k, v in region.params.items()}
-        local.params["tensors"] = {k: by_old.get(v, v) if isinstance(v, fx.Node) else v
-                                   for k, v in region.params.get("tensors", {}).items()}
+        local.params = {k: current(v) for k, v in region.params.items()}
+        local.params["tensors"] = {k: current(v) for k, v in region.params.get("tensors", {}).items()}
         local.notes = list(region.notes)
         try:
             extra = {"spec": spec} if spec is not None and region.kind == "gemm-epilogue" else {}
+            if region.kind == "gemm-epilogue":
+                extra["tolerance"] = tolerance
             design = impl.choose(local, tier=tier, attempt=attempt, fp32_operands=fp32_operands, **extra)
         except Exception as exc:  # noqa: BLE001 - the region stays PyTorch, with the reason
             out.skipped.append({"region": region.nodes[0].name, "reason": f"{type(exc).__name__}: {exc}"[:400]})
             continue
-        impl.emit(local, design, gm.graph)
+        old_output = local.output   # after choose (it may shorten the region)
+        new = impl.emit(local, design, gm.graph)
+        if isinstance(new, fx.Node):
+            replaced[old_output] = new
         out.regions.append({**region.describe(), "nodes": [n.name for n in local.nodes], "notes": local.notes,
                             "design": {k: v for k, v in design.items() if k != "spec"}, "spec": design.get("spec")})
     gm.graph.eliminate_dead_code()
