@@ -92,7 +92,8 @@ def bootstrap(path: str, *, small: bool, chip: str) -> dict[str, Any]:
 
 
 def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
-          fp32_operands: str = "tf32", spec: str | None = None, prefix: str = "a") -> dict[str, Any]:
+          fp32_operands: str = "auto", spec: str | None = None, prefix: str = "a",
+          tolerance: str = "kernelbench") -> dict[str, Any]:
     """Assemble attempt `attempt`'s ModelNew and write it; `candidate` is None with `reason` if no
     region could be given an instance."""
     name = Path(path).stem
@@ -100,7 +101,8 @@ def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
         prob = load_problem(path, small=small)
         cap = capture(prob)
         rec = recognize(cap)
-        asm = assemble(cap, rec, tier=tier, attempt=attempt, small=small, fp32_operands=fp32_operands, spec=spec)
+        asm = assemble(cap, rec, tier=tier, attempt=attempt, small=small, fp32_operands=fp32_operands, spec=spec,
+                       tolerance=tolerance)
     except Exception as exc:  # noqa: BLE001
         return {"candidate": None, "reason": f"assembly failed: {type(exc).__name__}: {exc}"[:400]}
     if not asm.regions:
