@@ -137,3 +137,21 @@ def test_formerly_incorrect_problems_optimize_correctly_at_small_sizes(name, tmp
     row = steps.measure(steps.problem_file(path, True, tmp_path), b["candidate"], tier="interpreter",
                         tolerance="kernelbench", chip=None, integrity=False)
     assert row["correct"], row["verdict"]
+
+
+def test_the_kernel_language_takes_tf32x3_and_prices_it_at_a_third_of_tf32():
+    from formloop.dsl.service import check_spec
+
+    def spec(ab: str, stage: str = "") -> str:
+        return (f"kernel k = gemm {{\n    a = {ab} row\n    b = {ab} col\n    c = fp32 row\n    arch = sm90\n"
+                f"    shape = 4096 x 4096 x 4096\n}}\n{stage}")
+
+    us = {}
+    for ab in ("tf32", "tf32x3", "fp32"):
+        out = check_spec(text=spec(ab))
+        assert out["ok"], out["lines"]
+        us[ab] = out["design"]["predicted_us"]
+    assert us["tf32"] < us["tf32x3"] < us["fp32"]
+    assert 2.0 < us["tf32x3"] / us["tf32"] <= 3.0   # compute-bound at 4096^3: the tf32 rate / 3
+    bad = check_spec(text=spec("tf32x3", "entry = pipeline(cast(a, bf16), k)\n"))
+    assert not bad["ok"] and "fp32 on both sides of a tf32x3 operand" in bad["lines"][0], bad["lines"]
