@@ -155,3 +155,29 @@ def test_the_kernel_language_takes_tf32x3_and_prices_it_at_a_third_of_tf32():
     assert 2.0 < us["tf32x3"] / us["tf32"] <= 3.0   # compute-bound at 4096^3: the tf32 rate / 3
     bad = check_spec(text=spec("tf32x3", "entry = pipeline(cast(a, bf16), k)\n"))
     assert not bad["ok"] and "fp32 on both sides of a tf32x3 operand" in bad["lines"][0], bad["lines"]
+
+
+def test_a_log_sum_exp_after_the_region_lets_tf32_through_and_the_harness_agrees(tmp_path):
+    """gemm_logsumexp (keepdim: the reduction stays PyTorch) averages the GEMM's errors over each row:
+    auto takes tf32 for its Linear, and the emulated tf32 kernel passes KernelBench's rule."""
+    path = str(P / "level2" / "gemm_logsumexp.py")
+    b = steps.build(path, small=True, tier="interpreter", attempt=0, out_dir=str(tmp_path))
+    assert b["candidate"] is not None, b["reason"]
+    (gemm,) = [r for r in b["regions"] if r["kind"] == "gemm-epilogue"]
+    assert gemm["design"]["ab"] == "tf32", gemm["notes"]
+    row = steps.measure(steps.problem_file(path, True, tmp_path), b["candidate"], tier="interpreter",
+                        tolerance="kernelbench", chip=None, integrity=False)
+    assert row["correct"], row["verdict"]
+
+
+def test_tf32_operands_reproduce_the_gpus_incorrect_verdict_in_the_interpreter(tmp_path):
+    """gemm_scale_clamp with tf32 operands was incorrect on the H200 at full size; the emulated tf32
+    is incorrect at SMALL sizes too (what auto's bound predicts), tf32x3 correct."""
+    path = str(P / "level2" / "gemm_scale_clamp.py")
+    verdicts = {}
+    for ops in ("tf32", "tf32x3"):
+        b = steps.build(path, small=True, tier="interpreter", attempt=0, out_dir=str(tmp_path), fp32_operands=ops)
+        assert b["candidate"] is not None, b["reason"]
+        verdicts[ops] = steps.measure(steps.problem_file(path, True, tmp_path), b["candidate"], tier="interpreter",
+                                      tolerance="kernelbench", chip=None, integrity=False)["correct"]
+    assert verdicts == {"tf32": False, "tf32x3": True}

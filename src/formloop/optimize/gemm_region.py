@@ -191,9 +191,25 @@ def spec_text(region: Region, chain: list[str], *, ab: str, tile: tuple[int, int
     return "\n".join(lines + [f">> {op.replace('=', ' = ').replace(',', ', ')}" for op in chain]) + "\n"
 
 
+def _reduced_after(node: fx.Node) -> bool:
+    """Whether the value's only user is a row log-sum-exp (any keepdim) that stays PyTorch."""
+    if len(node.users) != 1:
+        return False
+    u = next(iter(node.users))
+    lse = (u.op, u.target) in (("call_function", torch.logsumexp), ("call_method", "logsumexp"))
+    dim = arg_of(u, 1, "dim") if lse else None
+    dim = dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
+    meta = node.meta.get("tensor_meta")
+    nd = len(meta.shape) if meta is not None and hasattr(meta, "shape") else 0
+    return lse and u.args[0] is node and isinstance(dim, int) and nd > 0 and dim % nd == nd - 1
+
+
 def operand_precision(region: Region, chain: list[str], fp32_operands: str, tolerance: str) -> dict[str, Any]:
-    """The operand precision of an fp32 region (formloop.optimize.precision.decide) at its shape."""
+    """The operand precision of an fp32 region (formloop.optimize.precision.decide) at its shape; a row
+    log-sum-exp the region leaves to PyTorch (keepdim) counts in the bound as the chain's own would."""
     p = region.params
+    if not chain[-1:] == ["logsumexp"] and _reduced_after(region.output):
+        chain = [*chain, "logsumexp"]
     *lead, n, k = p["dims"]
     outputs = math.prod(lead) * (1 if chain[-1:] and chain[-1].startswith("logsumexp") else n)
     linear_weight = isinstance(p["b"], str)   # an nn.Linear's own weight: PyTorch's default init
@@ -219,9 +235,11 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     tile = None if attempt == 0 else ALT_TILES[(attempt - 1) % len(ALT_TILES)]
     chain = list(p["chain"])
     fixed = 1 if p["bias"] is not None else 0
+    # the bound follows the whole matched chain: ops the template refuses still run (in PyTorch) on
+    # the kernel's output, so their gain (a row log-sum-exp's averaging) applies all the same
+    decision = operand_precision(region, chain, fp32_operands, tolerance) if p["dtype"] == "fp32" else None
+    ab = decision["precision"] if decision else p["dtype"]
     while True:   # the longest chain the template accepts (with the MILP's own tile)
-        decision = operand_precision(region, chain, fp32_operands, tolerance) if p["dtype"] == "fp32" else None
-        ab = decision["precision"] if decision else p["dtype"]
         text = spec_text(region, chain, ab=ab, interpreter=tier != "gpu")
         out = check_spec(text=text)
         if out.get("ok"):
