@@ -16,7 +16,10 @@ Walls (chip resources on the right-hand side):
                                          acc_regs = min(128, registers per thread − 64): a thread's
                                          cap, e.g. maxnreg on an emulated chip, less 64 for addresses,
                                          fragments and pipeline state. On the H200 Triton 3.6 failed to
-                                         compile 128 accumulators a thread under maxnreg=128)
+                                         compile 128 accumulators a thread under maxnreg=128;
+                                         tf32x3 also holds the hi and lo parts of the A and B tiles:
+                                         Tm·Tn + 2·(Tm+Tn)·Tk, else 128x256x32 on 8 warps spills
+                                         936 B on sm_90, tests/test_tf32x3_compile.py)
   C3 warps    Tm·Tn ≥ 64·W              (each thread holds at least two accumulators)
   C4 split    (KS−1)·⌈⌈K/Tk⌉/KS⌉ < ⌈K/Tk⌉   (every split gets at least one k-tile)
   C5 layout   L = 0 or K·e and N·e are multiples of 16 bytes (TMA row pitch)
@@ -186,6 +189,12 @@ ROWS_ALIGNED = (K * e).eq(16 * floordiv(K * e, 16)) & (N * e).eq(16 * floordiv(N
 LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+beta for every S ≥ 1
 
 
+def held_split(dtype: str):
+    """fp32 values a block holds beside its accumulators to split its operands (tf32x3: the hi and
+    lo parts of the A and B tiles in registers), 0 for the other types."""
+    return 2 * (Tm + Tn) * Tk if dtype == "tf32x3" else 0
+
+
 def acc_budget(chip: Chip) -> int:
     """fp32 accumulators a thread may hold on `chip`: ACC_REGS, less where the chip caps a thread's
     registers below ACC_REGS + ACC_HEADROOM."""
@@ -226,7 +235,7 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
         ),
         constraints=(
             Constraint("C1", smem_bytes <= Ms, "capacity", "the S slots fit in shared memory"),
-            Constraint("C2", (Tm * Tn >= 256) & (Tm * Tn <= acc_regs * 32 * W), "capacity",
+            Constraint("C2", (Tm * Tn >= 256) & (Tm * Tn + held_split(dtype) <= acc_regs * 32 * W), "capacity",
                        "the fp32 accumulator tile fits the warps' registers"),
             Constraint("C3", Tm * Tn >= 64 * W, "capacity", "every thread holds at least two accumulators"),
             Constraint("C4", (KS - 1) * n_iter < k_tiles, "schedule", "every split gets at least one k-tile"),
