@@ -95,7 +95,8 @@ def main(argv=None) -> int:
                 row[f"speedup_{mode}_vs_torch_fp32"] = base[f"{mode}_us"] / row[f"{mode}_us"]
             rows.append(row)
             print(f"{name:17s} {row['impl']:22s} rel err {row['rel_error_vs_fp64']:.2e} "
-                  f"max {row['max_abs_error_vs_fp64']:.2e} (bound {row['bound_worst_error']:.1e}, allowed {row['bound_allowed']:.0e}) allclose-fail "
+                  f"max {row['max_abs_error_vs_fp64']:.2e} (bound {row['bound_worst_error']:.1e}, "
+                  f"allowed {row['bound_allowed']:.0e}) allclose-fail "
                   f"{row['allclose_fail_elements_vs_fp32_ref']:>8d}  graph {row['graph_us']:9.1f} us "
                   f"({row['speedup_graph_vs_torch_fp32']:.2f}x)  eager {row['eager_us']:9.1f} us "
                   f"({row['speedup_eager_vs_torch_fp32']:.2f}x)  [{row['time_source']}]", flush=True)
