@@ -189,10 +189,10 @@ ROWS_ALIGNED = (K * e).eq(16 * floordiv(K * e, 16)) & (N * e).eq(16 * floordiv(N
 LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+beta for every S ≥ 1
 
 
-def held_split(dtype: str):
-    """fp32 values a block holds beside its accumulators to split its operands (tf32x3: the hi and
-    lo parts of the A and B tiles in registers), 0 for the other types."""
-    return 2 * (Tm + Tn) * Tk if dtype == "tf32x3" else 0
+def held_values(dtype: str):
+    """fp32 values a block holds in registers: its accumulators, and for tf32x3 the hi and lo parts
+    of its A and B tiles (the other types' expression is unchanged: content hashes stay)."""
+    return Tm * Tn + 2 * (Tm + Tn) * Tk if dtype == "tf32x3" else Tm * Tn
 
 
 def acc_budget(chip: Chip) -> int:
@@ -235,7 +235,7 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
         ),
         constraints=(
             Constraint("C1", smem_bytes <= Ms, "capacity", "the S slots fit in shared memory"),
-            Constraint("C2", (Tm * Tn >= 256) & (Tm * Tn + held_split(dtype) <= acc_regs * 32 * W), "capacity",
+            Constraint("C2", (Tm * Tn >= 256) & (held_values(dtype) <= acc_regs * 32 * W), "capacity",
                        "the fp32 accumulator tile fits the warps' registers"),
             Constraint("C3", Tm * Tn >= 64 * W, "capacity", "every thread holds at least two accumulators"),
             Constraint("C4", (KS - 1) * n_iter < k_tiles, "schedule", "every split gets at least one k-tile"),
