@@ -152,7 +152,8 @@ def test_the_kernel_language_takes_tf32x3_and_prices_it_at_a_third_of_tf32():
         assert out["ok"], out["lines"]
         us[ab] = out["design"]["predicted_us"]
     assert us["tf32"] < us["tf32x3"] < us["fp32"]
-    assert 2.0 < us["tf32x3"] / us["tf32"] <= 3.0   # compute-bound at 4096^3: the tf32 rate / 3
+    # compute-bound at 4096^3: the tf32 rate / 3, on the smaller tiles its split operands leave (wall C2)
+    assert 2.0 < us["tf32x3"] / us["tf32"] < 4.0
     bad = check_spec(text=spec("tf32x3", "entry = pipeline(cast(a, bf16), k)\n"))
     assert not bad["ok"] and "fp32 on both sides of a tf32x3 operand" in bad["lines"][0], bad["lines"]
 
