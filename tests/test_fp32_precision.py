@@ -22,6 +22,16 @@ P = ROOT / "problems"
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tier")
 
 
+def _build(path: str, out_dir, **kw) -> dict:
+    """steps.build at SMALL sizes in the interpreter tier; once more if HiGHS's lexicographic
+    tie-break stage failed (seen only with both CPU cores loaded, never alone: a solver flake, not
+    the region's precision)."""
+    b = steps.build(path, small=True, tier="interpreter", attempt=0, out_dir=str(out_dir), **kw)
+    if b["candidate"] is None and "SolverFailure" in b["reason"]:
+        b = steps.build(path, small=True, tier="interpreter", attempt=0, out_dir=str(out_dir), **kw)
+    return b
+
+
 def _errors(K: int, seed: int = 0) -> tuple[dict[str, tuple[float, float]], float]:
     """(precision -> (‖c − ref‖/‖ref‖, max |c − ref|)) of the tiling family's kernel, and max |ref|,
     on unit-normal operands against the float64 product of the same fp32 values."""
@@ -115,8 +125,7 @@ def test_bad_fp32_operands_value_is_a_named_error():
 def test_a_region_reading_an_earlier_regions_output_assembles(tmp_path):
     """The decoder layer's projections read the RMSNorm a rowwise region replaced: the assembly
     failed with 'Argument rms_norm of Node gemm_chain was used before it has been defined'."""
-    b = steps.build(str(P / "level3" / "decoder_layer_qwen3.py"), small=True, tier="interpreter", attempt=0,
-                    out_dir=str(tmp_path))
+    b = _build(str(P / "level3" / "decoder_layer_qwen3.py"), tmp_path)
     assert b["candidate"] is not None, b["reason"]
     kinds = [r["kind"] for r in b["regions"]]
     assert kinds.count("gemm-epilogue") == 7 and "rowwise" in kinds
@@ -130,7 +139,7 @@ def test_a_region_reading_an_earlier_regions_output_assembles(tmp_path):
                                   "level2/gemm_scale_clamp", "level3/decoder_layer_qwen3"])
 def test_formerly_incorrect_problems_optimize_correctly_at_small_sizes(name, tmp_path):
     path = str(P / f"{name}.py")
-    b = steps.build(path, small=True, tier="interpreter", attempt=0, out_dir=str(tmp_path))
+    b = _build(path, tmp_path)
     assert b["candidate"] is not None, b["reason"]
     precisions = {r["design"]["ab"] for r in b["regions"] if r["kind"] == "gemm-epilogue"}
     assert precisions and precisions <= {"tf32", "tf32x3"}, precisions   # auto: tensor cores, not SIMT fp32
@@ -162,7 +171,7 @@ def test_a_log_sum_exp_after_the_region_lets_tf32_through_and_the_harness_agrees
     """gemm_logsumexp (keepdim: the reduction stays PyTorch) averages the GEMM's errors over each row:
     auto takes tf32 for its Linear, and the emulated tf32 kernel passes KernelBench's rule."""
     path = str(P / "level2" / "gemm_logsumexp.py")
-    b = steps.build(path, small=True, tier="interpreter", attempt=0, out_dir=str(tmp_path))
+    b = _build(path, tmp_path)
     assert b["candidate"] is not None, b["reason"]
     (gemm,) = [r for r in b["regions"] if r["kind"] == "gemm-epilogue"]
     assert gemm["design"]["ab"] == "tf32", gemm["notes"]
@@ -177,7 +186,7 @@ def test_tf32_operands_reproduce_the_gpus_incorrect_verdict_in_the_interpreter(t
     path = str(P / "level2" / "gemm_scale_clamp.py")
     verdicts = {}
     for ops in ("tf32", "tf32x3"):
-        b = steps.build(path, small=True, tier="interpreter", attempt=0, out_dir=str(tmp_path), fp32_operands=ops)
+        b = _build(path, tmp_path, fp32_operands=ops)
         assert b["candidate"] is not None, b["reason"]
         verdicts[ops] = steps.measure(steps.problem_file(path, True, tmp_path), b["candidate"], tier="interpreter",
                                       tolerance="kernelbench", chip=None, integrity=False)["correct"]
