@@ -1,6 +1,7 @@
 """`formloop optimize` over the shipped problem set on one GPU, one command, resumable across calls:
 
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --budget-s 480 [--dtype bf16] [--ray auto]
+    PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --only bmm_heads --only gemm_skinny   # a subset
 
 Every problem at its real size, fp32 as written, KernelBench's tolerances: capture, recognize, choose
 each region's instance by MILP, assemble ModelNew, check it with the harness (fresh inputs, poisoned
@@ -36,6 +37,10 @@ def main(argv=None) -> int:
     ap.add_argument("--chip", default="h200")
     ap.add_argument("--workers", type=int, default=8, help="process pool for capture, MILP and assembly")
     ap.add_argument("--level", type=int, action="append", default=[], help="only these levels (repeatable)")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="only the problem NAME (file stem, e.g. bmm_heads; repeatable)")
+    ap.add_argument("--fp32-operands", default="auto", help="GEMM operands of fp32 problems: auto | tf32 | tf32x3 | "
+                                                           "fp32 (auto: the fastest whose error bound fits)")
     ap.add_argument("--small", action="store_true", help="SMALL sizes (forced without CUDA)")
     ap.add_argument("--dry-run", action="store_true", help="bootstrap only: coverage, no measurement")
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"), help="the problem set's variant")
@@ -48,6 +53,12 @@ def main(argv=None) -> int:
     from formloop.optimize.engine import problem_files
 
     dirs = [args.root / f"level{n}" for n in args.level] if args.level else [args.root]
+    if args.only:
+        found = {f.stem: f for f in problem_files(dirs)}
+        missing = [n for n in args.only if n not in found]
+        if missing:
+            ap.error(f"--only: no problem named {', '.join(missing)} (allowed: {', '.join(sorted(found))})")
+        dirs = [found[n] for n in args.only]
     gpu = torch.cuda.is_available()
     small = args.small or not gpu
     if args.dry_run:
@@ -61,6 +72,7 @@ def main(argv=None) -> int:
     report = api.optimize([str(d) for d in dirs], out=str(args.out), budget=args.attempts, small=small,
                           tier="gpu" if gpu else "interpreter", chip=args.chip, tolerance="kernelbench",
                           workers=args.workers, deadline_s=args.budget_s, dtype=args.dtype, ray=args.ray,
+                          fp32_operands=args.fp32_operands,
                           store=str(args.store or args.out / "population.db"))
     s = report["summary"]
     print((args.out / "report.md").read_text())

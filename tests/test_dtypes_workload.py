@@ -41,10 +41,10 @@ def test_every_reader_sees_the_table():
     from formloop.measure.compare import TOLERANCES
     from formloop.sol import sol_report
 
-    assert set(KERNEL_DTYPES) == {"fp32", "tf32", "bf16", "fp16"}
+    assert set(KERNEL_DTYPES) == {"fp32", "tf32", "tf32x3", "bf16", "fp16"}
     assert gemm_tiling.DTYPE_BYTES == {d: get_dtype(d).bytes for d in KERNEL_DTYPES}
-    assert PRECISION == {"fp32": "ieee", "tf32": "tf32", "bf16": "ieee", "fp16": "ieee"}
-    assert TOLERANCE == {"fp32": 1e-4, "tf32": 2e-3, "bf16": 1e-2, "fp16": 2e-3}
+    assert PRECISION == {"fp32": "ieee", "tf32": "tf32", "tf32x3": "tf32x3", "bf16": "ieee", "fp16": "ieee"}
+    assert TOLERANCE == {"fp32": 1e-4, "tf32": 2e-3, "tf32x3": 1e-4, "bf16": 1e-2, "fp16": 2e-3}
     assert TORCH_DTYPES["tf32"] is torch.float32 and TORCH_DTYPES["bf16"] is torch.bfloat16
     assert TOLERANCES[torch.float32].rtol == 2e-3 and TOLERANCES[torch.float8_e5m2].rtol == 0.25
     # bytes of a 2x2x2 GEMM: 3 matrices of 4 elements

@@ -17,9 +17,9 @@ class DType:
     """One element type.
 
     bytes: storage bytes per element. torch: the attribute of the torch module that stores it.
-    storage: False for a compute mode that lives in another row's storage (tf32 in fp32).
+    storage: False for a compute mode that lives in another row's storage (tf32, tf32x3 in fp32).
     peak: the chip's peak-rate key for math in this type (`Chip.peak`).
-    dot_precision: `input_precision` of Triton's tl.dot for the GEMM kernels ("ieee" | "tf32"),
+    dot_precision: `input_precision` of Triton's tl.dot for the GEMM kernels ("ieee" | "tf32" | "tf32x3"),
     None where the kernels do not take this type.
     kernel_tolerance: ‖out − ref‖ / ‖ref‖ a kernel may reach against a float64 reference on the same
     (already rounded) inputs; None where no kernel takes this type.
@@ -49,6 +49,11 @@ DTYPES: tuple[DType, ...] = (
     DType("fp64", 8, "float64", True, "fp64", None, None, 1e-9, ("float64", "double"), 1e-4),
     DType("fp32", 4, "float32", True, "fp32", "ieee", 1e-4, 2e-3, ("float32", "float"), 1e-4),
     DType("tf32", 4, "float32", False, "tf32", "tf32", 2e-3, None),
+    # tf32x3: fp32 storage, each operand split into a tf32 high part and a tf32 residual, three tf32
+    # tensor-core dots (hi·hi + hi·lo + lo·hi, Triton's input_precision "tf32x3"): about fp32 accuracy
+    # (per-product error ~2^-20 against fp32's 2^-24 accumulation) at a third of the tf32 rate, so its
+    # SOL peak is the chip's tf32 peak / 3 (`Chip.peak("tf32x3")`).
+    DType("tf32x3", 4, "float32", False, "tf32x3", "tf32x3", 1e-4, None),
     DType("bf16", 2, "bfloat16", True, "bf16", "ieee", 1e-2, 2e-2, ("bfloat16",), 1e-2, 1e-2),
     DType("fp16", 2, "float16", True, "fp16", "ieee", 2e-3, 1e-2, ("float16", "half"), 1e-2, 4e-3),
     DType("fp8", 1, "float8_e4m3fn", True, "fp8", None, None, 1.25e-1, ("float8_e4m3fn", "fp8e4m3", "fp8_e4m3")),

@@ -16,6 +16,7 @@ from formloop.campaign.schedule import Policy
 from formloop.errors import InvalidInput
 from formloop.optimize import attempt as steps
 from formloop.optimize.engine import Settings, optimize as run_campaign, resolve_tier
+from formloop.optimize.precision import check_option
 from formloop.optimize.store import OptimizeStore, campaign_key
 
 TOLERANCES = ("kernelbench", "formloop")
@@ -29,7 +30,7 @@ def _dtype(dtype: str) -> str:
 
 def optimize(paths: list[str], *, out: str, budget: int = 2, small: bool = False, tier: str = "auto",
              chip: str = "h200", tolerance: str = "kernelbench", eps: float | None = 0.1, window: int | None = 2,
-             workers: int = 2, fp32_operands: str = "tf32", progress: bool = True,
+             workers: int = 2, fp32_operands: str = "auto", progress: bool = True,
              deadline_s: float | None = None, store: str | None = None, dtype: str = "fp32",
              ray: str | None = None) -> dict[str, Any]:
     """Bootstrap each problem, spend up to `budget` attempts per problem by SOL gap under the SOL-gap
@@ -39,8 +40,7 @@ def optimize(paths: list[str], *, out: str, budget: int = 2, small: bool = False
     ADDRESS) fans the work out as Ray tasks instead of the process pool."""
     if tolerance not in TOLERANCES:
         raise InvalidInput("tolerance", tolerance, TOLERANCES)
-    if fp32_operands not in ("tf32", "fp32"):
-        raise InvalidInput("fp32-operands", fp32_operands, "tf32, fp32")
+    check_option(fp32_operands)   # auto | tf32 | tf32x3 | fp32
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
         raise InvalidInput("workers", workers, "an integer 1 ... 64")
     if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= 1000:

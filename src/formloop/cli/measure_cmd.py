@@ -20,7 +20,8 @@ def measure(
     template: str = typer.Argument(..., help="gemm-tiling | attention-decode | attention-prefill"),
     shape: str = typer.Option(..., help=SHAPE_HELP + "; attention: B,Hq,Hkv,D,L[,page=P][,causal=0|1]"),
     chip: Optional[str] = typer.Option(None, help="chip spec: h200 | h100 (default: the template's, h200)"),
-    dtype: Optional[str] = typer.Option(None, help="bf16 | fp16 | tf32 | fp32 (default: the template's, bf16)"),
+    dtype: Optional[str] = typer.Option(None, help="bf16 | fp16 | tf32 | tf32x3 | fp32 "
+                                                   "(default: the template's, bf16)"),
     solver: str = typer.Option("milp", help="milp (HiGHS) | enumerate",
                                callback=args.choice("--solver", ("enumerate", "milp"))),
     calibration: str = typer.Option(None, help="calibration JSON (benchmarks/gemm.py, benchmarks/attention.py) for "
@@ -87,7 +88,8 @@ def evaluate(
     shape: str = typer.Option(..., help=SHAPE_HELP),
     chip: Optional[str] = typer.Option(None, help="chip spec name (default: the template's; h200/h100: gemm-tiling's "
                                                   "GPU contract)"),
-    dtype: Optional[str] = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (default: the template's)"),
+    dtype: Optional[str] = typer.Option(None, help="element type: fp32 | tf32 | tf32x3 | bf16 | fp16 "
+                                                   "(default: the template's)"),
     op: Optional[str] = typer.Option(None, help="operator of the workload (default: the template's)"),
     option: Optional[list[str]] = typer.Option(None, "--option", help="a template option NAME=VALUE; repeat"),
     tier: Optional[str] = typer.Option(None, help="auto | model | gpu (default: $FORMLOOP_TIER or auto)",

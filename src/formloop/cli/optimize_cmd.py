@@ -34,7 +34,9 @@ def optimize_cmd(
     eps: str = typer.Option("0.1", "--eps", help="SOL-gap stopping rule: stop at t_best <= (1+eps) t_SOL ('off')"),
     window: str = typer.Option("2", "--window", help="no-progress rule: attempts without improvement ('off')"),
     workers: int = typer.Option(2, "--workers", help="process pool size for capture, MILP and assembly"),
-    fp32_operands: str = typer.Option("tf32", "--fp32-operands", help="GEMM operands of fp32 problems on a GPU"),
+    fp32_operands: str = typer.Option("auto", "--fp32-operands",
+                                      help="GEMM operands of fp32 problems: auto | tf32 | tf32x3 | fp32 (auto: the "
+                                           "fastest whose error bound fits the tolerance)"),
     deadline_s: Optional[float] = typer.Option(None, "--deadline-s", help="start no attempt after this many "
                                                "seconds (the next call resumes)"),
     store: Optional[str] = typer.Option(None, "--store", help="population store holding the campaign's record "

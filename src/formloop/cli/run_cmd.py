@@ -58,7 +58,7 @@ def run(
     workload: str = typer.Argument(..., help="an operator (gemm, rmsnorm, ...) with --shape, or a suite: tiling-study"),
     shape: Optional[list[str]] = typer.Option(None, "--shape", help="extents, e.g. 4096,4096,4096 or R=4096,C=1024 "
                                               f"({EXTENTS}); repeat"),
-    dtype: str = typer.Option("fp32", help="element type: fp32 | tf32 | bf16 | fp16"),
+    dtype: str = typer.Option("fp32", help="element type: fp32 | tf32 | tf32x3 | bf16 | fp16"),
     chip: str = typer.Option("illustrative", help="chip spec name"),
     template: Optional[list[str]] = typer.Option(None, "--template",
                                                  help="a user template path/to/file.py:NAME; repeat"),

@@ -43,7 +43,8 @@ def sol(
     clock_mhz: Optional[float] = typer.Option(None, "--clock-mhz", help="locked SM clock, MHz (at most the chip's "
                                               "boost); compute peaks scale with it", parser=args.clock_mhz),
     precision: Optional[str] = typer.Option(None, "--precision",
-                                            help="compute precision (default: tf32 for fp32 GEMMs, else the dtype's)"),
+                                            help="compute precision: tf32 | tf32x3 | fp32 | bf16 | fp16 (default: "
+                                                 "tf32 for fp32 GEMMs, else the dtype's)"),
     problem: Optional[Path] = typer.Option(None, "--problem",
                                            help="problem file (Model/get_inputs/get_init_inputs): automatic SOL",
                                            callback=args.existing_file("--problem", suffix=".py")),

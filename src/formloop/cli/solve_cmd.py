@@ -13,7 +13,7 @@ from formloop.settings import load_settings
 
 STORE = typer.Option(None, "--store", help="population file (default: $FORMLOOP_STORE or .formloop/population.db)")
 OPTION = typer.Option(None, "--option", help="a template factory option NAME=VALUE, e.g. pre=weak; repeat")
-DTYPE = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (default: the template's; fp32, "
+DTYPE = typer.Option(None, help="element type: fp32 | tf32 | tf32x3 | bf16 | fp16 (default: the template's; fp32, "
                                 "bf16 for the Triton families)")
 CHIP = typer.Option(None, help="chip spec name (default: the template's; illustrative, h200 for the Triton families; "
                                "h200/h100: gemm-tiling's GPU contract)")

@@ -89,8 +89,8 @@ def print_results(results: Sequence[dict], title: str, *, group: bool = False) -
 def prove(
     template: str = typer.Argument(..., help="template name, e.g. gemm-tiling, or path/to/file.py:NAME"),
     pre: str = typer.Option(None, help="contract of gemm-tiling: exact | strong | weak (default exact)"),
-    dtype: str = typer.Option(None, help="element type: fp32 | tf32 | bf16 | fp16 (templates with a dtype option; "
-                                         "default: the template's)"),
+    dtype: str = typer.Option(None, help="element type: fp32 | tf32 | tf32x3 | bf16 | fp16 (templates with a dtype "
+                                         "option; default: the template's)"),
     timeout: float = typer.Option(10.0, help=f"per-query solver timeout, seconds, {args.SOLVER_TIMEOUT_RANGE}",
                                   parser=args.solver_timeout),
     out: Path = typer.Option(None, help="write the certificate (JSON) here (a new or replaced file)",

@@ -58,10 +58,10 @@ def sol_floor(spec: SpecIR, shape: Shape, case_bytes: int) -> dict[str, Any]:
     k = spec.kernel
     mm = 2 * shape.batch * shape.M * shape.N * shape.K
     vec = int(shape.batch * shape.M * shape.N * chain_facts(k.chain).ops)
-    dtype = "fp32" if k.a.dtype == "tf32" else k.a.dtype
+    dtype = "fp32" if k.a.dtype in ("tf32", "tf32x3") else k.a.dtype
     r = build_report("dsl-" + k.op, {"M": shape.M, "N": shape.N, "K": shape.K, "batch": shape.batch}, dtype,
                      get_chip(k.chip), Counts(mm, vec, case_bytes),
-                     compute_precision="tf32" if k.a.dtype == "tf32" else None)
+                     compute_precision=k.a.dtype if k.a.dtype in ("tf32", "tf32x3") else None)
     return {"floor_us": r.time_floor_s * 1e6, "bound": r.bound, "flops": r.flops, "bytes": r.bytes,
             "source": f"sol ({r.chip} datasheet peaks, {r.compute_precision})"}
 

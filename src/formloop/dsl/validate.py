@@ -138,9 +138,9 @@ def _stage_rules(spec: SpecIR, diag: Collector) -> None:
                      "this cast does nothing")
         if st.kind == "transpose" and k.op == "conv2d":
             diag.add(st.pos, "transpose", st.tensor, "cast (conv2d tensors are NHWC / KRSC, not matrices)")
-        if st.dtype == "tf32" or (st.dtype is not None and own.dtype == "tf32"):
-            diag.add(st.pos, f"{st.kind} dtype", st.dtype, "fp32 on both sides of a tf32 operand",
-                     "tf32 is fp32 storage")
+        if st.dtype in ("tf32", "tf32x3") or (st.dtype is not None and own.dtype in ("tf32", "tf32x3")):
+            diag.add(st.pos, f"{st.kind} dtype", st.dtype, f"fp32 on both sides of a {own.dtype} operand",
+                     "tf32 and tf32x3 are fp32 storage")
 
 
 def _walls(spec: SpecIR, template: Template, diag: Collector) -> tuple[tuple[str, ...], int | None]:

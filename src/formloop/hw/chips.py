@@ -29,6 +29,7 @@ KiB = 1024
 MiB = 1024 * KiB
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DERIVED_TF32X3 = "tf32x3"   # not a unit of its own: the tf32 rate / 3 (Chip.peak)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,10 @@ class Chip:
         return (self.clock_mhz or self.boost_clock_mhz) * 1e6
 
     def peak(self, precision: str) -> float:
-        """FLOP/s for `precision`, a measured ceiling if one was recorded."""
+        """FLOP/s for `precision`, a measured ceiling if one was recorded. "tf32x3" (three tf32 dots
+        per product, formloop.dtypes) is a third of the tf32 rate unless it was measured itself."""
+        if precision == DERIVED_TF32X3 and f"flops_{precision}" not in self.measured:
+            return self.peak("tf32") / 3
         if f"flops_{precision}" in self.measured:
             return self.measured[f"flops_{precision}"]
         try:
@@ -68,6 +72,8 @@ class Chip:
             raise InvalidInput(f"precision for chip {self.name}", precision, sorted(self.peak_flops)) from None
 
     def has_precision(self, precision: str) -> bool:
+        if precision == DERIVED_TF32X3:
+            return self.has_precision("tf32")
         return precision in self.peak_flops or f"flops_{precision}" in self.measured
 
     @property

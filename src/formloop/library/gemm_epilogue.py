@@ -127,7 +127,7 @@ def gemm_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
     """The Triton GEMM family with the epilogue chain `epilogue` (canonical text) on a Hopper chip."""
     if dtype not in base.DTYPES:
         raise InvalidInput("dtype", dtype, base.DTYPES)
-    out = out or ("fp32" if dtype == "tf32" else dtype)
+    out = out or ("fp32" if dtype in ("tf32", "tf32x3") else dtype)
     if out not in VALUE_BYTES:
         raise InvalidInput("out (C dtype)", out, sorted(VALUE_BYTES))
     chain = parse_chain_text(epilogue)

@@ -20,7 +20,7 @@ from formloop.library.gemm_epilogue_ops import TL_DTYPES, EpilogueOp
 
 OPERATIONS = ("gemm", "batched_gemm", "conv2d")
 LAYOUTS = ("row", "col")
-OPERAND_DTYPES = ("bf16", "fp16", "tf32", "fp32")
+OPERAND_DTYPES = ("bf16", "fp16", "tf32", "tf32x3", "fp32")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 CONV_ARGS = ("H", "W", "C", "P", "Q", "FR", "FS", "SH", "SW", "PH", "PW", "DH", "DW")
 
@@ -323,7 +323,7 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
         body += ["k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)", *_pointer_setup(spec)]
         body += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "for k in range(k_lo, k_hi, BLOCK_K):"]
         loop = [*_pointer_loads(spec), "if WIDEN:", "    a = a.to(tl.float32)", "    b = b.to(tl.float32)",
-                "acc = tl.dot(a, b, acc, input_precision=PRECISION)", *_pointer_steps(spec)]
+                "acc = _dot(a, b, acc, PRECISION)", *_pointer_steps(spec)]
         body += ["    " + x for x in loop]
     else:  # the GEMM family's copy-engine main loop (gemm_tiling_kernel._tma_mainloop), shared
         body += ["k_hi = tl.minimum(K, k_lo + per_split * BLOCK_K)",
@@ -383,6 +383,7 @@ def module_source(spec: KernelSpec, load_path: int, *, header: Sequence[str] = (
     """The whole emitted module: imports, helpers, the epilogue and the main kernel."""
     lines = [f"# {h}" for h in header]
     lines += ["import triton", "import triton.language as tl", "",
+              "from formloop.library.gemm_dot import _dot",
               "from formloop.library.gemm_tiling_kernel import _split_arrive, _split_total, _tile_of, _tma_mainloop",
               "", "",
               HELPERS, "", "", epilogue_source(spec), "", "", kernel_source(spec, load_path), ""]

@@ -58,7 +58,7 @@ LIFETIME = P <= S - 2 + beta
 
 
 def chip_params(chip: Chip, dtype: str = "fp32") -> dict[str, float]:
-    precision = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16"}[dtype]
+    precision = {"fp32": "fp32", "tf32": "tf32", "tf32x3": "tf32x3", "bf16": "bf16", "fp16": "fp16"}[dtype]
     return {
         "Ms": chip.smem_per_block,
         "R_acc": chip.accumulators_per_block,

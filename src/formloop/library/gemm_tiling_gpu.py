@@ -21,7 +21,10 @@ Walls (chip resources on the right-hand side):
                                          acc_regs = min(128, registers per thread − 64): a thread's
                                          cap, e.g. maxnreg on an emulated chip, less 64 for addresses,
                                          fragments and pipeline state. On the H200 Triton 3.6 failed to
-                                         compile 128 accumulators a thread under maxnreg=128)
+                                         compile 128 accumulators a thread under maxnreg=128;
+                                         tf32x3 also holds the hi and lo parts of the A and B tiles:
+                                         Tm·Tn + 2·(Tm+Tn)·Tk, else 128x256x32 on 8 warps spills
+                                         936 B on sm_90, tests/test_tf32x3_compile.py)
   C3 warps    Tm·Tn ≥ 64·W              (each thread holds at least two accumulators)
   C4 split    (KS−1)·⌈⌈K/Tk⌉/KS⌉ < ⌈K/Tk⌉   (every split gets at least one k-tile)
   C5 layout   L = 0 or K·e and N·e are multiples of 16 bytes (TMA row pitch)
@@ -59,7 +62,7 @@ from formloop.verify.certificate import ProofPlan
 from formloop.verify.outcome import ObligationResult
 
 NAME = "gemm-tiling-gpu"
-DTYPES = ("bf16", "fp16", "tf32", "fp32")
+DTYPES = ("bf16", "fp16", "tf32", "tf32x3", "fp32")
 # The chips whose specs this contract is written for (TMA copies, 227 KiB of shared memory a block).
 CONTRACT_CHIPS = ("h200", "h100")
 CONTRACT = "gpu (Triton family)"  # how a report names a contract of the Triton families on these chips
@@ -228,6 +231,12 @@ ROWS_ALIGNED = (K * e).eq(16 * floordiv(K * e, 16)) & (N * e).eq(16 * floordiv(N
 LIFETIME = S >= 1  # P = S−1, beta = 1 under Triton's pipeliner: P ≤ S−2+beta for every S ≥ 1
 
 
+def held_values(dtype: str):
+    """fp32 values a block holds in registers: its accumulators, and for tf32x3 the hi and lo parts
+    of its A and B tiles (the other types' expression is unchanged: content hashes stay)."""
+    return Tm * Tn + 2 * (Tm + Tn) * Tk if dtype == "tf32x3" else Tm * Tn
+
+
 def acc_budget(chip: Chip) -> int:
     """fp32 accumulators a thread may hold on `chip`: ACC_REGS, less where the chip caps a thread's
     registers below ACC_REGS + ACC_HEADROOM."""
@@ -239,7 +248,7 @@ def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None 
     if chip.name not in CONTRACT_CHIPS:
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS,
                            fix="the Triton family's contract assumes Hopper: TMA copies and 227 KiB of shared memory")
-    precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}[dtype]
+    precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "tf32x3": "tf32x3", "fp32": "fp32"}[dtype]
     values = {"Ms": chip.smem_per_block, "acc_regs": acc_budget(chip), "n_sm": chip.sm_count,
               "bw": chip.bandwidth, "flops": chip.peak(precision), "l2": chip.l2_bytes, **PRIORS}
     if calibration:
@@ -279,7 +288,7 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
         ),
         constraints=(
             Constraint("C1", smem_bytes <= Ms, "capacity", "the S slots fit in shared memory"),
-            Constraint("C2", (Tm * Tn >= 256) & (Tm * Tn <= acc_regs * 32 * W), "capacity",
+            Constraint("C2", (Tm * Tn >= 256) & (held_values(dtype) <= acc_regs * 32 * W), "capacity",
                        "the fp32 accumulator tile fits the warps' registers"),
             Constraint("C3", Tm * Tn >= 64 * W, "capacity", "every thread holds at least two accumulators"),
             Constraint("C4", (KS - 1) * n_iter < k_tiles, "schedule", "every split gets at least one k-tile"),

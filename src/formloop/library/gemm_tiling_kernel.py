@@ -34,6 +34,7 @@ from triton.runtime.jit import MockTensor
 
 from formloop.dtypes import KERNEL_DTYPES, get_dtype, torch_dtype
 from formloop.errors import InvalidInput
+from formloop.library.gemm_dot import _dot
 
 # Views of formloop.dtypes: storage, tl.dot's input_precision, allowed ‖out − ref‖ / ‖ref‖ vs float64.
 TORCH_DTYPES = {d: torch_dtype(d) for d in KERNEL_DTYPES}
@@ -161,7 +162,7 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
         if WIDEN:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = _dot(a, b, acc, PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
@@ -208,7 +209,7 @@ def _tma_mainloop(a_desc, b_desc, bid, off_m, off_n, k_lo, k_hi,
         if WIDEN:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = _dot(a, b, acc, PRECISION)
     return acc
 
 

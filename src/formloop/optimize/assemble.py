@@ -74,7 +74,7 @@ def _import_line(name: str, obj: Any) -> str | None:
 
 
 def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, small: bool = False,
-             fp32_operands: str = "tf32", spec: str | None = None) -> Assembly:
+             fp32_operands: str = "auto", spec: str | None = None, tolerance: str = "kernelbench") -> Assembly:
     """Choose every region's instance (implementer.choose), emit the calls, write the source."""
     gm = copy.deepcopy(cap.gm)
     by_old = dict(zip(cap.gm.graph.nodes, gm.graph.nodes))
@@ -98,6 +98,8 @@ def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, sm
         local.notes = list(region.notes)
         try:
             extra = {"spec": spec} if spec is not None and region.kind == "gemm-epilogue" else {}
+            if region.kind == "gemm-epilogue":
+                extra["tolerance"] = tolerance
             design = impl.choose(local, tier=tier, attempt=attempt, fp32_operands=fp32_operands, **extra)
         except Exception as exc:  # noqa: BLE001 - the region stays PyTorch, with the reason
             out.skipped.append({"region": region.nodes[0].name, "reason": f"{type(exc).__name__}: {exc}"[:400]})

@@ -159,8 +159,8 @@ def bootstrap(path: str, *, small: bool, chip: str, dtype: str = "fp32") -> dict
 
 
 def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
-          fp32_operands: str = "tf32", spec: str | None = None, prefix: str = "a",
-          dtype: str = "fp32") -> dict[str, Any]:
+          fp32_operands: str = "auto", spec: str | None = None, prefix: str = "a",
+          dtype: str = "fp32", tolerance: str = "kernelbench") -> dict[str, Any]:
     """Assemble attempt `attempt`'s ModelNew and write it; `candidate` is None with `reason` if no
     region could be given an instance. `dtype` is the problem's settled dtype (bootstrap's)."""
     name = Path(path).stem
@@ -173,7 +173,8 @@ def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
         with _timed(phases, "recognize"):
             rec = recognize(cap)
         with _timed(phases, "solve"):
-            asm = assemble(cap, rec, tier=tier, attempt=attempt, small=small, fp32_operands=fp32_operands, spec=spec)
+            asm = assemble(cap, rec, tier=tier, attempt=attempt, small=small, fp32_operands=fp32_operands, spec=spec,
+                           tolerance=tolerance)
     except Exception as exc:  # noqa: BLE001
         return {"candidate": None, "reason": f"assembly failed: {type(exc).__name__}: {exc}"[:400],
                 "phase_seconds": phases}

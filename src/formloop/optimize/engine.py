@@ -43,7 +43,7 @@ class Settings:
     workers: int = 2
     integrity: bool = True
     compile_baseline: bool | None = None    # None: on the gpu tier only
-    fp32_operands: str = "tf32"
+    fp32_operands: str = "auto"             # auto | tf32 | tf32x3 | fp32 (formloop.optimize.precision)
     deadline_s: float | None = None         # wall seconds after which no new attempt starts (resume later)
     store: Path | None = None               # the population store (None: the settings' store)
     dtype: str = "fp32"                     # fp32 | bf16 (the problem set's variant)
@@ -208,7 +208,7 @@ def _dtype(store: OptimizeStore, name: str) -> str:
 
 
 def _operands(store: OptimizeStore, name: str, settings: Settings) -> str:
-    """fp32 GEMM operands once an attempt with the default (tf32) was incorrect: tolerance first."""
+    """fp32 GEMM operands once an attempt with the default (auto) was incorrect: tolerance first."""
     wrong = any(a["verdict"].startswith("incorrect") for a in store.attempts(name) if a["origin"] == "formloop")
     return "fp32" if wrong else settings.fp32_operands
 
@@ -241,7 +241,7 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
     numbers = {n: store.next_attempt(n) for n in batch}
     builds = [pool.submit(steps.build, str(by_name[n]), small=settings.small, tier=tier, attempt=numbers[n],
                           out_dir=str(settings.out), fp32_operands=_operands(store, n, settings),
-                          dtype=_dtype(store, n)) for n in batch]
+                          dtype=_dtype(store, n), tolerance=settings.tolerance) for n in batch]
     measures: dict[str, Any] = {}
     built: dict[str, dict] = {}
     for name, future in zip(batch, builds):   # a measurement is submitted as soon as its build is back

@@ -17,6 +17,7 @@ from torch import fx, nn
 from torch.nn import functional as F
 
 from formloop.optimize.capture import Captured
+from formloop.optimize.precision import check_option, decide
 from formloop.optimize.recognize import Implementer, Region, register
 
 # Tiles tried after the MILP's own choice (attempt 1, 2, ...): pinned, the MILP solves the rest.
@@ -190,21 +191,54 @@ def spec_text(region: Region, chain: list[str], *, ab: str, tile: tuple[int, int
     return "\n".join(lines + [f">> {op.replace('=', ' = ').replace(',', ', ')}" for op in chain]) + "\n"
 
 
-def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = "tf32",
-           spec: str | None = None) -> dict[str, Any]:
+def _reduced_after(node: fx.Node) -> bool:
+    """Whether the value's only user is a row log-sum-exp (any keepdim) that stays PyTorch."""
+    if len(node.users) != 1:
+        return False
+    u = next(iter(node.users))
+    lse = (u.op, u.target) in (("call_function", torch.logsumexp), ("call_method", "logsumexp"))
+    dim = arg_of(u, 1, "dim") if lse else None
+    dim = dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
+    meta = node.meta.get("tensor_meta")
+    nd = len(meta.shape) if meta is not None and hasattr(meta, "shape") else 0
+    return lse and u.args[0] is node and isinstance(dim, int) and nd > 0 and dim % nd == nd - 1
+
+
+def operand_precision(region: Region, chain: list[str], fp32_operands: str, tolerance: str) -> dict[str, Any]:
+    """The operand precision of an fp32 region (formloop.optimize.precision.decide) at its shape; a row
+    log-sum-exp the region leaves to PyTorch (keepdim) counts in the bound as the chain's own would."""
+    p = region.params
+    if not chain[-1:] == ["logsumexp"] and _reduced_after(region.output):
+        chain = [*chain, "logsumexp"]
+    *lead, n, k = p["dims"]
+    outputs = math.prod(lead) * (1 if chain[-1:] and chain[-1].startswith("logsumexp") else n)
+    linear_weight = isinstance(p["b"], str)   # an nn.Linear's own weight: PyTorch's default init
+    return decide(fp32_operands, K=k, N=n, outputs=outputs, rms_ab=1 / math.sqrt(3 * k) if linear_weight else 1.0,
+                  chain=chain, rule=tolerance)
+
+
+def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = "auto",
+           spec: str | None = None, tolerance: str = "kernelbench") -> dict[str, Any]:
     """The instance for `attempt` (0: the MILP's choice; k: tile ALT_TILES[k-1] pinned). Shortens a
     refused chain from its end (the dropped nodes leave the region). Raises ValueError if none.
     With `spec` (an agent's kernel spec), its fields fix the instance (open ones solved by the MILP
-    at the region's shape) and its operand type is used; the chain stays the problem's."""
+    at the region's shape) and its operand type is used; the chain stays the problem's.
+    fp32 regions take `fp32_operands` (auto | tf32 | tf32x3 | fp32; auto: the fastest whose error
+    bound fits `tolerance`, formloop.optimize.precision) on every tier: the interpreter emulates
+    tf32 and tf32x3 (formloop.library.gemm_dot); the choice and its bound go into the notes."""
     from formloop.dsl.service import check_spec
 
     p = region.params
+    check_option(fp32_operands)
     if spec is not None:
         return _from_spec(region, spec, check_spec)
-    ab = (fp32_operands if tier == "gpu" else "fp32") if p["dtype"] == "fp32" else p["dtype"]
     tile = None if attempt == 0 else ALT_TILES[(attempt - 1) % len(ALT_TILES)]
     chain = list(p["chain"])
     fixed = 1 if p["bias"] is not None else 0
+    # the bound follows the whole matched chain: ops the template refuses still run (in PyTorch) on
+    # the kernel's output, so their gain (a row log-sum-exp's averaging) applies all the same
+    decision = operand_precision(region, chain, fp32_operands, tolerance) if p["dtype"] == "fp32" else None
+    ab = decision["precision"] if decision else p["dtype"]
     while True:   # the longest chain the template accepts (with the MILP's own tile)
         text = spec_text(region, chain, ab=ab, interpreter=tier != "gpu")
         out = check_spec(text=text)
@@ -223,6 +257,8 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
             raise ValueError(f"tile {tile} refused for this region: " + "; ".join(out.get("lines", []))[:300])
     design = out["design"]
     keep = {k: int(v) for k, v in design["assignment"].items()}
+    if decision:
+        region.notes.append(decision["note"])
     return {"config": keep, "ab": ab, "chain": " >> ".join(chain), "spec": text,
             "predicted_us": design.get("predicted_us"), "template_hash": design.get("template_hash"),
             "solver": (design.get("solve") or {}).get("solver", "pinned"),

@@ -19,8 +19,10 @@ from formloop.sol.ops import SOL_DTYPES, Counts
 
 # Compute precisions a storage dtype may be computed in without loss of its accumulation range;
 # the first one the chip has is the default (FP32 GEMMs on TF32 tensor cores, seed 002 App. A.2).
-# Narrower types compute at their own peak only.
-COMPUTE_PRECISIONS = {d: ("tf32", "fp32", "bf16", "fp16") if d == "fp32" else (get_dtype(d).peak,) for d in SOL_DTYPES}
+# Narrower types compute at their own peak only. tf32x3 (about fp32 accuracy on tf32 tensor cores,
+# three dots) is priced at the tf32 peak / 3 (formloop.dtypes, Chip.peak).
+COMPUTE_PRECISIONS = {d: ("tf32", "tf32x3", "fp32", "bf16", "fp16") if d == "fp32" else (get_dtype(d).peak,)
+                      for d in SOL_DTYPES}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,106 @@
+"""The operand precision of an fp32 GEMM region: tf32, tf32x3 or fp32 (IEEE, SIMT), chosen a priori.
+
+`decide(...)` with `fp32_operands="auto"` picks the fastest precision whose error bound fits the
+tolerance rule the harness applies (formloop.measure.compare.rule_for); a named precision is taken
+as asked, with its bound recorded all the same. The bound is a statistical one (independent
+rounding errors, a Gaussian tail over the outputs), stated on these assumptions:
+
+  output scale  s = sqrt(K) · rms(A) · rms(B): unit-rms activations (KernelBench draws its inputs
+                with torch.randn; normalized hidden states are unit-rms too), B an nn.Linear weight
+                at PyTorch's default init (uniform ±1/sqrt(K): rms 1/sqrt(3K)), any other B unit-rms.
+  error rms     s · sqrt(op_p² + u²·K/3) relative: op_p the precision's operand rounding per product
+                (tf32 truncated to 10 mantissa bits: sqrt(7/6)·2^-10; tf32x3: the residual's
+                truncation and the dropped lo·lo term, ≤ 2^-20; fp32: 0), u = 2^-24 the fp32
+                accumulation roundoff, kernel and reference summing in different orders.
+  worst element z(n) = sqrt(2·ln(2n)) error rms over n outputs, times the epilogue's gain: |scale|,
+                1.2 for silu/gelu/mish, 2 for softmax, 1 for the other element ops; a row
+                log-sum-exp averages the row's errors (gain e^{s²/2}/sqrt(N), outputs ≥ ln N).
+  allowed       KernelBench (torch.allclose vs the fp32 reference, atol = rtol = tol): tol at a
+                near-zero output (tol·(1 + ln N) under a log-sum-exp); formloop's rule: its
+                RMS-scaled slack atol_scale·(the output's scale).
+
+When no precision fits (the fp32 reference's own rounding error is of the tolerance's order, e.g.
+K = 8192 on unit operands), tf32x3 is kept where its bound is within 2x fp32's, else fp32: the
+harness decides, and a failing attempt is retried on fp32 operands (formloop.optimize.engine)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from formloop.errors import InvalidInput
+from formloop.measure.compare import AllClose, rule_for
+
+FP32_OPERANDS = ("auto", "tf32", "tf32x3", "fp32")
+SPEED_ORDER = ("tf32", "tf32x3", "fp32")        # fastest first: tf32 peak, tf32 peak / 3, SIMT fp32
+OPERAND_RMS = {"tf32": math.sqrt(7 / 6) * 2.0 ** -10, "tf32x3": 2.0 ** -20, "fp32": 0.0}
+U_ACC = 2.0 ** -24
+GAINS = {"silu": 1.2, "gelu": 1.2, "mish": 1.2, "softmax": 2.0}
+
+
+def check_option(value: str) -> str:
+    """`value` if it is one of FP32_OPERANDS, else the named error."""
+    if value not in FP32_OPERANDS:
+        raise InvalidInput("fp32-operands", value, FP32_OPERANDS)
+    return value
+
+
+def _gain(chain: list[str]) -> float:
+    g = 1.0
+    for op in chain:
+        kind = op.split("(")[0]
+        if kind == "scale" and "by=row" not in op:
+            g *= abs(float(op.split("by=")[1].split(",")[0].rstrip(")")))
+        else:
+            g *= GAINS.get(kind, 1.0)
+    return g
+
+
+def bound(precision: str, *, K: int, N: int, outputs: int, rms_ab: float, chain: list[str] | None = None,
+          rule: str = "kernelbench") -> dict[str, Any]:
+    """The predicted worst element error of `precision` and what the rule allows (absolute, in the
+    output's units), with `fits`. `rms_ab` = rms(A)·rms(B); `outputs` = elements of the region's output."""
+    chain = list(chain or [])
+    s = math.sqrt(K) * rms_ab
+    rel = math.sqrt(OPERAND_RMS[precision] ** 2 + U_ACC ** 2 * K / 3)
+    lse = bool(chain) and chain[-1].startswith("logsumexp")
+    gain = _gain(chain[:-1] if lse else chain)
+    floor = 0.0   # the smallest |output| the allowed error may count on
+    if lse:
+        gain *= min(1.0, math.exp(min(s * s / 2, 50.0)) / math.sqrt(N))
+        z = math.sqrt(2 * math.log(2 * max(outputs, 1)))
+        floor = max(0.0, math.log(N) - z * s / math.sqrt(N))
+    z = math.sqrt(2 * math.log(2 * max(outputs, 1)))
+    worst = z * gain * s * rel
+    r = rule_for(rule, torch.float32)
+    if isinstance(r, AllClose):
+        allowed = r.atol + r.rtol * floor
+    else:
+        allowed = r.atol_scale * gain * s + r.rtol * floor
+    return {"precision": precision, "worst_error": worst, "allowed": allowed, "fits": worst <= allowed,
+            "z": z, "scale": s, "rule": rule}
+
+
+def decide(fp32_operands: str, *, K: int, N: int, outputs: int, rms_ab: float, chain: list[str] | None = None,
+           rule: str = "kernelbench") -> dict[str, Any]:
+    """The precision for one fp32 GEMM region and why: {'precision', 'bounds', 'note'}."""
+    check_option(fp32_operands)
+    bounds = {p: bound(p, K=K, N=N, outputs=outputs, rms_ab=rms_ab, chain=chain, rule=rule) for p in SPEED_ORDER}
+    if fp32_operands != "auto":
+        pick, why = fp32_operands, "asked for"
+    else:
+        fitting = [p for p in SPEED_ORDER if bounds[p]["fits"]]
+        if fitting:
+            pick, why = fitting[0], "the fastest whose bound fits"
+        else:
+            close = bounds["tf32x3"]["worst_error"] <= 2 * bounds["fp32"]["worst_error"]
+            pick = "tf32x3" if close else "fp32"
+            why = "no bound fits (the fp32 reference's own error is of the tolerance's order); " + (
+                "tf32x3 is within 2x of fp32's" if close else "fp32 is the most accurate")
+    b = bounds[pick]
+    note = (f"fp32 operands as {pick} ({fp32_operands}: {why}): predicted worst error {b['worst_error']:.3g} vs "
+            f"allowed {b['allowed']:.3g} under the {rule} rule (model: K={K}, output scale {b['scale']:.3g}, "
+            f"{outputs} outputs; tf32 {bounds['tf32']['worst_error']:.3g}, tf32x3 "
+            f"{bounds['tf32x3']['worst_error']:.3g}, fp32 {bounds['fp32']['worst_error']:.3g})")
+    return {"precision": pick, "bounds": bounds, "note": note}
