@@ -154,7 +154,11 @@ def test_recognizer_regions_and_notes(tmp_path):
 
 
 def test_fp32_operand_type_follows_the_engines_mode():
-    assert operand_type("fp32", "gpu") == "tf32" and operand_type("fp32", "gpu", "fp32") == "fp32"
+    assert operand_type("fp32", "gpu", "tf32") == "tf32" and operand_type("fp32", "gpu", "fp32") == "fp32"
+    # auto: the GEMM region's error-bound decision at conv2d_3x3's implicit GEMM (K = 64*3*3 = 576)
+    notes: list[str] = []
+    assert operand_type("fp32", "gpu", "auto", [64 * 56 * 56, 64, 576], "kernelbench", notes) == "tf32x3"
+    assert notes and "tf32x3" in notes[0]
     assert operand_type("fp32", "interpreter") == "fp32" and operand_type("bf16", "gpu") == "bf16"
 
 

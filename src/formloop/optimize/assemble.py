@@ -98,7 +98,7 @@ def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, sm
         local.notes = list(region.notes)
         try:
             extra = {"spec": spec} if spec is not None and region.kind == "gemm-epilogue" else {}
-            if region.kind == "gemm-epilogue":
+            if region.kind in ("gemm-epilogue", "conv2d-epilogue"):
                 extra["tolerance"] = tolerance
             design = impl.choose(local, tier=tier, attempt=attempt, fp32_operands=fp32_operands, **extra)
         except Exception as exc:  # noqa: BLE001 - the region stays PyTorch, with the reason

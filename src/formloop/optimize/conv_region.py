@@ -17,6 +17,7 @@ region: a `conv2d` (or `gemm`) spec with the region's geometry and open fields, 
 template's MILP and checked against the proved template."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ from torch.nn import functional as F
 
 from formloop.optimize.capture import Captured
 from formloop.optimize.gemm_region import ALT_TILES, DTYPES, INTERPRETER_TILE, arg_of, chain_op
+from formloop.optimize.precision import check_option, decide
 from formloop.optimize.recognize import Implementer, Region, register
 
 FUSED_OPS = ("relu", "tanh", "sigmoid", "silu", "mish", "gelu", "leaky_relu", "hardtanh", "clamp", "scale(by=")
@@ -35,13 +37,24 @@ BN_TRAINING = ("training-mode BatchNorm2d: not folded into the conv kernel (its 
 BN_OPS = ["scale(by=row,name=bn_scale)", "bias(axis=row,name=bn_shift)"]
 
 
-def operand_type(dtype: str, tier: str, fp32_operands: str = "tf32") -> str:
+def operand_type(dtype: str, tier: str, fp32_operands: str = "auto", gemm: list[int] | None = None,
+                 tolerance: str = "kernelbench", notes: list[str] | None = None) -> str:
     """The operand type of the conv's dot products: the model's dtype, except fp32 models on the GPU
-    tier, which take `fp32_operands` (the engine's fp32 compute mode, as the GEMM region does); the
-    interpreter runs fp32 operands as they are."""
+    tier, which take `fp32_operands` (the engine's fp32 compute mode; auto: the GEMM region's error-bound
+    decision, formloop.optimize.precision, at the implicit GEMM's M x N x K = `gemm`, weights at
+    PyTorch's default init); the interpreter runs fp32 operands as they are."""
+    check_option(fp32_operands)
     if dtype != "fp32":
         return dtype
-    return fp32_operands if tier == "gpu" else "fp32"
+    if tier != "gpu":
+        return "fp32"
+    if fp32_operands != "auto":
+        return fp32_operands
+    m, n, k = gemm
+    d = decide("auto", K=k, N=n, outputs=m * n, rms_ab=1 / math.sqrt(3 * k), rule=tolerance)
+    if notes is not None:
+        notes.append(d["note"])
+    return d["precision"]
 
 
 def _pair(v: Any) -> tuple[int, int] | None:
@@ -146,13 +159,14 @@ def spec_text(region: Region, chain: list[str], *, ab: str, tile: tuple[int, int
     return "\n".join(lines + [f">> {op.replace('=', ' = ').replace(',', ', ')}" for op in chain]) + "\n"
 
 
-def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = "tf32", **_: Any) -> dict[str, Any]:
+def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = "auto",
+           tolerance: str = "kernelbench", **_: Any) -> dict[str, Any]:
     """The instance for `attempt` (0: the MILP's choice; k: tile ALT_TILES[k-1] pinned). A chain the
     template refuses is shortened from its end (bias and a folded BatchNorm are kept). Raises ValueError."""
     from formloop.dsl.service import check_spec
 
     p = region.params
-    ab = operand_type(p["dtype"], tier, fp32_operands)
+    ab = operand_type(p["dtype"], tier, fp32_operands, p["gemm"], tolerance, region.notes)
     tile = None if attempt == 0 else ALT_TILES[(attempt - 1) % len(ALT_TILES)]
     chain = list(p["chain"])
     fixed = sum(1 for t in chain if "name=" in t)
