@@ -157,8 +157,16 @@ def test_fp32_operand_type_follows_the_engines_mode():
     assert operand_type("fp32", "gpu", "tf32") == "tf32" and operand_type("fp32", "gpu", "fp32") == "fp32"
     # auto: the GEMM region's error-bound decision at conv2d_3x3's implicit GEMM (K = 64*3*3 = 576)
     notes: list[str] = []
-    assert operand_type("fp32", "gpu", "auto", [64 * 56 * 56, 64, 576], "kernelbench", notes) == "tf32x3"
-    assert notes and "tf32x3" in notes[0]
+    tf32_conv = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False   # an fp32 reference conv: the error-bound decision
+        assert operand_type("fp32", "gpu", "auto", [64 * 56 * 56, 64, 576], "kernelbench", notes) == "tf32x3"
+        assert notes and "tf32x3" in notes[0]
+        torch.backends.cudnn.allow_tf32 = True    # a TF32 reference conv (PyTorch's default): match it
+        assert operand_type("fp32", "gpu", "auto", [64 * 56 * 56, 64, 576], "kernelbench", notes) == "tf32"
+        assert "reference conv runs TF32" in notes[-1]
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32_conv
     assert operand_type("fp32", "interpreter") == "fp32" and operand_type("bf16", "gpu") == "bf16"
 
 

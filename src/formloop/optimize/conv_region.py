@@ -50,6 +50,14 @@ def operand_type(dtype: str, tier: str, fp32_operands: str = "auto", gemm: list[
         return "fp32"
     if fp32_operands != "auto":
         return fp32_operands
+    if torch.backends.cudnn.allow_tf32:
+        # the reference conv itself runs on TF32 tensor cores (PyTorch's default for cuDNN), and the
+        # KernelBench rule compares with that reference: an fp32-accurate result differs from it by
+        # the reference's own TF32 error (measured on the H200: 40 % of conv2d_3x3's elements)
+        if notes is not None:
+            notes.append("fp32 operands as tf32 (auto: the reference conv runs TF32, "
+                         "torch.backends.cudnn.allow_tf32 is True; the candidate matches its precision)")
+        return "tf32"
     m, n, k = gemm
     d = decide("auto", K=k, N=n, outputs=m * n, rms_ab=1 / math.sqrt(3 * k), rule=tolerance)
     if notes is not None:
