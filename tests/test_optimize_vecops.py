@@ -56,8 +56,9 @@ def test_gpu_designs_are_the_milp_s():
 
 
 def test_a_norm_region_feeds_a_later_region(tmp_path):
-    """conv -> BatchNorm2d -> relu: the norm's call is the node the elementwise region reads (level2 problem)."""
-    path = str(P.parent / "level2" / "conv_bn_relu.py")
+    """BatchNorm2d -> relu -> scale: the norm's call is the node the elementwise region reads (a conv in
+    front, as in level2/conv_bn_relu, is a conv region that takes the norm into its own chain)."""
+    path = str(Path(__file__).resolve().parent / "fixtures" / "optimize" / "bn_relu.py")
     b = build(path, small=True, tier="interpreter", attempt=0, out_dir=str(tmp_path))
     assert b["candidate"], b
     kinds = [r["kind"] for r in b["regions"]]
