@@ -135,8 +135,9 @@ def test_a_region_reading_an_earlier_regions_output_assembles(tmp_path):
     assert all(any("fp32 operands as" in n for n in r["notes"]) for r in gemm)
 
 
+# (the decoder layer: its assembly above; its correctness at full size on the H200, RESULTS.md)
 @pytest.mark.parametrize("name", ["level1/gemm_skinny", "level1/bmm_heads", "level2/gateup_silu_mul",
-                                  "level2/gemm_scale_clamp", "level3/decoder_layer_qwen3"])
+                                  "level2/gemm_scale_clamp"])
 def test_formerly_incorrect_problems_optimize_correctly_at_small_sizes(name, tmp_path):
     path = str(P / f"{name}.py")
     b = _build(path, tmp_path)
