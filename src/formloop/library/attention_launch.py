@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from formloop.library.gemm_tiling_launch import NOT_RUN, _hooked, _raw_launcher, device_key
+from formloop.library.gemm_tiling_launch import NOT_RUN, _hooked, _raw_launcher, device_key, expand
 
 MAX_BOUND = 256  # operand sets a launcher keeps bound (the timer rotates up to 64)
 # One kernel of a launch: (jit function, grid, positional arguments, constexprs and launch options).
@@ -36,27 +36,6 @@ def constexprs(fn, args: Sequence, meta: dict) -> tuple:
     """The constexpr values after the positional arguments, in the kernel's signature order: Triton
     hands a compiled kernel (and its C launcher) every bound argument, constexprs included."""
     return tuple(meta[name] for name in fn.arg_names[len(args):])
-
-
-def expand(compiled, args: Sequence) -> list | None:
-    """The kernel arguments as the C launcher takes them: tensors as pointers, each host descriptor
-    encoded once by Triton's own make_tensordesc_arg; None if the signature does not match."""
-    from triton.backends.nvidia.driver import make_tensordesc_arg
-
-    signature = list(compiled.src.signature.values())
-    if len(signature) != len(args):
-        return None
-    metas = getattr(compiled.metadata, "tensordesc_meta", None)
-    out, d = [], 0
-    for ty, value in zip(signature, args):
-        if isinstance(ty, str) and ty.startswith("tensordesc"):
-            out.extend(make_tensordesc_arg(value, metas[d] if metas else None))
-            d += 1
-        elif isinstance(value, torch.Tensor):
-            out.append(value.data_ptr())
-        else:
-            out.append(value)
-    return out
 
 
 class ThinLaunch:

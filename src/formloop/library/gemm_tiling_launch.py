@@ -161,21 +161,28 @@ class LaunchPlan:
         return (k.function, L.launch_cooperative_grid, L.launch_pdl, None, None, k.packed_metadata, None, None, None)
 
     def _expand(self, args):
-        """The kernel arguments as the C launcher takes them: each host descriptor encoded once."""
-        from triton.backends.nvidia.driver import make_tensordesc_arg
+        return expand(self._compiled, args)
 
-        signature = list(self._compiled.src.signature.values())
-        metas = getattr(self._compiled.metadata, "tensordesc_meta", None)
-        out, d = [], 0
-        for ty, value in zip(signature, args):
-            if isinstance(ty, str) and ty.startswith("tensordesc"):
-                out.extend(make_tensordesc_arg(value, metas[d] if metas else None))
-                d += 1
-            elif isinstance(value, torch.Tensor):
-                out.append(value.data_ptr())
-            else:
-                out.append(value)
-        return out
+
+def expand(compiled, args) -> list | None:
+    """The kernel arguments as the C launcher takes them: tensors as pointers, each host descriptor
+    encoded once by Triton's own make_tensordesc_arg; None if the signature does not match."""
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+
+    signature = list(compiled.src.signature.values())
+    if len(signature) != len(args):
+        return None
+    metas = getattr(compiled.metadata, "tensordesc_meta", None)
+    out, d = [], 0
+    for ty, value in zip(signature, args):
+        if isinstance(ty, str) and ty.startswith("tensordesc"):
+            out.extend(make_tensordesc_arg(value, metas[d] if metas else None))
+            d += 1
+        elif isinstance(value, torch.Tensor):
+            out.append(value.data_ptr())
+        else:
+            out.append(value)
+    return out
 
 
 def plan_for(plan: GemmPlan, device: str | torch.device) -> LaunchPlan:
