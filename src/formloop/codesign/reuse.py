@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 import time
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from formloop.codesign.study import read_toml
 from formloop.errors import Infeasible, InvalidInput
 from formloop.hw.chips import get_chip
 from formloop.library import get_template
@@ -82,17 +82,8 @@ class Row:
 
 
 def load_reuse_study(path: str | Path) -> ReuseStudy:
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInput("reuse study file", str(p), "an existing TOML file")
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise InvalidInput("reuse study file", str(p), "a UTF-8 TOML file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInput("reuse study file", str(p), f"valid TOML ({exc})") from None
-    study = parse_reuse_study(data)
-    study.path = str(p)
+    study = parse_reuse_study(read_toml(path, "reuse study file"))
+    study.path = str(path)
     return study
 
 

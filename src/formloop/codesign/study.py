@@ -46,17 +46,21 @@ def ventus_walls() -> tuple[WallSpec, ...]:
     )
 
 
-def load_study(path: str | Path) -> Study:
+def read_toml(path: str | Path, what: str = "study file") -> dict:
+    """A study file's TOML contents; a missing, non-UTF-8 or malformed file is a named error."""
     path = Path(path)
     if not path.is_file():
-        raise InvalidInput("study file", str(path), "an existing TOML file")
+        raise InvalidInput(what, str(path), "an existing TOML file")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise InvalidInput("study file", str(path), f"a UTF-8 TOML file (byte {exc.start} is not UTF-8)") from None
+        raise InvalidInput(what, str(path), f"a UTF-8 TOML file (byte {exc.start} is not UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidInput("study file", str(path), f"valid TOML ({exc})") from None
-    study = parse_study(data)
+        raise InvalidInput(what, str(path), f"valid TOML ({exc})") from None
+
+
+def load_study(path: str | Path) -> Study:
+    study = parse_study(read_toml(path))
     study.path = str(path)
     return study
 
