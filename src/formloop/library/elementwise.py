@@ -31,7 +31,7 @@ from formloop.library.gemm_tiling_gpu import proof_chip
 from formloop.solve import solve_milp
 from formloop.template import Constraint, Template
 from formloop.verify.certificate import ProofPlan
-from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
+from formloop.verify.index import IndexAxis
 
 NAME = "elementwise"
 REFUSED = ("softmax", "logsumexp", "glu")
@@ -150,17 +150,9 @@ def solved_design(chain: str, rows: int, cols: int, dtype: str = "bf16", out: st
 
 def proof_plan(template: Template, dtype: str, out: str) -> ProofPlan:
     """Coverage, exact-once, no-phantom of the column tiles (every BN) and row tiles (every BM)."""
-    values = rw.chip_params(proof_chip())
-    fixed = {p.name: values[p.name] for p in template.params if p.payload.kind == "chip"}
-    fixed["e"] = dtype_bytes(dtype)
     j, i = param("j", lower=None), param("i", lower=None)
     axes = ((IndexAxis("N", N, BN, ceildiv(N, BN), BN, j < N, floordiv(j, BN), j), BN),
             (IndexAxis("M", M, BM, ceildiv(M, BM), BM, i < M, floordiv(i, BM), i), BM))
-    replay = lambda ob, name, tile, extent, index: rw.replay_axis(tile, extent, index)  # noqa: E731
-
-    def index_checks(run):
-        return [check_index(axis, ob, int(t), replay=replay, timeout_s=run.timeout_s)
-                for axis, dec in axes for t in dec.decision.menu for ob in INDEX_OBLIGATIONS]
-
-    return ProofPlan(fixed=fixed, fixed_reason="the walls read the proof chip's registers and warps; M, N symbolic",
-                     bounds={"index extents": "every extent >= 1, one query per menu value"}, checks=(index_checks,))
+    return rw.index_proof_plan(template, rw.chip_params(proof_chip()), axes,
+                               "the walls read the proof chip's registers and warps; M, N symbolic",
+                               e=dtype_bytes(dtype))

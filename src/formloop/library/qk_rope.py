@@ -28,7 +28,7 @@ from formloop.library.gemm_tiling_gpu import proof_chip
 from formloop.solve import solve_milp
 from formloop.template import Constraint, Template
 from formloop.verify.certificate import ProofPlan
-from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
+from formloop.verify.index import IndexAxis
 
 NAME = "qk-norm-rope-kv"
 HEAD_DIMS = (32, 64, 128, 256)
@@ -125,17 +125,8 @@ def solved_design(tokens: int, hq: int, hkv: int, d: int, dtype: str = "bf16", c
 
 def proof_plan(template: Template, dtype: str) -> ProofPlan:
     """Coverage, exact-once and no-phantom of the head packs over Hq + Hkv heads (every HP)."""
-    values = rw.chip_params(proof_chip())
-    fixed = {p.name: values[p.name] for p in template.params if p.payload.kind == "chip"}
-    fixed["e"] = dtype_bytes(dtype)
     n, h = param("H", doc="heads (Hq + Hkv)"), param("h", lower=None)
     axis = IndexAxis("H", n, HP, ceildiv(n, HP), HP, h < n, floordiv(h, HP), h)
-    replay = lambda ob, name, tile, extent, index: rw.replay_axis(tile, extent, index)  # noqa: E731
-
-    def index_checks(run):
-        return [check_index(axis, ob, int(t), replay=replay, timeout_s=run.timeout_s)
-                for t in HP.decision.menu for ob in INDEX_OBLIGATIONS]
-
-    return ProofPlan(fixed=fixed, fixed_reason="the walls read the proof chip's registers and warps; T, Hq, Hkv, D "
-                     "symbolic", bounds={"index extents": "every extent >= 1, one query per menu value"},
-                     checks=(index_checks,))
+    return rw.index_proof_plan(template, rw.chip_params(proof_chip()), ((axis, HP),),
+                               "the walls read the proof chip's registers and warps; T, Hq, Hkv, D symbolic",
+                               e=dtype_bytes(dtype))

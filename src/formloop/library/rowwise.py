@@ -248,24 +248,30 @@ def replay_axis(tile: int, extent: int, index: int) -> tuple[set[str], str]:
     return kinds, f"extent {extent}, tile {tile}: {tiles} tiles touch {len(seen)} indices"
 
 
-def proof_plan(template: Template, dtype: str, calibration: Mapping[str, float] | None = None) -> ProofPlan:
-    """Coverage, exact-once and no-phantom of the column walk (every BC) and the row split (every RP),
-    for every R and C; chip parameters fixed to the proof chip."""
-    values = chip_params(proof_chip(), calibration)
+def index_proof_plan(template: Template, values: Mapping[str, float], axes, reason: str,
+                     e: int | None = None) -> ProofPlan:
+    """Coverage, exact-once and no-phantom of each masked tile walk in `axes` ((IndexAxis, tile
+    decision) pairs) at every value of its tile's menu, replayed on numbers when one fails; the
+    template's chip parameters fixed to `values` (and the element size to `e` when given)."""
     fixed = {p.name: values[p.name] for p in template.params if p.payload.kind == "chip"}
-    fixed["e"] = dtype_bytes(dtype)
+    if e is not None:
+        fixed["e"] = e
     replay = lambda ob, name, tile, extent, index: replay_axis(tile, extent, index)  # noqa: E731
 
     def index_checks(run):
-        out = []
-        for axis, dec in ((column_axis(), BC), (row_axis(), RP)):
-            out += [check_index(axis, ob, int(t), replay=replay, timeout_s=run.timeout_s)
-                    for t in dec.decision.menu for ob in INDEX_OBLIGATIONS]
-        return out
+        return [check_index(axis, ob, int(t), replay=replay, timeout_s=run.timeout_s)
+                for axis, dec in axes for t in dec.decision.menu for ob in INDEX_OBLIGATIONS]
 
-    return ProofPlan(fixed=fixed, fixed_reason="the walls read the proof chip's registers and warps and the element "
-                     "size; R and C stay symbolic", bounds={"index extents": "every extent >= 1, one query per menu "
-                                                            "value"}, checks=(index_checks,))
+    return ProofPlan(fixed=fixed, fixed_reason=reason,
+                     bounds={"index extents": "every extent >= 1, one query per menu value"}, checks=(index_checks,))
+
+
+def proof_plan(template: Template, dtype: str, calibration: Mapping[str, float] | None = None) -> ProofPlan:
+    """Coverage, exact-once and no-phantom of the column walk (every BC) and the row split (every RP),
+    for every R and C; chip parameters fixed to the proof chip."""
+    return index_proof_plan(template, chip_params(proof_chip(), calibration), ((column_axis(), BC), (row_axis(), RP)),
+                            "the walls read the proof chip's registers and warps and the element size; R and C stay "
+                            "symbolic", e=dtype_bytes(dtype))
 
 
 @functools.lru_cache(maxsize=512)

@@ -32,7 +32,7 @@ from formloop.library.gemm_tiling_gpu import proof_chip
 from formloop.solve import solve_milp
 from formloop.template import Constraint, Template
 from formloop.verify.certificate import ProofPlan
-from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
+from formloop.verify.index import IndexAxis
 
 PREFIX = "vecops-"
 KINDS = ("norm-stats", "norm-apply", "scan", "colreduce", "gather")
@@ -148,16 +148,8 @@ def solved_design(kind: str, rows: int, cols: int, nbytes: int, chip: str = "h20
 
 def proof_plan(template: Template, calibration: Mapping[str, float] | None = None) -> ProofPlan:
     """Coverage, exact-once, no-phantom of the column tiles (every BC) and row tiles (every RP)."""
-    values = rw.chip_params(proof_chip(), calibration)
-    fixed = {p.name: values[p.name] for p in template.params if p.payload.kind == "chip"}
     j, i = param("j", lower=None), param("i", lower=None)
     axes = ((IndexAxis("C", C, BC, ceildiv(C, BC), BC, j < C, floordiv(j, BC), j), BC),
             (IndexAxis("R", R, RP, ceildiv(R, RP), RP, i < R, floordiv(i, RP), i), RP))
-    replay = lambda ob, name, tile, extent, index: rw.replay_axis(tile, extent, index)  # noqa: E731
-
-    def index_checks(run):
-        return [check_index(axis, ob, int(t), replay=replay, timeout_s=run.timeout_s)
-                for axis, dec in axes for t in dec.decision.menu for ob in INDEX_OBLIGATIONS]
-
-    return ProofPlan(fixed=fixed, fixed_reason="the walls read the proof chip's registers and warps; R, C symbolic",
-                     bounds={"index extents": "every extent >= 1, one query per menu value"}, checks=(index_checks,))
+    return rw.index_proof_plan(template, rw.chip_params(proof_chip(), calibration), axes,
+                               "the walls read the proof chip's registers and warps; R, C symbolic")
