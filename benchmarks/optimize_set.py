@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --budget-s 480 [--dtype bf16] [--ray auto]
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --only bmm_heads --only gemm_skinny   # a subset
+    PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --bundle $OUT/opt.tgz   # on the device: one file back
 
 Every problem at its real size, fp32 as written, KernelBench's tolerances: capture, recognize, choose
 each region's instance by MILP, assemble ModelNew, check it with the harness (fresh inputs, poisoned
@@ -46,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"), help="the problem set's variant")
     ap.add_argument("--store", type=Path, default=None, help="population store (default: OUT/population.db)")
     ap.add_argument("--ray", default=None, help="auto | local | ADDRESS: Ray tasks instead of the process pool")
+    ap.add_argument("--bundle", type=Path, default=None, help="also write the report, the store and the plot as one "
+                                                              ".tar.gz here (a device call returns few files)")
     args = ap.parse_args(argv)
     import torch
 
@@ -81,7 +84,33 @@ def main(argv=None) -> int:
     pending = [r["problem"] for r in report["problems"] if r["status"] == "ready" and r["attempts"] < args.attempts]
     print(f"{len(pending)} problems still have attempts left" + (": call again with the same --out to resume"
                                                                 if pending else " (campaign complete)"))
+    if args.bundle:
+        bundle(args.out, report, args.bundle)
     return 0
+
+
+def bundle(out: Path, report: dict, target: Path) -> None:
+    """One archive of what a call leaves worth keeping: report (md, json), plot, the store (a consistent
+    copy through SQLite's backup, so a write-ahead log is folded in)."""
+    import sqlite3
+    import tarfile
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp) / "population.db"
+        src = sqlite3.connect(report.get("store") or str(out / "population.db"))
+        dst = sqlite3.connect(store)
+        with dst:
+            src.backup(dst)
+        src.close()
+        dst.close()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(target, "w:gz") as tar:
+            for name in ("report.md", "report.json", "fast_p.svg", "fast_p.png"):
+                if (out / name).is_file():
+                    tar.add(out / name, arcname=name)
+            tar.add(store, arcname="population.db")
+    print(f"bundle: {target}")
 
 
 if __name__ == "__main__":
