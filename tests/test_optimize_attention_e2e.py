@@ -25,7 +25,7 @@ FILES = [str(P / "level1" / f"{n}.py") for n in NAMES] + [str(P / "level3" / "mi
 def campaign(tmp_path_factory):
     out = tmp_path_factory.mktemp("optimize_attention")
     report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False,
-                          tolerance="kernelbench")
+                          tolerance="kernelbench", store=str(out / "population.db"))
     return out, {r["problem"]: r for r in report["problems"]}
 
 

@@ -194,7 +194,7 @@ def test_tf32_misses_kernelbench_fp32_tolerance_at_k576_and_tf32x3_meets_it():
 def campaign(tmp_path_factory):
     out = tmp_path_factory.mktemp("optimize_conv")
     report = api.optimize(CONV_FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1,
-                          progress=False)
+                          progress=False, store=str(out / "population.db"))
     return out, report
 
 
@@ -219,5 +219,6 @@ def test_a_wrong_padding_model_new_is_refused(campaign):
     good = (out / "models" / "conv2d_3x3.py").read_text()
     assert "padding = (1, 1)" in good
     wrong = re.sub(r"padding = \(1, 1\)", "padding = (2, 2)", good)
-    r = api.optimize_submit(CONV_FILES[0], out=str(out), source=wrong, small=True, tier="interpreter")
+    r = api.optimize_submit(CONV_FILES[0], out=str(out), source=wrong, small=True, tier="interpreter",
+                            store=str(out / "population.db"))
     assert r["correct"] is False and r["accepted"] is False
