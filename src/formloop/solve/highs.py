@@ -243,26 +243,33 @@ def solve_milp(f: Formulation, *, time_limit: float | None = None, break_ties: b
     info = h.getInfo()
     best = info.objective_function_value * scale + b.objective.const
     bound, gap = info.mip_dual_bound * scale + b.objective.const, info.mip_gap
+    ties = ""
     if break_ties and status is SolveStatus.OPTIMAL:
         # Hold each finished stage at the exact cost of the design it found (evaluated, not the
         # solver's float, which continuous factor columns may leave a few ulps low).
         _hold(b, h, objective, b.objective.const, _exact(f.cost, b, h))
-        for (_, expr), (_, term) in zip(f.tie_break_terms(), b.tie_terms):
-            coefs = b.coefficients(term)
+        stages = [(b.coefficients(term), term.const, expr) for (_, expr), (_, term) in
+                  zip(f.tie_break_terms(), b.tie_terms)] + [(_lexicographic(b), None, None)]
+        for coefs, const, expr in stages:
             b.set_objective(h, coefs)
-            if _run(h) is not SolveStatus.OPTIMAL:
-                raise SolverFailure(f"tie-break stage failed on {f.template.name}")
-            _hold(b, h, coefs, term.const, _exact(expr, b, h))
-        b.set_objective(h, _lexicographic(b))
-        if _run(h) is not SolveStatus.OPTIMAL:
-            raise SolverFailure(f"lexicographic tie-break stage failed on {f.template.name}")
+            stage = _run(h)
+            if stage is SolveStatus.TIME_LIMIT and h.getInfo().primal_solution_status:
+                # every stage holds the cost optimum: the incumbent is an optimal design, its tie unbroken
+                ties = "ties not fully broken (time limit in a tie-break stage)"
+                break
+            if stage is not SolveStatus.OPTIMAL:
+                raise SolverFailure(f"{'lexicographic ' if expr is None else ''}tie-break stage failed on "
+                                    f"{f.template.name}")
+            if expr is not None:
+                _hold(b, h, coefs, const, _exact(expr, b, h))
     assignment = b.assignment(h.getSolution().col_value)
     terms = f.template.evaluate_terms(assignment, f.params)
     return Solution(
         solver="milp", status=status, assignment=assignment, objective=terms["cost"], unit=f.unit,
         bound=bound, gap=max(0.0, gap) if np.isfinite(gap) else gap, seconds=time.perf_counter() - start,
         model=b.size(), terms=terms,
-        reason="" if status is SolveStatus.OPTIMAL else f"time limit; incumbent {best:.6g}, bound {bound:.6g}",
+        reason="; ".join(r for r in ("" if status is SolveStatus.OPTIMAL else
+                                     f"time limit; incumbent {best:.6g}, bound {bound:.6g}", ties) if r),
     )
 
 
