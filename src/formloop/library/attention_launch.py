@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from formloop.library.gemm_tiling_launch import NOT_RUN, _hooked, _raw_launcher, device_key, expand
+from formloop.library.gemm_tiling_launch import NOT_RUN, _raw_launcher, device_key, expand, refusal
 
 MAX_BOUND = 256  # operand sets a launcher keeps bound (the timer rotates up to 64)
 # One kernel of a launch: (jit function, grid, positional arguments, constexprs and launch options).
@@ -76,15 +76,9 @@ class ThinLaunch:
             raw(gx, gy, gz, stream, *head, *tail)
 
     def _bind(self, key: tuple, calls: list[Call]):
-        if self.fallback.startswith("interpreter"):
-            return False
-        if self._get_stream is None:
-            self.fallback = "torch has no raw-stream query"
-            return False
-        from triton import knobs
-
-        if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
-            self.fallback = "launch hooks installed"
+        why = refusal(self.fallback, self._get_stream)
+        if why:
+            self.fallback = why
             return False
         bound = []
         for fn, grid, args, meta in calls:

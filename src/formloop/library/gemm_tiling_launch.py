@@ -124,15 +124,9 @@ class LaunchPlan:
     def _bind(self, key, a, b, c, ws):
         """Build (and cache) the launcher's argument tuple for these operands, or False for the JIT path."""
         kernel, args, options = self.plan.kernel_call(a, b, c, ws)  # validates shapes and layout
-        if self.fallback.startswith("interpreter"):
-            return False
-        if self._get_stream is None:
-            self.fallback = "torch has no raw-stream query"
-            return False
-        from triton import knobs
-
-        if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
-            self.fallback = "launch hooks installed"
+        why = refusal(self.fallback, self._get_stream)
+        if why:
+            self.fallback = why
             return False
         spec = _spec_key(args)
         if self._compiled is None:
@@ -162,6 +156,20 @@ class LaunchPlan:
 
     def _expand(self, args):
         return expand(self._compiled, args)
+
+
+def refusal(fallback: str, get_stream) -> str:
+    """Why a bound launch cannot be used here ('' when it can): the interpreter, no raw-stream query
+    in this torch, or launch hooks someone installed (Triton's own path runs them)."""
+    if fallback.startswith("interpreter"):
+        return fallback
+    if get_stream is None:
+        return "torch has no raw-stream query"
+    from triton import knobs
+
+    if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
+        return "launch hooks installed"
+    return ""
 
 
 def expand(compiled, args) -> list | None:
