@@ -330,6 +330,7 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
                     "resources": ("smem", "registers", "tma", "tensor-cores"), "bounds": BOUNDS,
                     "calibrated": CALIBRATED + (SCHED_CALIBRATED if schedules else ()), "program": "triton",
                     "implicit": {} if schedules else {"SC": 0},  # the schedule a design without SC runs
+                    **({"milp_split": "SC"} if schedules else {}),  # one MILP a schedule (solve.split)
                     "base": "gemm-tiling", "chip": proof_chip().name},
     )
 
