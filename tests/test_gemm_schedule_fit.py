@@ -128,3 +128,20 @@ def test_solve_reads_the_schedule_fit_and_says_so(tmp_path):
     r = api.solve("gemm-tiling", "4096,4096,4096", chip="h200", dtype="bf16", solver="enumerate", settings=s)
     assert r["calibration_source"] == found.describe() and r["calibration"] == found.key
     assert math.isfinite(r["objective_us"])
+
+
+def test_solve_with_schedules_reads_the_fit_and_picks_what_it_says(tmp_path):
+    s = Settings(store_path=tmp_path / "p.db")
+    with Population(s.store_path) as pop:
+        _store(pop)
+        new, _ = cal.learn(pop, _schedules_factory, get_chip("h200"), template=g.NAME, dtype="bf16", chip="h200",
+                           toolchain=TOOLCHAIN, source="test", iterations=40, first=g.SCHED_CALIBRATED)
+    shape = "x".join(map(str, SHAPES[0])).replace("x", ",")
+    r = api.solve(g.NAME, shape, chip="h200", dtype="bf16", solver="enumerate", settings=s,
+                  options={"schedules": "true"})
+    assert r["calibration"] == new.key and "SC" in r["design"]
+    want = enumerate_designs(_sched(dict(new.terms)).formulate(workload(SHAPES[0], "bf16"), get_chip("h200")))
+    assert r["design"] == dict(want.assignment) and r["design"]["SC"] != 2  # stream-K is no longer picked
+    with pytest.raises(Exception, match="schedules"):
+        api.solve(g.NAME, shape, chip="h200", dtype="bf16", solver="enumerate", settings=s,
+                  options={"schedules": "maybe"})
