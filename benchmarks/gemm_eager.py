@@ -15,6 +15,12 @@ the measured best are then timed in three ways, as is torch.matmul on the same o
     eager   one call at a time, CUDA events around it, synchronized (latency a caller sees)
     stream  back-to-back eager calls, no sync between them (throughput of an eager loop)
 Every timing carries the SM clock (MHz) before/after and NVML's mean power (W) during it.
+Then the model learns (learn_and_resolve): every graph timing is a calibration point in the population store
+(--store, default OUT/population.db), the schedule family is refit with the schedules' own terms first (eta_sk,
+h_sk, t_sk: stream-K's mainloop rate, its scattered-wave operand re-reads, its fix-up), the fit is stored as
+the store's latest calibration (what `formloop solve/measure --chip h200` read), every shape is re-solved under
+it and the re-pick is timed in every mode; the last table shows pick before the fit (priors), pick after it,
+the best measured design and cuBLAS per shape, with geomeans.
 Ratios are cuBLAS time / ours (> 1: faster than cuBLAS). Writes gemm_eager.json; prints the table."""
 from __future__ import annotations
 
@@ -236,6 +242,8 @@ def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip, store: str | Non
             entry["graph_us"] = known[key_of(pick)]["graph"]["us"]
         if entry["same_as_prior"] and "pick" in r:
             entry["plan"] = r["pick"]["plan"]
+        elif ctx is None and entry.get("graph_us"):  # --replay: the menu's graph timing of the re-pick
+            entry["plan"] = {"graph": {"us": entry["graph_us"]}}
         elif ctx is not None:  # a new pick (or one timed in graph mode only): time it in every mode now
             rr = run_shape(s, [pick], ctx, with_torch=False)
             entry["plan"] = rr.get("pick", {}).get("plan")
@@ -291,7 +299,7 @@ def print_table(rows, summary, source: str) -> None:
     print("geomean ratio vs cuBLAS: " + ", ".join(f"{k} {v:.3f}" for k, v in summary.items()))
 
 
-def print_fit_table(rows, lr, source: str) -> None:
+def print_fit_table(rows, lr, source: str, before: str = "priors") -> None:
     """Pick before the fit (priors), pick after it (this run's fit), best measured and cuBLAS, per shape."""
     print(f"\ncalibration learned from this run's graph timings ({lr['toolchain']}, fit {lr.get('fit_s', 0):.1f} s "
           f"wall): {lr['note']}")
@@ -299,7 +307,7 @@ def print_fit_table(rows, lr, source: str) -> None:
         return
     fitted = lr.get("calibration", {}).get("terms", {})
     print("fitted: " + ", ".join(f"{k} {fitted[k]:.4g}" for k in lr["calibration"]["fitted"]))
-    print(f"\nus ({source}), graph/eager; ratio = cuBLAS / ours; before = priors, after = {lr['shapes'][0]['label']}")
+    print(f"\nus ({source}), graph/eager; ratio = cuBLAS / ours; before = {before}, after = {lr['shapes'][0]['label']}")
     print(f"{'shape':>17} {'before (sched) g/e':>30} {'after (sched) g/e':>30} {'best measured g/e':>30} "
           f"{'cuBLAS g/e':>15} {'ratio before':>12} {'after':>10} {'best':>10}")
 
@@ -328,6 +336,21 @@ def print_fit_table(rows, lr, source: str) -> None:
         f"{k} {gm([a for a, _ in v]):.3f}/{gm([b for _, b in v]):.3f}" for k, v in geo.items()))
 
 
+def replay(args) -> int:
+    from formloop.hw.chips import get_chip
+
+    with open(args.replay) as fh:
+        old = json.load(fh)
+    os.makedirs(args.out, exist_ok=True)
+    rows = old["rows"]
+    lr = learn_and_resolve(rows, [tuple(r["shape"]) for r in rows], old, args.out, None, get_chip("h200"), args.store)
+    with open(os.path.join(args.out, "gemm_eager_replay.json"), "w") as fh:
+        json.dump(lr, fh, indent=1, default=str)
+    print_fit_table(rows, lr, f"{old.get('source')}, replayed from {args.replay} ({old.get('started')})",
+                    before="that run's picks")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
@@ -341,8 +364,12 @@ def main(argv=None) -> int:
     p.add_argument("--store", default=None, help="population store the points and the fit are written to "
                    "(default: OUT/population.db; `formloop solve/measure --chip h200` read its latest fit)")
     p.add_argument("--dry-run", action="store_true", help="no GPU: Triton interpreter on tiny shapes")
+    p.add_argument("--replay", default=None, help="no GPU: refit and re-solve from an earlier run's gemm_eager.json "
+                   "(after-fit column: graph times of re-picks that run measured)")
     args = p.parse_args(argv)
     SOLVER[0] = args.solver
+    if args.replay:
+        return replay(args)
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     os.makedirs(args.out, exist_ok=True)
