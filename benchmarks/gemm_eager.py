@@ -5,8 +5,9 @@ and through Triton's JIT entry, beside torch.matmul (cuBLAS), the 7 bf16 shapes 
     PYTHONPATH=src python3 benchmarks/gemm_eager.py --dry-run         # anywhere: interpreter, tiny shapes
 
 Schedules (decision SC): 0 data-parallel, 1 persistent, 2 stream-K. On the skinny/ragged shapes (SKINNY) the
-model's --per-schedule best designs of each schedule are measured too, and the measured best of each schedule is
-timed in all three modes beside the pick ("best_sc0/1/2" rows).
+model's --per-schedule best designs of each schedule are measured too (one a schedule on the other shapes, so the
+fit sees every schedule everywhere), and the measured best of each schedule is timed in all three modes beside
+the pick on SKINNY ("best_sc0/1/2" rows).
 
 Per shape: the MILP pick and the model's next --top designs of distinct tilings are compiled (in parallel), each checked
 (fresh random operands, NaN-poisoned output, float64 reference) and timed in graph mode; the pick and
@@ -125,12 +126,13 @@ def candidates(template, shape, chip, top: int, per_schedule: int = 0) -> list[d
         if tiling_of(a) not in seen:
             seen.add(tiling_of(a))
             out.append(dict(a))
-    if per_schedule and shape in SKINNY:  # the model's best designs of each schedule (SC), for best-of-schedules
+    if per_schedule:  # the model's best designs of each schedule (SC): best-of-schedules, and points that let the
+        # fit see every schedule on every shape (one a schedule on the large shapes, where stream-K lost 1.3x)
         ranked = top_designs(f, 10 ** 6)  # every feasible design, model order
         for sc in SCHEDULES:
             n = 0
             for a in ranked:
-                if n >= per_schedule:
+                if n >= (per_schedule if shape in SKINNY else 1):
                     break
                 if int(a["SC"]) == sc and tiling_of(a) not in seen:
                     seen.add(tiling_of(a))
