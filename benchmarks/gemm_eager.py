@@ -1,12 +1,13 @@
 """GEMM eager vs CUDA graph: the tiling family's picks through the plan/run launch path (LaunchPlan)
 and through Triton's JIT entry, beside torch.matmul (cuBLAS), the 7 bf16 shapes of issue 18.
 
-    PYTHONPATH=src python3 benchmarks/gemm_eager.py --out $OUT        # on the GPU (about 2-3 min)
+    PYTHONPATH=src python3 benchmarks/gemm_eager.py --out $OUT        # on the GPU (about 40-60 s)
     PYTHONPATH=src python3 benchmarks/gemm_eager.py --dry-run         # anywhere: interpreter, tiny shapes
 
 Schedules (decision SC): 0 data-parallel, 1 persistent, 2 stream-K. On the skinny/ragged shapes (SKINNY) the
-model's --per-schedule best designs of each schedule are measured too, and the measured best of each schedule is
-timed in all three modes beside the pick ("best_sc0/1/2" rows).
+model's --per-schedule best designs of each schedule are measured too (one a schedule on the other shapes, so the
+fit sees every schedule everywhere), and the measured best of each schedule is timed in all three modes beside
+the pick on SKINNY ("best_sc0/1/2" rows).
 
 Per shape: the MILP pick and the model's next --top designs of distinct tilings are compiled (in parallel), each checked
 (fresh random operands, NaN-poisoned output, float64 reference) and timed in graph mode; the pick and
@@ -15,6 +16,12 @@ the measured best are then timed in three ways, as is torch.matmul on the same o
     eager   one call at a time, CUDA events around it, synchronized (latency a caller sees)
     stream  back-to-back eager calls, no sync between them (throughput of an eager loop)
 Every timing carries the SM clock (MHz) before/after and NVML's mean power (W) during it.
+Then the model learns (learn_and_resolve): every graph timing is a calibration point in the population store
+(--store, default OUT/population.db), the schedule family is refit with the schedules' own terms first (eta_sk,
+h_sk, t_sk: stream-K's mainloop rate, its scattered-wave operand re-reads, its fix-up), the fit is stored as
+the store's latest calibration (what `formloop solve/measure --chip h200` read), every shape is re-solved under
+it and the re-pick is timed in every mode; the last table shows pick before the fit (priors), pick after it,
+the best measured design and cuBLAS per shape, with geomeans.
 Ratios are cuBLAS time / ours (> 1: faster than cuBLAS). Writes gemm_eager.json; prints the table."""
 from __future__ import annotations
 
@@ -30,8 +37,7 @@ SHAPES = [(4096, 4096, 4096), (64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 
 DRY_SHAPES = [(17, 40, 48), (1, 48, 200)]
 SKINNY = {(64, 4096, 4096), (1000, 1000, 1000), (128, 4096, 12288), (1, 4096, 12288), *DRY_SHAPES}
 SCHEDULES = {0: "data-parallel", 1: "persistent", 2: "stream-K"}
-SOLVER = ["enumerate"]  # --solver: exhaustive enumeration (default: the MILP's optimum, tested against it in
-# tests/test_gemm_schedules_model.py, in seconds) or the MILP itself (tens of seconds a shape with the schedules)
+SOLVER = ["enumerate"]  # --solver: enumeration (the MILP's optimum, tests/test_gemm_schedules_model.py) or the MILP
 
 
 def _milp(f):
@@ -120,12 +126,13 @@ def candidates(template, shape, chip, top: int, per_schedule: int = 0) -> list[d
         if tiling_of(a) not in seen:
             seen.add(tiling_of(a))
             out.append(dict(a))
-    if per_schedule and shape in SKINNY:  # the model's best designs of each schedule (SC), for best-of-schedules
+    if per_schedule:  # the model's best designs of each schedule (SC): best-of-schedules, and points that let the
+        # fit see every schedule on every shape (one a schedule on the large shapes, where stream-K lost 1.3x)
         ranked = top_designs(f, 10 ** 6)  # every feasible design, model order
         for sc in SCHEDULES:
             n = 0
             for a in ranked:
-                if n >= per_schedule:
+                if n >= (per_schedule if shape in SKINNY else 1):
                     break
                 if int(a["SC"]) == sc and tiling_of(a) not in seen:
                     seen.add(tiling_of(a))
@@ -188,9 +195,15 @@ def run_shape(shape, designs, ctx, with_torch: bool = True) -> dict:
     return row
 
 
-def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
-    """Every graph timing becomes a calibration point in a store under --out; the family is refit
-    (population.calibrations.learn) and each shape re-solved under the fit; a new pick is measured."""
+FIT_FIRST = ("eta_sk", "h_sk", "t_sk")  # the schedules' own terms (gemm_tiling_gpu.SCHED_CALIBRATED), fitted first
+
+
+def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip, store: str | None = None) -> dict:
+    """Every graph timing becomes a calibration point in the population store (--store, default under
+    --out), as the learning loop stores them; the schedule family is refit with the schedules' own terms
+    first (population.calibrations.learn(first=...): stream-K's mainloop rate, its scattered-wave
+    re-reads, its fix-up), stored as the store's latest calibration, and every shape is re-solved under
+    it. The re-pick is timed in every mode (graph, eager, stream) in this run, beside the prior pick."""
     from formloop.library import get_template, template_factory
     from formloop.library.gemm_tiling import workload
     from formloop.population import Population
@@ -201,7 +214,8 @@ def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
 
     versions = (result.get("device") or {}).get("versions") or {"source": "interpreter"}
     toolchain = cal.toolchain_of(versions) or "interpreter"
-    out: dict = {"store": os.path.join(out_dir, "population.db"), "toolchain": toolchain, "shapes": []}
+    out: dict = {"store": store or os.path.join(out_dir, "population.db"), "toolchain": toolchain, "shapes": []}
+    t_fit = time.time()
     with Population(out["store"]) as pop:
         for r in rows:
             w = workload(tuple(r["shape"]), "bf16")
@@ -213,48 +227,37 @@ def learn_and_resolve(rows, shapes, result, out_dir, ctx, chip) -> dict:
                                   p80_us=d["graph"].get("p80_us"), source="benchmarks/gemm_eager.py")
         factory = template_factory("gemm-tiling-gpu")
         new, note = cal.learn(pop, lambda **kw: factory(schedules=True, **kw), chip, template="gemm-tiling-gpu",
-                              dtype="bf16", chip="h200", toolchain=toolchain, source="benchmarks/gemm_eager.py")
-    out["note"] = note
+                              dtype="bf16", chip="h200", toolchain=toolchain, source="benchmarks/gemm_eager.py",
+                              iterations=30, max_terms=8, first=FIT_FIRST)
+    out["note"], out["fit_s"] = note, time.time() - t_fit
     if new is None:
         return out
     out["calibration"] = new.as_dict()
     t = get_template("gemm-tiling-gpu", dtype="bf16", calibration=dict(new.terms), calibration_id=new.key,
                      schedules=True)
-    new_points: list = []
-
-    def w_of(shape):
-        return workload(shape, "bf16")
     for r, s in zip(rows, shapes):
         pick = dict(SOLVERS[SOLVER[0]](t.formulate(workload(s, "bf16"), chip)).assignment)
         known = {key_of(d["design"]): d for d in r["designs"]}
-        entry = {"shape": list(s), "design": pick, "label": new.label}
+        entry = {"shape": list(s), "design": pick, "label": new.label, "schedule": SCHEDULES[int(pick["SC"])],
+                 "same_as_prior": key_of(pick) == key_of(r["designs"][0]["design"])}
         if key_of(pick) in known and "graph" in known[key_of(pick)]:
             entry["graph_us"] = known[key_of(pick)]["graph"]["us"]
-        elif ctx is not None:
+        if entry["same_as_prior"] and "pick" in r:
+            entry["plan"] = r["pick"]["plan"]
+        elif ctx is None and entry.get("graph_us"):  # --replay: the menu's graph timing of the re-pick
+            entry["plan"] = {"graph": {"us": entry["graph_us"]}}
+        elif ctx is not None:  # a new pick (or one timed in graph mode only): time it in every mode now
             rr = run_shape(s, [pick], ctx, with_torch=False)
-            entry["graph_us"] = rr["designs"][0].get("graph", {}).get("us")
             entry["plan"] = rr.get("pick", {}).get("plan")
-            if entry["graph_us"] is not None:  # the new pick's time is a calibration point for the next refit
-                new_points.append((w_of(s), pick, rr["designs"][0]["graph"]))
-        # The measured guard: the calibrated pick replaces the prior pick only if it is not slower.
-        prior = r["designs"][0].get("graph", {}).get("us")
-        entry["prior_pick"], entry["prior_graph_us"] = r["designs"][0]["design"], prior
-        new_us = entry.get("graph_us")
-        keep = prior is not None and (new_us is None or not math.isfinite(new_us) or new_us > prior)
-        entry["decision"] = "kept the prior pick (the calibrated pick measured slower or failed)" if keep else \
-            "calibrated pick (measured no slower than the prior pick)"
-        entry["chosen_graph_us"] = prior if keep else new_us
-        torch_g = r["torch"].get("graph", {}).get("us")
-        entry["ratio_graph"] = ratio(torch_g, entry.get("graph_us"))
-        entry["ratio_chosen"] = ratio(torch_g, entry["chosen_graph_us"])
+            entry["graph_us"] = entry.get("graph_us") or rr["designs"][0].get("graph", {}).get("us")
+            entry["failure"] = rr["designs"][0].get("failure")
+        for mode in ("graph", "eager", "stream"):
+            ours = (entry.get("plan") or {}).get(mode, {}).get("us")
+            entry[f"ratio_{mode}"] = ratio(r["torch"].get(mode, {}).get("us"), ours)
         out["shapes"].append(entry)
-    if new_points:
-        with Population(out["store"]) as pop:
-            for w, a, g in new_points:
-                cal.add_point(pop, template="gemm-tiling-gpu", dtype="bf16", chip="h200", toolchain=toolchain,
-                              device=str(versions), workload=w, assignment=a, latency_us=g["us"],
-                              p20_us=g.get("p20_us"), p80_us=g.get("p80_us"), source="benchmarks/gemm_eager.py")
-        out["new_points"] = len(new_points)
+    for mode in ("graph", "eager", "stream"):
+        rs = [e[f"ratio_{mode}"] for e in out["shapes"] if math.isfinite(e[f"ratio_{mode}"])]
+        out[f"fit_{mode}_geomean"] = math.exp(sum(map(math.log, rs)) / len(rs)) if rs else math.nan
     return out
 
 
@@ -298,6 +301,58 @@ def print_table(rows, summary, source: str) -> None:
     print("geomean ratio vs cuBLAS: " + ", ".join(f"{k} {v:.3f}" for k, v in summary.items()))
 
 
+def print_fit_table(rows, lr, source: str, before: str = "priors") -> None:
+    """Pick before the fit (priors), pick after it (this run's fit), best measured and cuBLAS, per shape."""
+    print(f"\ncalibration learned from this run's graph timings ({lr['toolchain']}, fit {lr.get('fit_s', 0):.1f} s "
+          f"wall): {lr['note']}")
+    if not lr.get("shapes"):
+        return
+    fitted = lr.get("calibration", {}).get("terms", {})
+    print("fitted: " + ", ".join(f"{k} {fitted[k]:.4g}" for k in lr["calibration"]["fitted"]))
+    print(f"\nus ({source}), graph/eager; ratio = cuBLAS / ours; before = {before}, after = {lr['shapes'][0]['label']}")
+    print(f"{'shape':>17} {'before (sched) g/e':>30} {'after (sched) g/e':>30} {'best measured g/e':>30} "
+          f"{'cuBLAS g/e':>15} {'ratio before':>12} {'after':>10} {'best':>10}")
+
+    def ge(plan):
+        return tuple((plan or {}).get(m, {}).get("us", math.nan) for m in ("graph", "eager"))
+    geo: dict = {k: [] for k in ("before", "after", "best")}
+    for r, e in zip(rows, lr["shapes"]):
+        cub = ge(r["torch"])
+        cols = {"before": (ge(r.get("pick", {}).get("plan")), SCHEDULES[int(r["designs"][0]["design"].get("SC", 0))]),
+                "after": (ge(e.get("plan")), e["schedule"]),
+                "best": (ge(r.get("best", {}).get("plan")),
+                         SCHEDULES[int(r.get("best", {}).get("design", {}).get("SC", 0))])}
+        cells, rats = [], []
+        for k, ((g, ea), sc) in cols.items():
+            cells.append(f"{g:8.1f} / {ea:8.1f} ({sc})")
+            rg, re_ = ratio(cub[0], g), ratio(cub[1], ea)
+            geo[k].append((rg, re_))
+            rats.append(f"{rg:.2f}/{re_:.2f}")
+        print(f"{'x'.join(map(str, r['shape'])):>17} {cells[0]:>30} {cells[1]:>30} {cells[2]:>30} "
+              f"{cub[0]:6.1f} / {cub[1]:6.1f} {rats[0]:>12} {rats[1]:>10} {rats[2]:>10}")
+
+    def gm(xs):
+        xs = [x for x in xs if math.isfinite(x)]
+        return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
+    print("geomean cuBLAS/ours graph/eager: " + ", ".join(
+        f"{k} {gm([a for a, _ in v]):.3f}/{gm([b for _, b in v]):.3f}" for k, v in geo.items()))
+
+
+def replay(args) -> int:
+    from formloop.hw.chips import get_chip
+
+    with open(args.replay) as fh:
+        old = json.load(fh)
+    os.makedirs(args.out, exist_ok=True)
+    rows = old["rows"]
+    lr = learn_and_resolve(rows, [tuple(r["shape"]) for r in rows], old, args.out, None, get_chip("h200"), args.store)
+    with open(os.path.join(args.out, "gemm_eager_replay.json"), "w") as fh:
+        json.dump(lr, fh, indent=1, default=str)
+    print_fit_table(rows, lr, f"{old.get('source')}, replayed from {args.replay} ({old.get('started')})",
+                    before="that run's picks")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
@@ -308,9 +363,15 @@ def main(argv=None) -> int:
     p.add_argument("--solver", choices=sorted(SOLVERS), default="enumerate", help="how the pick is solved "
                    "(enumerate: the MILP's optimum by exhaustive search, seconds instead of tens of seconds a shape)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    p.add_argument("--store", default=None, help="population store the points and the fit are written to "
+                   "(default: OUT/population.db; `formloop solve/measure --chip h200` read its latest fit)")
     p.add_argument("--dry-run", action="store_true", help="no GPU: Triton interpreter on tiny shapes")
+    p.add_argument("--replay", default=None, help="no GPU: refit and re-solve from an earlier run's gemm_eager.json "
+                   "(after-fit column: graph times of re-picks that run measured)")
     args = p.parse_args(argv)
     SOLVER[0] = args.solver
+    if args.replay:
+        return replay(args)
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     os.makedirs(args.out, exist_ok=True)
@@ -354,18 +415,12 @@ def main(argv=None) -> int:
         rows.append(run_shape(s, plans[s], ctx))
         print(f"[{time.time() - t0:6.1f} s] {s} done", flush=True)
     result["rows"], result["summary"] = rows, summarize(rows)
-    result["learned"] = learn_and_resolve(rows, shapes, result, args.out, ctx, chip)
+    result["learned"] = learn_and_resolve(rows, shapes, result, args.out, ctx, chip, args.store)
     result["seconds"] = time.time() - t0
     with open(os.path.join(args.out, "gemm_eager.json"), "w") as fh:
         json.dump(result, fh, indent=1, default=str)
     print_table(rows, result["summary"], result["source"])
-    lr = result["learned"]
-    print(f"\ncalibration learned from this run's graph timings ({lr['toolchain']}): {lr['note']}")
-    for e in lr["shapes"]:
-        print(f"  {'x'.join(map(str, e['shape'])):>17} {e['label']} pick {tuple(e['design'].values())}: "
-              f"graph {e.get('graph_us') or math.nan:.1f} us ({result['source']}), "
-              f"cuBLAS/ours {e['ratio_graph']:.2f}; prior pick {e.get('prior_graph_us') or math.nan:.1f} us: "
-              f"{e.get('decision', '')} -> cuBLAS/ours {e.get('ratio_chosen', math.nan):.2f}")
+    print_fit_table(rows, result["learned"], result["source"])
     print(f"total {result['seconds']:.0f} s (wall)")
     return 0
 

@@ -35,12 +35,42 @@ def test_milp_pick_matches_enumeration(shape):
 
 
 def test_schedules_are_priced_by_wave_quantization():
-    # 8192^3 in 128x256 tiles: 2048 tiles are 15.5 waves of 132 SMs; stream-K evens them out.
-    per = _best_per_schedule(_formulation((8192, 8192, 8192)))
+    # 2304x2048x4096 in 128x256 tiles: 144 tiles are 1.09 waves of 132 SMs, and both operands stay in
+    # the L2: stream-K evens the waves out and loses nothing to its scattered footprint.
+    per = _best_per_schedule(_formulation((2304, 2048, 4096)))
     assert per[2] < per[1] < per[0]
     # A skinny shape whose split-K blocks already fill the chip: data-parallel (with split-K) is cheapest.
     per = _best_per_schedule(_formulation((64, 1024, 2048)))
     assert per[0] < min(per[1:])
+
+
+def test_stream_k_pays_for_its_scattered_footprint():
+    # 8192^3: 2048 tiles are 15.5 waves; stream-K saves half a wave of k-steps, but its runs start 15.5
+    # tiles apart, so a wave re-reads every row and column panel of A and B (128 MiB each, far over the
+    # L2): persistent < stream-K (measured on the H200: 1447 vs 1919 us, benchmarks/RESULTS.md).
+    per = _best_per_schedule(_formulation((8192, 8192, 8192)))
+    assert per[1] < per[0] and per[1] < per[2]
+    # With h_sk = 1 (the L2 catches every extra re-read) the footprint costs nothing: stream-K wins again.
+    t = get_template("gemm-tiling-gpu", dtype="bf16", schedules=True, calibration={"h_sk": 1.0})
+    per = _best_per_schedule(t.formulate(workload((8192, 8192, 8192), "bf16"), get_chip("h200")))
+    assert per[2] < per[1]
+
+
+def test_stream_k_operand_traffic_against_a_hand_count():
+    from formloop.expr import evaluate
+    from formloop.library import gemm_tiling_gpu as g
+
+    t = get_template("gemm-tiling-gpu", dtype="bf16", schedules=True, calibration={"h_sk": 0.25})
+    env = dict(t.bind(workload((8192, 8192, 8192), "bf16"), get_chip("h200")))
+    env.update(Tm=128, Tn=256, Tk=64, S=3, W=8, KS=1, G=8, L=1, SC=2)
+    # 64 x 32 tiles, 16 a program; a data-parallel wave of 132 tiles spans 8 rows x 17 columns:
+    # A read ceil(32/17) = 2 times, B ceil(64/8) = 8 times. Stream-K: a wave touches all 64 rows and
+    # 32 columns: A and B 16 times each. Plus C once and two float32 partial tiles per program.
+    op = 8192 * 8192 * 2
+    dp = 2 * op + 8 * op
+    sk = 16 * op + 16 * op
+    want = dp + op + 0.75 * (sk - dp) + 2 * 132 * 128 * 256 * 4
+    assert float(evaluate(g.bytes_sk, env)) == pytest.approx(want, rel=1e-9)
 
 
 def test_schedule_constraint_keeps_tma_and_no_split_k():

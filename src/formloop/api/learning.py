@@ -46,9 +46,16 @@ def learn_from(pop: Population, t: Template, m: Measurement, *, dtype: str, chip
     stored.add_point(pop, template=t.name, dtype=dtype, chip=chip, toolchain=toolchain, device=m.provenance.device,
                      workload=workload, assignment=m.assignment, latency_us=m.latency_us, p20_us=spread[0],
                      p80_us=spread[1], source=source)
-    new, note = stored.learn(pop, template_factory(t.name), chip_obj, template=t.name, dtype=dtype, chip=chip,
+    factory = template_factory(t.name)
+    if t.options.get("schedules"):  # refit the family the measured design came from (its decisions, its terms)
+        factory = _with_schedules(factory)
+    new, note = stored.learn(pop, factory, chip_obj, template=t.name, dtype=dtype, chip=chip,
                              toolchain=toolchain, source=source)
     return {"recorded": True, "note": note, "calibration": new.as_dict() if new else None}
+
+
+def _with_schedules(factory):
+    return lambda **kw: factory(schedules=True, **kw)
 
 
 def learn_after_measure(t: Template, m: Measurement, *, dtype: str, chip: str, chip_obj: Any,

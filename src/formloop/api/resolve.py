@@ -161,17 +161,22 @@ def gpu_contract(dtype: str, calibration: str | None = None, options: Mapping[st
     """Triton family `name` (default gemm-tiling-gpu) for `dtype`: with a calibration JSON if given,
     else with the store's latest calibration of (name, dtype, chip), else with its priors. The
     report's `calibration_source` says which: 'calibrated <date> (...)', a JSON file, or 'prior'."""
-    if options:
-        raise InvalidInput(f"options of {name}", dict(options), "dtype only (and --calibration)")
+    opts = dict(options or {})
+    sched = _schedules_option(opts.pop("schedules")) if name == gemm_tiling_gpu.NAME and "schedules" in opts else None
+    if opts:
+        raise InvalidInput(f"options of {name}", dict(options or {}), "dtype only (and --calibration"
+                           + (", schedules=true|false)" if name == gemm_tiling_gpu.NAME else ")"))
+    extra = {} if sched is None else {"schedules": sched}  # gemm-tiling-gpu's schedule decision SC (off by default)
     if calibration is None and chip is not None:
         found, why = stored_calibration(name, dtype, chip, settings)
         if found is not None:
-            c = template_from(name, {"dtype": dtype, "calibration": dict(found.terms), "calibration_id": found.key})
+            c = template_from(name, {**extra, "dtype": dtype, "calibration": dict(found.terms),
+                                     "calibration_id": found.key})
             return Routed(c, GPU_CONTRACT, {"calibration": found.key, "calibration_source": found.describe()})
-        c = template_from(name, {"dtype": dtype})
+        c = template_from(name, {**extra, "dtype": dtype})
         return Routed(c, GPU_CONTRACT, {"calibration": "priors", "calibration_source": f"{stored.PRIOR_LABEL} ({why})"})
     if calibration is None or calibration in PRIORS:
-        c = template_from(name, {"dtype": dtype})
+        c = template_from(name, {**extra, "dtype": dtype})
         return Routed(c, GPU_CONTRACT, {"calibration": "priors", "calibration_source": stored.PRIOR_LABEL})
     path = Path(calibration)
     if not path.is_file():
@@ -182,8 +187,16 @@ def gpu_contract(dtype: str, calibration: str | None = None, options: Mapping[st
     except (ValueError, TypeError, AttributeError, OSError) as exc:  # not JSON, not UTF-8, wrong or missing fields
         raise InvalidInput("calibration", calibration, "a calibration JSON written by benchmarks/gemm.py or "
                            f"benchmarks/attention.py ({type(exc).__name__}: {str(exc)[:120]})") from None
-    c = template_from(name, {"dtype": dtype, "calibration": cal.values, "calibration_id": cal.key})
+    c = template_from(name, {**extra, "dtype": dtype, "calibration": cal.values, "calibration_id": cal.key})
     return Routed(c, GPU_CONTRACT, {"calibration": cal.key, "calibration_source": f"file {path.name}"})
+
+
+def _schedules_option(value: Any) -> bool:
+    if value in (True, "true", "True", "1", 1):
+        return True
+    if value in (False, "false", "False", "0", 0):
+        return False
+    raise InvalidInput("option schedules of gemm-tiling-gpu", value, ["true", "false"])
 
 
 def stored_calibration(name: str, dtype: str, chip: str, settings: Settings | None = None

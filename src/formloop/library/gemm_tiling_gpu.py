@@ -116,9 +116,15 @@ d64 = _eff("d64", "DRAM efficiency of tile rows 64 bytes wide")
 lat_m = _eff("lat_m", "DRAM latency an SM's loads in flight must cover (its pull = bytes in flight / lat_m), s")
 t_fix = _eff("t_fix", "split-K: the last split's arrival atomic and reduction start, s")
 lat_d = _eff("lat_d", "extra load latency when the tiles come from DRAM rather than the L2, s")
+# The schedules' own terms (schedules=True only: the data-parallel family's params and hash are unchanged).
+h_sk = _eff("h_sk", "stream-K: fraction of its scattered wave's extra operand re-reads the L2 catches")
+eta_sk = _eff("eta_sk", "stream-K: achieved fraction of a data-parallel k-step's rate in a run's mainloop")
+t_sk = _eff("t_sk", "stream-K: a run's fix-up fixed cost (partial store, arrival atomic, merge issue), s")
 
 CALIBRATED = ("eta_mma", "eta_sync", "n0", "f_n16", "f_n32", "f_n64", "bw_sm", "lat", "t_iter", "t_sync", "t_issue",
               "t_tile", "t_epi", "eta_bw", "alpha", "t_launch", "d32", "d64", "lat_m", "t_fix", "lat_d")
+SCHED_CALIBRATED = ("h_sk", "eta_sk", "t_sk")
+SCHED_PRIORS = {"h_sk": 0.5, "eta_sk": 1.0, "t_sk": 1e-6}
 PRIORS = {"lat_d": 0.6e-6, "d32": 0.5, "d64": 0.8, "lat_m": 1e-6, "t_fix": 1e-6, "eta_mma": 0.8, "eta_sync": 0.35,
           "n0": 32.0, "f_n16": 0.25, "f_n32": 0.5, "f_n64": 0.8, "bw_sm": 120e9, "lat": 0.5e-6, "t_iter": 20e-9,
           "t_sync": 50e-9, "t_issue": 1e-9, "t_tile": 1.0e-6, "t_epi": 1e-9, "eta_bw": 0.9, "alpha": 0.3,
@@ -130,7 +136,7 @@ BOUNDS = {"eta_mma": (0.05, 1.2), "eta_sync": (0.05, 1.2), "eta_bw": (0.3, 1.02)
           "d64": (0.1, 1.0), "lat_m": (0.1e-6, 5e-6), "t_fix": (1e-8, 1e-5), "lat_d": (0.02e-6, 3e-6),
           "f_n16": (0.02, 1.0),
           "f_n32": (0.02, 1.0), "f_n64": (0.02, 1.0), "lat": (0.05e-6, 3e-6),
-          "alpha": (0.0, 1.0), "n0": (1.0, 256.0)}
+          "alpha": (0.0, 1.0), "n0": (1.0, 256.0), "h_sk": (0.01, 1.0), "eta_sk": (0.2, 1.0), "t_sk": (1e-8, 2e-5)}
 ACC_REGS = 128      # accumulators a thread may hold at the full register file (255 a thread)
 ACC_HEADROOM = 64   # registers a thread needs besides its accumulators (the cap's wall: acc <= cap - this)
 
@@ -189,20 +195,23 @@ t_block = t_tile + Tm * Tn / (32 * W) * t_epi
 t_split = where(KS > 1, Tm * Tn * 4 * (KS + 1) / bw_sm + t_fix, 0)
 T_dp = waves * n_iter * t_core + waves * n_iter * (1 - L) * t_loads + waves * (t_block + t_split)
 # Persistent (SC = 1): min(tiles, n_sm) programs walk the tiles in the same swizzled order; the
-# same ⌈tiles/n_sm⌉ quantization as data-parallel, but a program's fixed cost is paid once and
-# each further tile costs only its epilogue.
+# same ⌈tiles/n_sm⌉ quantization as data-parallel, but a program's fixed cost is paid once and each
+# further tile costs its epilogue and the pipeline's refill (the S−1 prefetches restart: one latency).
 tiles = npm * npn
 tiles_pp = ceildiv(tiles, n_sm)
 t_epi_tile = Tm * Tn / (32 * W) * t_epi
-T_pers = tiles_pp * (k_tiles * t_core + t_epi_tile) + t_tile
+T_pers = tiles_pp * (k_tiles * t_core + t_epi_tile) + (tiles_pp - 1) * lat_eff + t_tile
 # Stream-K (SC = 2): the tiles·⌈K/Tk⌉ k-steps are cut into n_sm even runs (no wave quantization);
 # a run crosses at most ⌈tiles/n_sm⌉ tile boundaries, each segment restarts the pipeline (one
-# latency) and ends in an epilogue; a run's first and last segments are partial tiles: written to
-# the workspace (float32) and summed by the tile's last arriver, who reads every contributor's
-# partial back (L2 → SM; taken as four tile passes a program: its two writes, two reads).
+# latency) and ends in an epilogue. A run's first and last segments are partial tiles: its first
+# writes a float32 partial to the workspace; its last is the tile's last arriver (the next run wrote
+# its part at its start), which reads both partials back and stores the tile at the end of the run:
+# the fix-up is serial on every run's critical path (four tile passes L2 ↔ SM, t_sk: the arrival
+# atomic, the barrier and the merge's issue). eta_sk: the fraction of a data-parallel k-step's rate
+# the run's mainloop reaches (dynamic k bounds, tiles crossed mid-run).
 sk_steps = ceildiv(tiles * k_tiles, n_sm)
-t_sk_fix = Tm * Tn * 4 * 4 / bw_sm + t_fix
-T_sk = sk_steps * t_core + (tiles_pp + 1) * (t_epi_tile + lat_eff) + t_tile + t_sk_fix
+t_sk_fix = Tm * Tn * 4 * 4 / bw_sm + t_sk
+T_sk = sk_steps * t_core / eta_sk + (tiles_pp + 1) * (t_epi_tile + lat_eff) + t_tile + t_sk_fix
 # C6 makes KS = 1 and L = 1 under SC ≠ 0, so each schedule's time is data-parallel's plus a
 # correction that reads few decisions (a table small enough for the MILP); exact on feasible points.
 DP1 = {"KS": 1, "L": 1}
@@ -216,7 +225,17 @@ pull_sm = maximum(S - 1, 1) * (Tm + Tn) * Tk * e / lat_m
 T_mem_dp = bytes_dram / minimum(bw * eta_bw, minimum(blocks, n_sm) * pull_sm) * US
 # Stream-K runs min(tiles·⌈K/Tk⌉, n_sm) programs that each pull (skinny shapes reach the chip's
 # bandwidth), and its partials (two a program, float32) reach DRAM through the L2's write-back.
-bytes_sk = substitute(bytes_dram, DP1) + 2 * n_sm * Tm * Tn * 4
+# Its programs start ⌈tiles/n_sm⌉ tiles apart in the swizzled order, so the tiles in flight at one
+# time do not share a swizzle group's rows and columns: each wave touches min(npm, n_sm) row panels
+# of A and min(npn, n_sm) column panels of B (an operand in a quarter of the L2 is read once), at
+# most a panel per tile. h_sk: the fraction of those extra re-reads the L2 still catches (the runs
+# drift apart in k, so panels shared across runs rarely meet in the L2).
+reads_a_sk = where(M * K * e * 4 <= l2, 1, minimum(npn, tiles_pp * minimum(npm, n_sm) / npm))
+reads_b_sk = where(K * N * e * 4 <= l2, 1, minimum(npm, tiles_pp * minimum(npn, n_sm) / npn))
+ops_dp = substitute(M * K * e * reads_a / _row_eff(Tk * e) + K * N * e * reads_b / _row_eff(Tn * e), DP1)
+ops_sk = M * K * e * reads_a_sk / _row_eff(Tk * e) + K * N * e * reads_b_sk / _row_eff(Tn * e)
+bytes_sk = (substitute(bytes_dram, DP1) + (1 - h_sk) * maximum(ops_sk - ops_dp, 0)
+            + 2 * n_sm * Tm * Tn * 4)
 T_mem_sk = bytes_sk / minimum(bw * eta_bw, minimum(tiles * k_tiles, n_sm) * pull_sm) * US
 T_mem = T_mem_dp
 T_mem_sc = T_mem_dp + where(SC.eq(2), T_mem_sk - substitute(T_mem_dp, DP1), 0)
@@ -250,11 +269,11 @@ def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None 
                            fix="the Triton family's contract assumes Hopper: TMA copies and 227 KiB of shared memory")
     precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "tf32x3": "tf32x3", "fp32": "fp32"}[dtype]
     values = {"Ms": chip.smem_per_block, "acc_regs": acc_budget(chip), "n_sm": chip.sm_count,
-              "bw": chip.bandwidth, "flops": chip.peak(precision), "l2": chip.l2_bytes, **PRIORS}
+              "bw": chip.bandwidth, "flops": chip.peak(precision), "l2": chip.l2_bytes, **PRIORS, **SCHED_PRIORS}
     if calibration:
-        unknown = set(calibration) - set(CALIBRATED)
+        unknown = set(calibration) - set(CALIBRATED + SCHED_CALIBRATED)
         if unknown:
-            raise InvalidInput("calibration term", sorted(unknown), CALIBRATED)
+            raise InvalidInput("calibration term", sorted(unknown), CALIBRATED + SCHED_CALIBRATED)
         values.update({k: float(v) for k, v in calibration.items()})
     return values
 
@@ -264,8 +283,9 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
                     calibration_id: str = "priors", schedules: bool = False) -> Template:
     """The Triton GEMM family on a Hopper chip; `calibration` overrides the efficiency priors.
     `schedules` adds the schedule decision SC (persistent, stream-K; C6, C7 and their cost terms). It is
-    off by default: with it the MILP takes about ten times longer (tens of seconds a shape), past the
-    default solver time limit, and the template (hash, stored proofs) is the data-parallel family's."""
+    off by default, so the template (hash, stored proofs, recorded picks) stays the data-parallel family's.
+    With it the MILP is solved one schedule at a time (descriptor milp_split, formloop.solve.split): about
+    1.3-2x the time of the family without it (about 5x as one MILP)."""
     if dtype not in DTYPES:
         raise InvalidInput("dtype", dtype, DTYPES)
     if schedules not in (True, False):
@@ -282,7 +302,8 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
         decisions=(Tm, Tn, Tk, S, W, KS, G, L) + ((SC,) if schedules else ()),
         params=(M, N, K, e, Ms, acc_regs, n_sm, bw, flops, l2, eta_mma, eta_sync, n0, f_n16, f_n32, f_n64, bw_sm, lat,
                 t_iter, t_sync, t_issue, t_tile,
-                t_epi, eta_bw, alpha, t_launch, d32, d64, lat_m, t_fix, lat_d),
+                t_epi, eta_bw, alpha, t_launch, d32, d64, lat_m, t_fix, lat_d)
+        + ((h_sk, eta_sk, t_sk) if schedules else ()),
         scope=(
             Constraint("rates_positive", (bw > 0) & (flops > 0), "scope", "the chip moves bytes and computes"),
         ),
@@ -307,8 +328,10 @@ def gemm_tiling_gpu(dtype: str = "bf16", calibration: Mapping[str, float] | None
         descriptor={"algorithm": "gemm",
                     "reuse": "tensor-core tiles staged by TMA or cp.async pipelines, split-K partial sums",
                     "placement": "grouped-M swizzled blocks, KS blocks per output tile",
-                    "resources": ("smem", "registers", "tma", "tensor-cores"), "calibrated": CALIBRATED,
-                    "bounds": BOUNDS, "program": "triton",
+                    "resources": ("smem", "registers", "tma", "tensor-cores"), "bounds": BOUNDS,
+                    "calibrated": CALIBRATED + (SCHED_CALIBRATED if schedules else ()), "program": "triton",
+                    "implicit": {} if schedules else {"SC": 0},  # the schedule a design without SC runs
+                    **({"milp_split": "SC"} if schedules else {}),  # one MILP a schedule (solve.split)
                     "base": "gemm-tiling", "chip": proof_chip().name},
     )
 

@@ -142,36 +142,45 @@ def store_fit(pop, *, template: str, dtype: str, chip: str, toolchain: str, term
                              float(rms_before), float(rms_after), source, now)
 
 
-def terms_to_fit(calibrated: Sequence[str], n_points: int, max_terms: int | None = None) -> tuple[str, ...]:
-    """At most n_points − 1 (and at most `max_terms`) terms, in LEARN_ORDER first, then the
-    template's own order."""
-    order = [n for n in LEARN_ORDER if n in calibrated] + [n for n in calibrated if n not in LEARN_ORDER]
+def terms_to_fit(calibrated: Sequence[str], n_points: int, max_terms: int | None = None,
+                 first: Sequence[str] = ()) -> tuple[str, ...]:
+    """At most n_points − 1 (and at most `max_terms`) terms: `first` (those the template calibrates),
+    then LEARN_ORDER, then the template's own order."""
+    lead = [n for n in first if n in calibrated]
+    order = lead + [n for n in LEARN_ORDER if n in calibrated and n not in lead]
+    order += [n for n in calibrated if n not in order]
     cap = min(len(order), n_points - 1, len(order) if max_terms is None else max_terms)
     return tuple(order[: max(0, cap)])
 
 
 def learn(pop, factory: Callable[..., Any], chip_obj: Any, *, template: str, dtype: str, chip: str, toolchain: str,
-          source: str, iterations: int = 12, starts: int = 1, max_terms: int | None = 6
-          ) -> tuple[StoredCalibration | None, str]:
+          source: str, iterations: int = 12, starts: int = 1, max_terms: int | None = 6,
+          first: Sequence[str] = ()) -> tuple[StoredCalibration | None, str]:
     """Refit (template, dtype, chip, toolchain) on its stored points, starting from the latest fit.
 
     `factory(dtype=, calibration=, calibration_id=)` builds the template. The defaults keep an
     online update (after each `measure`) to seconds: 6 terms, one start, 12 iterations, each
-    refit starting where the last one ended; a benchmark with many points may ask for more.
+    refit starting where the last one ended; a benchmark with many points may ask for more, and name
+    the terms to fit `first` (e.g. a schedule's own terms when its points are in the menu).
+    Points the template cannot express are left out: a decision the template lacks but declares
+    implicit (descriptor['implicit'], e.g. gemm-tiling-gpu without schedules: SC = 0) must hold its
+    implicit value, else the point ran a design this template would price as another.
     Returns (the new fit or None, a one-line account of what happened)."""
-    pts = points(pop, template, dtype, chip, toolchain)
     prev = latest(pop, template, dtype, chip, toolchain)
     start_terms = dict(prev.terms) if prev else None
     t = factory(dtype=dtype, calibration=start_terms, calibration_id=prev.key if prev else "priors")
+    implicit = dict(t.descriptor.get("implicit", {}))
+    pts = [p for p in points(pop, template, dtype, chip, toolchain)
+           if all(p.assignment.get(k, v) == v for k, v in implicit.items())]
     calibrated = tuple(t.descriptor.get("calibrated", ()))
-    names = terms_to_fit(calibrated, len(pts), max_terms)
+    names = terms_to_fit(calibrated, len(pts), max_terms, first)
     if not names:
         return None, f"{len(pts)} point(s) stored: at least 2 are needed to fit a term"
     cal = fit(t, chip_obj, pts, names=names, iterations=iterations, starts=starts, chip_label=chip)
     if not cal.rms_log_error_after <= cal.rms_log_error_before:
         return None, f"refit on {len(pts)} points did not lower the error; {prev.label if prev else PRIOR_LABEL} kept"
     base = t.bind(dict(pts[0].workload), chip_obj)
-    terms = {n: float(base[n]) for n in calibrated}
+    terms = {**(start_terms or {}), **{n: float(base[n]) for n in calibrated}}  # terms it does not price carry over
     terms.update(cal.values)
     new = store_fit(pop, template=template, dtype=dtype, chip=chip, toolchain=toolchain, terms=terms, fitted=names,
                     points=len(pts), rms_before=cal.rms_log_error_before, rms_after=cal.rms_log_error_after,

@@ -22,6 +22,7 @@ from formloop.expr import evaluate
 from formloop.expr.linearize import Affine, Epigraph, Key, Linearizer, Mask, Row
 from formloop.solve.explain import irreducible_conflict
 from formloop.solve.result import ModelSize, Solution, SolveStatus, tie_slack
+from formloop.solve.split import split_solve
 from formloop.template import Constraint, Formulation
 
 _STATUS = {
@@ -229,7 +230,11 @@ def _hold(b: MilpBuilder, h: highspy.Highs, coefs: dict[int, float], const: floa
 
 
 def solve_milp(f: Formulation, *, time_limit: float | None = None, break_ties: bool = True) -> Solution:
-    """Solve `f` to proven optimality with HiGHS (or report the gap at the time limit)."""
+    """Solve `f` to proven optimality with HiGHS (or report the gap at the time limit). A template whose
+    descriptor names a `milp_split` decision is solved one value of it at a time (formloop.solve.split)."""
+    on = f.template.descriptor.get("milp_split")
+    if on and on in {d.name for d in f.decisions}:
+        return split_solve(f, on, lambda g: solve_milp(g, time_limit=time_limit, break_ties=break_ties))
     start = time.perf_counter()
     b = MilpBuilder(f)
     h = b.highs(time_limit)
