@@ -4,8 +4,9 @@ the same operations), which reads the chain's tensors and stores the result. The
 the tile operands and the output as one contiguous span of M·N elements, one program per BF elements
 (int64 block base, int32 lane offsets), the chain's operations as the epilogue writes them
 (gemm_epilogue_emit's op lines), masked only when the span is not a multiple of BF (EVEN, decided at
-launch by elementwise.flat_even, the expression the index proof reads), evict_first hints when H=1. Reference: gemm-epilogue's float64
-torch reference of the chain (gemm_epilogue_reference.apply_chain) applied to x."""
+launch by elementwise.flat_even, the expression the index proof reads), evict_first hints when H=1.
+Reference: gemm-epilogue's float64 torch reference of the chain (gemm_epilogue_reference.apply_chain)
+applied to x."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
