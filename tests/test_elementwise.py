@@ -157,3 +157,18 @@ def test_flat_index_proof_holds_and_a_wrong_even_condition_is_caught():
             assert check_index(flat_axis(), ob, bf).verdict is Verdict.PROVED
     bad = check_index(flat_axis(wrong), "no-phantom", 1024, replay=replay)
     assert bad.verdict is Verdict.COUNTEREXAMPLE and bad.witness["L"] % 1024 != 0
+
+
+def test_ranked_designs_menu_spans_both_layouts():
+    """The measurement menu: the cheapest design is the enumeration's optimum; `group` keeps k of each
+    layout, every one feasible (no wall violated) and ordered by model cost."""
+    from formloop.solve import ranked_designs
+    t = get_template("elementwise", chain="gelu", dtype="fp32")
+    wl, chip = workload(4096, 393216, "fp32"), get_chip("h200")
+    f = t.formulate(wl, chip)
+    menu = ranked_designs(f, 3, group="F", distinct=("F", "BF", "BM", "BN", "W"))
+    assert menu[0][1] == pytest.approx(enumerate_designs(f).objective, rel=1e-9)
+    assert sorted(a["F"] for a, _ in menu) == [0, 0, 0, 1, 1, 1]
+    assert [c for _, c in menu] == sorted(c for _, c in menu)
+    assert all(not t.check(a, wl, chip) for a, _ in menu)
+    assert len({tuple(sorted(a.items())) for a, _ in menu}) == len(menu)

@@ -16,12 +16,13 @@ walk's loads and stores (0 none, 1 evict_first: streamed data is never read agai
 Walls: C1 the fp32 values the chain holds (x, and one more with a tensor operand) fit `regs` per
 thread; C2 no idle warp; C3 a tile no wider than N's power of two; C4 no taller than M's (or 1);
 C5 the flat walk reads no broadcast vector (a row or column vector would need index division);
-C6 a 2D design has the canonical BF = 1024, H = 0 (those decisions are the flat walk's).
+C6 a 2D design has the canonical BF = 1024, H = 0 (those decisions are the flat walk's), C7 a flat design
+the canonical BN = 16, BM = 1; C8 coalesced: a 2D tile row holds >= 128 contiguous elements or the row.
 A flat design launched on an x whose rows are not contiguous runs the 2D walk with BN = min(N's power
 of two, 1024), BM = BF / BN (same elements per program): the flat walk needs one contiguous span.
 Cost (µs): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp). T_mem: the SOL bytes (x,
 out, the chain's tensors once) at min(bw·eta_bw, pull); pull is Little's law over the programs in
-flight: each holds its block's loads for one DRAM latency plus its own issue time (t_start + the
+flight: each holds its block's loads for one DRAM latency plus its own issue time (t_block + the
 per-element work), so few large programs per SM and many small ones are both priced. T_comp: waves ×
 that issue time, padded lanes included; the per-element work counts the chain's ops plus the index
 work (2D: the int64 row offset and the 2D mask, 2 ops; flat: the 1D mask, 1 op, 0 when EVEN).
@@ -63,8 +64,12 @@ M = param("M", doc="rows (numel / N)")
 N = param("N", doc="columns (x's last dim: a row vector broadcasts along it)")
 e = param("e", doc="bytes per element of x")
 warps_sm, regs, regs_sm, n_sm, bw = rw.warps_sm, rw.regs, rw.regs_sm, rw.n_sm, rw.bw
-eta_bw, lat_m, t_elem, t_start, t_launch, alpha = rw.eta_bw, rw.lat_m, rw.t_elem, rw.t_start, rw.t_launch, rw.alpha
-CALIBRATED = ("eta_bw", "lat_m", "t_elem", "t_start", "t_launch", "alpha")
+eta_bw, lat_m, t_elem, t_launch, alpha = rw.eta_bw, rw.lat_m, rw.t_elem, rw.t_launch, rw.alpha
+t_block = param("t_block", kind="chip", integer=False, lower=0, doc="serial start cost of one streaming program, s")
+CALIBRATED = ("eta_bw", "lat_m", "t_elem", "t_block", "t_launch", "alpha")
+# prior: PyTorch's vectorized elementwise kernel (blocks of 512 fp32, 16 resident per SM: 32 KB in flight per SM)
+# reaches ~3.8 TB/s on the H200, so a block's serial cost is small beside the ~1 µs DRAM latency
+PRIORS = {"t_block": 0.1e-6}
 
 
 def parse_chain(chain: str | tuple[EpilogueOp, ...]) -> tuple[EpilogueOp, ...]:
@@ -92,12 +97,15 @@ def _terms(ops: tuple[EpilogueOp, ...], dtype: str, out: str):
     per_thread = ceildiv(block, threads)
     live = 4 * (1 + facts.tiles)  # x (and a tensor operand) plus the chain's temporaries: no spills on sm_90
     programs = where(flat, ceildiv(M * N, BF), ceildiv(M, BM) * ceildiv(N, BN))
-    occupancy = maximum(1, minimum(floordiv(warps_sm, W), floordiv(regs_sm, threads * (live * per_thread + 32)), 32))
+    # resident programs: the expected registers ((x, the operand, one temporary) per element + addresses); the wall
+    # C1 keeps the conservative `live` count against spills
+    expect = (2 + facts.tiles) * per_thread + 32
+    occupancy = maximum(1, minimum(floordiv(warps_sm, W), floordiv(regs_sm, threads * expect), 32))
     active = maximum(1, minimum(programs, n_sm * occupancy))
     waves = ceildiv(programs, n_sm * occupancy)
     bytes_ = M * N * (e + eo) + M * N * facts.tile_bytes + N * facts.vec_row_bytes + M * facts.vec_col_bytes
     idx = where(flat, where(mod(M * N, BF).eq(0), 0, IDX_OPS_FLAT), IDX_OPS_2D)
-    t_prog = t_start + t_elem * per_thread * (max(facts.ops, 1.0) + idx) / 4  # one program's issue time, s
+    t_prog = t_block + t_elem * per_thread * (max(facts.ops, 1.0) + idx) / 4  # one program's issue time, s
     pull = active * block * (e + facts.tile_bytes) / (lat_m + t_prog)
     T_mem = bytes_ / minimum(bw * eta_bw, pull) * US
     T_comp = waves * t_prog * US
@@ -123,7 +131,7 @@ def elementwise(chain: str = "relu", dtype: str = "bf16", out: str = "", calibra
         name=NAME,
         doc="a fused elementwise chain over [M, N] (Triton: BM x BN tiles, or flat blocks of BF elements)",
         decisions=(BN, BM, W, F, BF, H),
-        params=(M, N, e, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, t_elem, t_start, t_launch, alpha),
+        params=(M, N, e, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, t_elem, t_block, t_launch, alpha),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),
                Constraint("int32_index", M * N <= MAX_ELEMS, "scope", "numel <= 2^31-1 (32-bit row offsets)")),
         constraints=(
@@ -137,14 +145,15 @@ def elementwise(chain: str = "relu", dtype: str = "bf16", out: str = "", calibra
                        "a 2D design keeps the flat walk's decisions canonical"),
             Constraint("C7", F.eq(0) | (BN.eq(BN.decision.menu[0]) & BM.eq(1)), "layout",
                        "a flat design keeps the 2D walk's decisions canonical"),
+            Constraint("C8", F.eq(1) | (BN >= 128) | (BN >= N), "layout",
+                       "coalesced: a 2D tile's rows are >= 128 contiguous elements (or the whole row)"),
         ),
         preconditions=(Constraint("cover", BN * ceildiv(N, BN) >= N, "layout", "the column tiles cover a row"),),
         cost=t["T"],
         unit="us",
         terms={k: v for k, v in t.items() if k != "T"},
         tie_break=("T_comp_us", "per_thread"),
-        bind_chip=lambda chip: {k: v for k, v in rw.chip_params(chip, calibration).items()
-                                if k in {p.name for p in (warps_sm, regs, regs_sm, n_sm, bw, *_effs())}},
+        bind_chip=lambda chip: chip_params(chip, calibration),
         program=lambda assignment, wl: program(ops, assignment, dtype, out or dtype),
         obligations=lambda template: proof_plan(template, dtype, out or dtype),
         options={"chain": chain_text(ops), "dtype": dtype, "out": out or dtype, "calibration": calibration_id},
@@ -156,7 +165,19 @@ def elementwise(chain: str = "relu", dtype: str = "bf16", out: str = "", calibra
 
 
 def _effs():
-    return (eta_bw, lat_m, t_elem, t_start, t_launch, alpha)
+    return (eta_bw, lat_m, t_elem, t_block, t_launch, alpha)
+
+
+def chip_params(chip, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
+    """rowwise's chip values and priors this family reads, with its own t_block; `calibration` may set any
+    CALIBRATED term."""
+    calibration = dict(calibration or {})
+    unknown = set(calibration) - set(CALIBRATED)
+    if unknown:
+        raise InvalidInput("calibration term", sorted(unknown), CALIBRATED)
+    t_blk = float(calibration.pop("t_block", PRIORS["t_block"]))
+    names = {p.name for p in (warps_sm, regs, regs_sm, n_sm, bw, *_effs())}
+    return {**{k: v for k, v in rw.chip_params(chip, calibration).items() if k in names}, "t_block": t_blk}
 
 
 def workload(rows: int, cols: int, dtype: str = "bf16") -> dict[str, int]:
@@ -203,6 +224,6 @@ def proof_plan(template: Template, dtype: str, out: str, even=None) -> ProofPlan
     axes = ((IndexAxis("N", N, BN, ceildiv(N, BN), BN, j < N, floordiv(j, BN), j), BN),
             (IndexAxis("M", M, BM, ceildiv(M, BM), BM, i < M, floordiv(i, BM), i), BM),
             (flat_axis(even), BF))
-    return rw.index_proof_plan(template, rw.chip_params(proof_chip()), axes,
+    return rw.index_proof_plan(template, chip_params(proof_chip()), axes,
                                "the walls read the proof chip's registers and warps; M, N, L symbolic",
                                e=dtype_bytes(dtype))
