@@ -7,9 +7,11 @@ torch eager and torch.compile, at Qwen3-8B and KernelBench-like sizes, on one GP
 
 --set runs the problem set's single vector ops instead (problems/level1, fp32, KernelBench sizes: relu,
 silu, mish, gelu, hardtanh, leaky_relu, residual_add, row_sum, row_max, softmax_rows, log_softmax,
-logsumexp, argmax_dim). --menu also times the model's top designs per case (both elementwise layouts,
-2D and flat; rowwise and vecops: the best design per tile width), each checked first, so one call shows
-the pick vs the best measured design vs torch.
+logsumexp, argmax_dim). --menu also times the model's top designs per case (elementwise: the k best of
+each layout, 2D and flat, and the pick's other eviction hint; rowwise: the best per tile width (2k)
+and per warp count from 4 warps; vecops
+colreduce: the k best per run width RP), each checked first, so one call shows the pick vs the best
+measured design vs torch.
 
 Per case: the MILP's design for the shape (template priors), then correctness first (fresh random inputs,
 NaN-poisoned outputs, error against float64 torch; the torch baselines checked the same way), then
@@ -102,9 +104,13 @@ class Case:
 
 
 def _menu(t, wl, k, build, group=None, distinct=(), extra=()):
-    """The model's top designs of template `t` at workload `wl`: (design, model µs, build(design))."""
+    """The model's top designs of template `t` at workload `wl`: (design, model µs, build(design)); `group` a
+    decision name or several (the k best per value of each, merged)."""
     f = t.formulate(wl, get_chip("h200"))
-    ranked = ranked_designs(f, k, group=group, distinct=distinct)
+    ranked = []
+    for g in (group if isinstance(group, tuple) else (group,)):
+        ranked += [(d, c) for d, c in ranked_designs(f, k, group=g, distinct=distinct) if d not in [r for r, _ in ranked]]
+    ranked.sort(key=lambda dc: dc[1])
     seen = [d for d, _ in ranked]
     for d in extra:  # variants the ranking ties away (e.g. the eviction hint of the pick)
         if d not in seen and not t.check(d, wl, get_chip("h200")):
@@ -153,8 +159,12 @@ def row_case(op, R, C, dtype, device, small, name=""):
 
     t = rowwise.make(op, dtype)
     wl = rowwise.workload(R, C, dtype)
-    menu = (lambda k: _menu(t, wl, 2 * k, lambda a: run(RowwiseProgram(op, RowConfig.from_assignment(a))),
-                            distinct=("BC",)))
+
+    def menu(k):  # the best per tile width (2k of them), then the best per warp count from 4 warps up
+        build = lambda a: run(RowwiseProgram(op, RowConfig.from_assignment(a)))  # noqa: E731
+        widths = _menu(t, wl, 1, build, group="BC", distinct=("BC", "RP", "W"))[:2 * k]
+        warps = [m for m in _menu(t, wl, 1, build, group="W", distinct=("BC", "RP", "W")) if m[0]["W"] >= 4]
+        return widths + [m for m in warps if m[0] not in [w[0] for w in widths]]
     return Case(f"{name or op}-{R}x{C}-{dtype}", "rowwise", dtype, rowwise.sol_bytes(op, R, C, td.itemsize), make,
                 ours, eager, ref, got, _model(t, wl, d), d, menu)
 
@@ -261,7 +271,7 @@ def colarg_case(B, D1, D2, device, small):
     def run(a):
         return lambda o: col_argreduce("argmax", o["x"], 1, config=a)
 
-    menu = lambda k: _menu(t, wl, 2 * k, run, distinct=("BC", "RP"))  # noqa: E731
+    menu = lambda k: _menu(t, wl, k, run, group="RP", distinct=("BC", "RP", "W"))  # noqa: E731
     return Case(f"argmax_dim-{B}x{D1}x{D2}-fp32", "vecops", "fp32", nbytes,
                 lambda gen: {"x": torch.randn(B, D1, D2, generator=gen, device=device)}, run(d),
                 lambda o: torch.argmax(o["x"], 1), lambda o: [torch.argmax(o["x"].double(), 1)],

@@ -17,7 +17,8 @@ Walls: C1 the fp32 values the chain holds (x, and one more with a tensor operand
 thread; C2 no idle warp; C3 a tile no wider than N's power of two; C4 no taller than M's (or 1);
 C5 the flat walk reads no broadcast vector (a row or column vector would need index division);
 C6 a 2D design has the canonical BF = 1024, H = 0 (those decisions are the flat walk's), C7 a flat design
-the canonical BN = 16, BM = 1; C8 coalesced: a 2D tile row holds >= 128 contiguous elements or the row.
+the canonical BN = 16, BM = 1; C8 coalesced: a 2D tile row holds >= 128 contiguous elements or the row;
+C9 the expected registers fit a thread's share of the register file at one program per SM.
 A flat design launched on an x whose rows are not contiguous runs the 2D walk with BN = min(N's power
 of two, 1024), BM = BF / BN (same elements per program): the flat walk needs one contiguous span.
 Cost (µs): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp). T_mem: the SOL bytes (x,
@@ -111,7 +112,7 @@ def _terms(ops: tuple[EpilogueOp, ...], dtype: str, out: str):
     T_comp = waves * t_prog * US
     T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
     return {"T": T, "T_mem_us": T_mem, "T_comp_us": T_comp, "sol_bytes": bytes_, "programs": programs,
-            "per_thread": per_thread}, live
+            "per_thread": per_thread, "expect_regs": expect}, live
 
 
 @register_template(NAME)
@@ -147,6 +148,8 @@ def elementwise(chain: str = "relu", dtype: str = "bf16", out: str = "", calibra
                        "a flat design keeps the 2D walk's decisions canonical"),
             Constraint("C8", F.eq(1) | (BN >= 128) | (BN >= N), "layout",
                        "coalesced: a 2D tile's rows are >= 128 contiguous elements (or the whole row)"),
+            Constraint("C9", t["expect_regs"] <= regs_sm / (32 * W), "capacity",
+                       "the expected registers fit one program's share of the register file"),
         ),
         preconditions=(Constraint("cover", BN * ceildiv(N, BN) >= N, "layout", "the column tiles cover a row"),),
         cost=t["T"],

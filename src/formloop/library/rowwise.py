@@ -17,7 +17,10 @@ Walls: C1 registers: the live fp32 tiles (LIVE per op, LIVE_LOOP when looping) s
 fit `regs` per thread;
 C2 no idle warp: RP·BC >= 32·W; C3 the tile is no wider than the row rounded up to a power of two
 (BC < 2C, or the narrowest tile); C4 rows per program <= R (or 1); C5 cross-warp scratch of the
-reductions fits shared memory; C6 stages only with a loop (S = 1 when BC >= C).
+reductions fits shared memory; C6 stages only with a loop (S = 1 when BC >= C); C7 the live tiles plus ~32
+address registers fit the register file's share of a thread of one program (65536 / (32·W): 128 at
+W = 16, where the 255 cap of C1 does not bind; sm_90 spilled the 1024 x 32 x 16-warp row sum and the
+2048 x 16 x 16-warp looped softmax that C1 alone admitted).
 
 Cost (µs, memory-bound): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp).
 T_mem: the op's DRAM bytes (SOL bytes: x read once, outputs written once, weights once) at
@@ -189,6 +192,9 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
             Constraint("C4", (RP <= R) | RP.eq(1), "layout", "a program's rows exist"),
             Constraint("C5", t["smem_bytes"] <= Ms, "capacity", "the cross-warp reduction scratch fits"),
             Constraint("C6", (BC < C) | S.eq(1), "schedule", "stages only when the program loops over the row"),
+            Constraint("C7", where(ceildiv(C, BC) > 1, LIVE_LOOP[op], LIVE[op]) * t["per_thread"] + 32
+                       <= regs_sm / (32 * W), "capacity",
+                       "the live tiles and addresses fit one program's share of the register file"),
         ),
         preconditions=(
             Constraint("row_cover", BC * ceildiv(C, BC) >= C, "layout", "the column tiles cover the row"),
