@@ -66,7 +66,7 @@ for op, R, C in [("sum", 32768, 32768), ("max", 32768, 32768), ("softmax", 4096,
     else:
         sig = {**row_sig, "OP": "constexpr", "BC": "constexpr", "RP": "constexpr"}
         consts, fn = {"OP": rk.RED_CODE[op], "BC": d["BC"], "RP": d["RP"]}, rk._reduce_kernel
-    r = build(fn, sig, consts, d["W"], d["S"], aligned=["x_ptr", "y_ptr", "C", "sx"])
+    r = build(fn, sig, consts, d["W"], d["S"], aligned=["x_ptr", "y_ptr", "C", "sx", *(["sy"] if "sy" in sig else [])])
     out.append({"name": f"rowwise {op} {R}x{C} {d}", "flat": False, **r})
 # the design the model picked before the register-file wall: it spills, and the wall now refuses it
 old = {"BC": 1024, "RP": 32, "W": 16, "S": 2}
