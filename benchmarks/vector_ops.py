@@ -109,7 +109,8 @@ def _menu(t, wl, k, build, group=None, distinct=(), extra=()):
     f = t.formulate(wl, get_chip("h200"))
     ranked = []
     for g in (group if isinstance(group, tuple) else (group,)):
-        ranked += [(d, c) for d, c in ranked_designs(f, k, group=g, distinct=distinct) if d not in [r for r, _ in ranked]]
+        have = [r for r, _ in ranked]
+        ranked += [(d, c) for d, c in ranked_designs(f, k, group=g, distinct=distinct) if d not in have]
     ranked.sort(key=lambda dc: dc[1])
     seen = [d for d, _ in ranked]
     for d in extra:  # variants the ranking ties away (e.g. the eviction hint of the pick)
@@ -406,7 +407,8 @@ def run_menu(case, row, args, gen, tol, device=None, sets=None, best_eager=None)
         row["menu_best"] = {"design": best["design"], "graph_us": best["graph_us"],
                             "speedup_vs_eager": best.get("speedup_vs_eager")}
         print(f"    best measured: {_design(best['design'])} {best['graph_us']:.1f} us (gpu graph), "
-              f"x eager {_fmt(best.get('speedup_vs_eager'), '.2f')}; pick {_fmt(row['ours'].get('graph_us'))} us")
+              f"x eager {_fmt(best.get('speedup_vs_eager'), '.2f')}; pick {_fmt(row['ours'].get('graph_us'))} us; "
+              f"torch eager (best of graph, eager) {_fmt(best_eager)} us")
     return all(r["correct"] for r in out)
 
 
@@ -472,6 +474,8 @@ def main() -> int:
         with open(os.path.join(args.out, "vector_ops.json"), "w") as f:  # after every case: a cut run keeps its rows
             json.dump(result, f, indent=1, default=str)
     ok = all(r["correct"] and r.get("menu_correct", True) for r in result["cases"])
+    if gpu and args.menu:
+        _menu_summary(result["cases"])
     if gpu:
         for key in ("speedup_vs_eager", "speedup_vs_compile"):
             xs = [r[key] for r in result["cases"] if r.get(key)]
@@ -480,6 +484,21 @@ def main() -> int:
     print(f"{sum(r['correct'] for r in result['cases'])}/{len(result['cases'])} cases correct; "
           f"{time.time() - start:.0f} s wall; wrote {os.path.join(args.out, 'vector_ops.json')}")
     return 0 if ok else 1
+
+
+def _menu_summary(rows):
+    """One line per case: the pick, the best measured design of the menu, torch eager (µs, gpu, CUDA graph)."""
+    print(f"\n{'case':34s} {'pick us':>9s} {'best us':>9s} {'x eager pick':>12s} {'x eager best':>12s}  best design")
+    picks, bests = [], []
+    for r in rows:
+        b = r.get("menu_best") or {}
+        pick_x, best_x = r.get("speedup_vs_eager"), b.get("speedup_vs_eager")
+        picks += [pick_x] if pick_x else []
+        bests += [max(best_x, pick_x or 0)] if best_x else []
+        print(f"{r['case']:34s} {_fmt(r.get('ours', {}).get('graph_us')):>9s} {_fmt(b.get('graph_us')):>9s} "
+              f"{_fmt(pick_x, '.2f'):>12s} {_fmt(best_x, '.2f'):>12s}  {_design(b.get('design') or {})}")
+    for name, xs in (("pick", picks), ("best of menu", bests)):
+        print(f"{name}: {sum(x >= 1.0 for x in xs)}/{len(xs)} cases >= 1.0x torch eager (gpu, graph)")
 
 
 def _fmt(x, spec=".1f"):
