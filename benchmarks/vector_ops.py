@@ -3,6 +3,15 @@ torch eager and torch.compile, at Qwen3-8B and KernelBench-like sizes, on one GP
 
     PYTHONPATH=src python3 benchmarks/vector_ops.py --out $OUT                 # H200, about 2-3 minutes
     PYTHONPATH=src python3 benchmarks/vector_ops.py --dry-run --out /tmp/v    # CPU: interpreter, tiny sizes
+    PYTHONPATH=src python3 benchmarks/vector_ops.py --set --menu --no-compile --out $OUT   # H200, ~2-3 min
+
+--set runs the problem set's single vector ops instead (problems/level1, fp32, KernelBench sizes: relu,
+silu, mish, gelu, hardtanh, leaky_relu, residual_add, row_sum, row_max, softmax_rows, log_softmax,
+logsumexp, argmax_dim). --menu also times the model's top designs per case (elementwise: the k best of
+each layout, 2D and flat, and the pick's other eviction hint; rowwise: the best per tile width (2k)
+and per warp count from 4 warps; vecops
+colreduce: the k best per run width RP), each checked first, so one call shows the pick vs the best
+measured design vs torch.
 
 Per case: the MILP's design for the shape (template priors), then correctness first (fresh random inputs,
 NaN-poisoned outputs, error against float64 torch; the torch baselines checked the same way), then
@@ -27,6 +36,10 @@ def _args(argv):
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     p.add_argument("--budget-s", type=float, default=150.0, help="skip torch.compile after this many seconds")
     p.add_argument("--cases", default="", help="comma-separated case-name prefixes (default: all)")
+    p.add_argument("--set", action="store_true", help="the problem set's single vector ops (KernelBench sizes)")
+    p.add_argument("--menu", action="store_true", help="also time the model's top designs per case")
+    p.add_argument("--menu-k", type=int, default=2, help="designs per layout group in the menu (default 2)")
+    p.add_argument("--menu-budget-s", type=float, default=160.0, help="no new menu after this many seconds")
     return p.parse_args(argv)
 
 
@@ -39,12 +52,14 @@ import torch.nn.functional as F  # noqa: E402
 
 from formloop.hw.chips import get_chip  # noqa: E402
 from formloop.library import elementwise as ew  # noqa: E402
-from formloop.library import qk_rope, rowwise  # noqa: E402
+from formloop.library import qk_rope, rowwise, vecops  # noqa: E402
 from formloop.library.elementwise_kernel import ElementwiseProgram, EwConfig  # noqa: E402
 from formloop.library.qk_rope_kernel import QkRopeConfig, QkRopeProgram, reference_hf, rope_tables  # noqa: E402
 from formloop.library.rowwise_kernel import TORCH_DTYPES, RowConfig, RowwiseProgram, group_norm  # noqa: E402
 from formloop.library.rowwise_reference import reference as row_reference  # noqa: E402
+from formloop.library.vecops_kernel import col_argreduce  # noqa: E402
 from formloop.measure.timer import operand_sets_for, time_launches  # noqa: E402
+from formloop.solve import ranked_designs  # noqa: E402
 
 EPS = 1e-6
 TOL = {"fp32": 1e-5, "bf16": 1e-2, "fp16": 2e-3}
@@ -81,10 +96,27 @@ class Case:
     """One benchmark case: `make(gen)` draws an operand set (a dict); `ours(ops)`/`torch(ops)` run on one;
     `ref(ops)` is the float64 answer; `got(ops, result)` the tensors compared with it (in order)."""
 
-    def __init__(self, name, family, dtype, sol_bytes, make, ours, torch_fn, ref, got, model_us, design):
+    def __init__(self, name, family, dtype, sol_bytes, make, ours, torch_fn, ref, got, model_us, design, menu=None):
         self.name, self.family, self.dtype, self.sol_bytes = name, family, dtype, sol_bytes
         self.make, self.ours, self.torch_fn, self.ref, self.got = make, ours, torch_fn, ref, got
         self.model_us, self.design = model_us, design
+        self.menu = menu  # (k) -> [(design, model µs, ours fn)]: the model's top designs, for --menu
+
+
+def _menu(t, wl, k, build, group=None, distinct=(), extra=()):
+    """The model's top designs of template `t` at workload `wl`: (design, model µs, build(design)); `group` a
+    decision name or several (the k best per value of each, merged)."""
+    f = t.formulate(wl, get_chip("h200"))
+    ranked = []
+    for g in (group if isinstance(group, tuple) else (group,)):
+        have = [r for r, _ in ranked]
+        ranked += [(d, c) for d, c in ranked_designs(f, k, group=g, distinct=distinct) if d not in have]
+    ranked.sort(key=lambda dc: dc[1])
+    seen = [d for d, _ in ranked]
+    for d in extra:  # variants the ranking ties away (e.g. the eviction hint of the pick)
+        if d not in seen and not t.check(d, wl, get_chip("h200")):
+            ranked.append((d, _model(t, wl, d)))
+    return [(d, c, build(d)) for d, c in ranked]
 
 
 def _model(t, wl, design):
@@ -92,7 +124,7 @@ def _model(t, wl, design):
     return float(t.evaluate_terms(design, t.bind(wl, chip))["cost"])
 
 
-def row_case(op, R, C, dtype, device, small):
+def row_case(op, R, C, dtype, device, small, name=""):
     if small:
         R, C = min(R, 5), min(C, 100)
     td = TORCH_DTYPES[dtype]
@@ -102,12 +134,14 @@ def row_case(op, R, C, dtype, device, small):
     def make(gen):
         ops = {"x": torch.randn(R, C, generator=gen, device=device).to(td),
                "w": (torch.rand(C, generator=gen, device=device) + 0.5).to(td),
-               "b": torch.randn(C, generator=gen, device=device).to(td),
-               "r": torch.randn(R, C, generator=gen, device=device).to(td)}
+               "b": torch.randn(C, generator=gen, device=device).to(td)}
+        ops["r"] = torch.randn(R, C, generator=gen, device=device).to(td) if op == "rmsnorm-residual" else ops["x"]
         return ops
 
-    def ours(o):
-        return prog(o["x"], weight=o["w"], bias=o["b"], residual=o["r"], eps=EPS)
+    def run(p):
+        return lambda o: p(o["x"], weight=o["w"], bias=o["b"], residual=o["r"], eps=EPS)
+
+    ours = run(prog)
 
     eager = {"rmsnorm": lambda o: hf_rmsnorm(o["x"], o["w"]),
              "rmsnorm-residual": lambda o: hf_add_rmsnorm(o["x"], o["r"], o["w"]),
@@ -117,23 +151,31 @@ def row_case(op, R, C, dtype, device, small):
              "max": lambda o: o["x"].amax(-1), "argmax": lambda o: o["x"].argmax(-1),
              "logsumexp": lambda o: torch.logsumexp(o["x"], -1)}[op]
 
-    def ref(o):
-        out = row_reference(op, o["x"].cpu(), o["w"].cpu(), o["b"].cpu(), o["r"].cpu(), EPS)
+    def ref(o):  # float64 on the operands' device (the GPU for the large problem-set shapes)
+        out = row_reference(op, o["x"], o["w"], o["b"], o["r"], EPS)
         return list(out) if isinstance(out, tuple) else [out]
 
     def got(o, res):
         return list(res) if isinstance(res, tuple) else [res]
 
     t = rowwise.make(op, dtype)
-    return Case(f"{op}-{R}x{C}-{dtype}", "rowwise", dtype, rowwise.sol_bytes(op, R, C, td.itemsize), make, ours,
-                eager, ref, got, _model(t, rowwise.workload(R, C, dtype), d), d)
+    wl = rowwise.workload(R, C, dtype)
+
+    def menu(k):  # the best per tile width (2k of them), then the best per warp count from 4 warps up
+        build = lambda a: run(RowwiseProgram(op, RowConfig.from_assignment(a)))  # noqa: E731
+        widths = _menu(t, wl, 1, build, group="BC", distinct=("BC", "RP", "W"))[:2 * k]
+        warps = [m for m in _menu(t, wl, 1, build, group="W", distinct=("BC", "RP", "W")) if m[0]["W"] >= 4]
+        return widths + [m for m in warps if m[0] not in [w[0] for w in widths]]
+    return Case(f"{name or op}-{R}x{C}-{dtype}", "rowwise", dtype, rowwise.sol_bytes(op, R, C, td.itemsize), make,
+                ours, eager, ref, got, _model(t, wl, d), d, menu)
 
 
-def ew_case(name, chain, M, N, dtype, device, small, eager):
+def ew_case(name, chain, M, N, dtype, device, small, eager, small_design=None):
     if small:
         M, N = min(M, 6), min(N, 70)
     td = TORCH_DTYPES[dtype]
-    d = ew.solved_design(chain, M, N, dtype) if not small else {"BN": 32, "BM": 2, "W": 1}
+    d = ew.solved_design(chain, M, N, dtype) if not small else (small_design or {"BN": 32, "BM": 2, "W": 1})
+    d = {"F": 0, "BF": 1024, "H": 0, **d}  # a 2D design names the flat walk's decisions at their canonical values
     prog = ElementwiseProgram(chain, EwConfig.from_assignment(d), dtype)
 
     def make(gen):
@@ -143,10 +185,19 @@ def ew_case(name, chain, M, N, dtype, device, small, eager):
     t = ew.elementwise(chain, dtype)
     facts = ew.chain_facts(prog.chain, default_dtype=dtype)
     nbytes = int(M * N * (2 * td.itemsize + facts.tile_bytes) + N * facts.vec_row_bytes)
-    return Case(f"{name}-{M}x{N}-{dtype}", "elementwise", dtype, nbytes, make,
-                lambda o: prog(o["x"], {k: v for k, v in o.items() if k != "x"}), eager,
-                lambda o: [prog.reference(o["x"].cpu(), {k: v.cpu() for k, v in o.items() if k != "x"})],
-                lambda o, res: [res], _model(t, ew.workload(M, N, dtype), d), d)
+    wl = ew.workload(M, N, dtype)
+
+    def run(p):
+        return lambda o: p(o["x"], {k: v for k, v in o.items() if k != "x"})
+
+    def build(a):
+        return run(ElementwiseProgram(chain, EwConfig.from_assignment(a), dtype))
+
+    hinted = [{**d, "H": 1 - d["H"]}] if d.get("F") else []
+    menu = lambda k: _menu(t, wl, k, build, group="F", distinct=("F", "BF", "BM", "BN", "W"), extra=hinted)  # noqa
+    return Case(f"{name}-{M}x{N}-{dtype}", "elementwise", dtype, nbytes, make, run(prog), eager,
+                lambda o: [prog.reference(o["x"], {k: v for k, v in o.items() if k != "x"})],
+                lambda o, res: [res], _model(t, wl, d), d, menu)
 
 
 def qk_case(T, L, dtype, device, small):
@@ -210,6 +261,46 @@ def gn_case(N, C, HW, G, device, small):
                 lambda o, res: [res], _model(t, rowwise.workload(N * G, C // G * HW, "fp32"), d), d)
 
 
+def colarg_case(B, D1, D2, device, small):
+    """torch.argmax(x, dim=1) of x [B, D1, D2] (argmax_dim): vecops-colreduce."""
+    if small:
+        B, D1, D2 = 2, 40, 37
+    R, nbytes = B * D2, B * D1 * D2 * 4 + B * D2 * 8
+    t, wl = vecops.make("colreduce"), vecops.workload(R, D1, nbytes)
+    d = vecops.solved_design("colreduce", R, D1, nbytes) if not small else {"BC": 16, "RP": 32, "W": 1, "SPLIT": 1}
+
+    def run(a):
+        return lambda o: col_argreduce("argmax", o["x"], 1, config=a)
+
+    menu = lambda k: _menu(t, wl, k, run, group="RP", distinct=("BC", "RP", "W"))  # noqa: E731
+    return Case(f"argmax_dim-{B}x{D1}x{D2}-fp32", "vecops", "fp32", nbytes,
+                lambda gen: {"x": torch.randn(B, D1, D2, generator=gen, device=device)}, run(d),
+                lambda o: torch.argmax(o["x"], 1), lambda o: [torch.argmax(o["x"].double(), 1)],
+                lambda o, res: [res], _model(t, wl, d), d, menu)
+
+
+ACTS = {"relu": ("relu", torch.relu), "silu": ("silu", F.silu), "mish": ("mish", F.mish), "gelu": ("gelu", F.gelu),
+        "hardtanh": ("hardtanh(lo=-1.0,hi=1.0)", lambda x: F.hardtanh(x, -1.0, 1.0)),
+        "leaky_relu": ("leaky_relu(slope=0.01)", lambda x: F.leaky_relu(x, 0.01))}
+
+
+def set_cases(device, small):
+    """The problem set's single vector ops (problems/level1), fp32, KernelBench sizes: what formloop optimize
+    picks for them, and the menu around it."""
+    flat = {"BN": 16, "BM": 1, "W": 1, "F": 1, "BF": 64, "H": 0}  # the interpreter's flat walk (a tail: 6·70 % 64)
+    out = [ew_case(name, chain, 4096, 393216, "fp32", device, small, lambda o, f=fn: f(o["x"]),
+                   small_design={**flat, "H": i % 2}) for i, (name, (chain, fn)) in enumerate(ACTS.items())]
+    out.append(ew_case("residual_add", "add(name=other)", 32 * 4096, 4096, "fp32", device, small,
+                       lambda o: o["x"] + o["other"], small_design=flat))
+    out += [row_case("sum", 32768, 32768, "fp32", device, small, "row_sum"),
+            row_case("max", 32768, 32768, "fp32", device, small, "row_max"),
+            row_case("softmax", 4096, 393216, "fp32", device, small, "softmax_rows"),
+            row_case("log-softmax", 4096, 393216, "fp32", device, small, "log_softmax"),
+            row_case("logsumexp", 16384, 65536, "fp32", device, small)]
+    out.append(colarg_case(128, 4096, 4095, device, small))
+    return out
+
+
 def cases(device, small):
     """Qwen3-8B layer parts first (bf16), then KernelBench-like fp32 ops: torch.compile's first compiles
     go to the cases the layer needs if the time budget runs out."""
@@ -232,13 +323,21 @@ def cases(device, small):
     return out
 
 
-def rel_error(got, want) -> float:
+def rel_error(got, want, chunk: int = 1 << 26) -> float:
+    """‖got − want‖ / ‖want‖ in float64 on got's device (int results: exact), in chunks of `chunk` elements
+    (the problem-set tensors hold 1.6e9 elements)."""
+    want = want.to(got.device)
     if got.dtype in (torch.int64, torch.int32):
-        return 0.0 if torch.equal(got.cpu(), want.cpu()) else 1.0
-    g, w = got.double().cpu(), want.double().cpu()
-    if g.isnan().any():
-        return float("inf")
-    return float((g - w).norm() / max(w.norm().item(), 1e-30))
+        return 0.0 if torch.equal(got, want.to(got.dtype)) else 1.0
+    g, w = got.reshape(-1), want.reshape(-1)
+    num = den = 0.0
+    for i in range(0, g.numel(), chunk):
+        gd, wd = g[i:i + chunk].double(), w[i:i + chunk].double()
+        if gd.isnan().any():
+            return float("inf")
+        num += float((gd - wd).square().sum())
+        den += float(wd.square().sum())
+    return math.sqrt(num) / max(math.sqrt(den), 1e-30)
 
 
 def check(case, fn, gen):
@@ -279,6 +378,50 @@ def measure_case(case, row, device, gen, l2, bw, args, start):
     row["speedup_vs_eager"] = best_eager / ours_g if ours_g and best_eager else None
     row["speedup_vs_compile"] = comp / ours_g if ours_g and comp else None
     row["copy_fraction"] = case.sol_bytes / (ours_g * 1e-6) / bw if ours_g else None
+    return sets, best_eager
+
+
+def run_menu(case, row, args, gen, tol, device=None, sets=None, best_eager=None):
+    """The model's top designs: each checked against float64 first, then (on the GPU) timed in a CUDA graph
+    on the case's operand sets; the pick's row says where the model's choice ranks."""
+    out = []
+    for design, model_us, fn in case.menu(args.menu_k):
+        r = {"design": design, "model_us": model_us, "pick": design == case.design}
+        try:
+            r["err"] = check(case, fn, gen)
+        except Exception as exc:  # noqa: BLE001 - recorded with the reason
+            r["err"], r["failure"] = float("inf"), f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        r["correct"] = r["err"] <= tol
+        if sets is not None and r["correct"]:
+            r.update(timings_graph(fn, sets, device))
+            if r.get("graph_us") and best_eager:
+                r["speedup_vs_eager"] = best_eager / r["graph_us"]
+        out.append(r)
+        print(f"    menu {_design(design):44s} model {model_us:10.1f} us  err {r['err']:.1e}  gpu graph "
+              f"{_fmt(r.get('graph_us')):>9s} us  x eager {_fmt(r.get('speedup_vs_eager'), '.2f'):>5s}"
+              + ("  (pick)" if r["pick"] else "") + ("" if r["correct"] else "  FAILED"))
+    row["menu"] = out
+    timed = [r for r in out if r.get("graph_us")]
+    if timed:
+        best = min(timed, key=lambda r: r["graph_us"])
+        row["menu_best"] = {"design": best["design"], "graph_us": best["graph_us"],
+                            "speedup_vs_eager": best.get("speedup_vs_eager")}
+        print(f"    best measured: {_design(best['design'])} {best['graph_us']:.1f} us (gpu graph), "
+              f"x eager {_fmt(best.get('speedup_vs_eager'), '.2f')}; pick {_fmt(row['ours'].get('graph_us'))} us; "
+              f"torch eager (best of graph, eager) {_fmt(best_eager)} us")
+    return all(r["correct"] for r in out)
+
+
+def timings_graph(fn, sets, device):
+    try:
+        return {"graph_us": time_launches(lambda i: fn(sets[i]), len(sets), device=device,
+                                          mode="graph").timing.seconds * 1e6}
+    except Exception as exc:  # noqa: BLE001 - recorded with the reason
+        return {"graph_us": None, "graph_failure": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"}
+
+
+def _design(d):
+    return ",".join(f"{k}={v}" for k, v in d.items())
 
 
 def copy_bw() -> float:
@@ -305,7 +448,9 @@ def main() -> int:
     print(f"{'case':34s} {'err(ours)':>9s} {'err(torch)':>10s} {'ours g/e us':>14s} {'eager g/e us':>14s} "
           f"{'compile g us':>12s} {'model us':>8s} {'x eager':>7s} {'x comp':>6s} {'copy%':>6s}")
     wanted = [w for w in args.cases.split(",") if w]
-    picked = [c for c in cases(device, not gpu) if not wanted or any(c.name.startswith(w) for w in wanted)]
+    listed = set_cases(device, not gpu) if args.set else cases(device, not gpu)
+    picked = [c for c in listed if not wanted or any(c.name.startswith(w) for w in wanted)]
+    os.makedirs(args.out, exist_ok=True)
     for case in picked:
         row = {"case": case.name, "family": case.family, "dtype": case.dtype, "design": case.design,
                "sol_bytes": case.sol_bytes, "model_us": case.model_us}
@@ -314,14 +459,23 @@ def main() -> int:
         row["tolerance"] = tol
         row["correct"] = row["err_ours"] <= tol
         row["torch_correct"] = row["err_torch"] <= tol  # the baseline is held to the same tolerance
+        sets = best_eager = None
         if gpu and row["correct"]:
-            measure_case(case, row, device, gen, l2, bw, args, start)
+            sets, best_eager = measure_case(case, row, device, gen, l2, bw, args, start)
         _print(row)
+        if args.menu and case.menu is not None:
+            if time.time() - start < args.menu_budget_s:
+                row["menu_correct"] = run_menu(case, row, args, gen, tol, device, sets, best_eager)
+            else:
+                row["menu"] = f"skipped: past --menu-budget-s {args.menu_budget_s} s"
+                print(f"    menu {row['menu']}")
+        del sets
         result["cases"].append(row)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "vector_ops.json"), "w") as f:
-        json.dump(result, f, indent=1, default=str)
-    ok = all(r["correct"] for r in result["cases"])
+        with open(os.path.join(args.out, "vector_ops.json"), "w") as f:  # after every case: a cut run keeps its rows
+            json.dump(result, f, indent=1, default=str)
+    ok = all(r["correct"] and r.get("menu_correct", True) for r in result["cases"])
+    if gpu and args.menu:
+        _menu_summary(result["cases"])
     if gpu:
         for key in ("speedup_vs_eager", "speedup_vs_compile"):
             xs = [r[key] for r in result["cases"] if r.get(key)]
@@ -330,6 +484,21 @@ def main() -> int:
     print(f"{sum(r['correct'] for r in result['cases'])}/{len(result['cases'])} cases correct; "
           f"{time.time() - start:.0f} s wall; wrote {os.path.join(args.out, 'vector_ops.json')}")
     return 0 if ok else 1
+
+
+def _menu_summary(rows):
+    """One line per case: the pick, the best measured design of the menu, torch eager (µs, gpu, CUDA graph)."""
+    print(f"\n{'case':34s} {'pick us':>9s} {'best us':>9s} {'x eager pick':>12s} {'x eager best':>12s}  best design")
+    picks, bests = [], []
+    for r in rows:
+        b = r.get("menu_best") or {}
+        pick_x, best_x = r.get("speedup_vs_eager"), b.get("speedup_vs_eager")
+        picks += [pick_x] if pick_x else []
+        bests += [max(best_x, pick_x or 0)] if best_x else []
+        print(f"{r['case']:34s} {_fmt(r.get('ours', {}).get('graph_us')):>9s} {_fmt(b.get('graph_us')):>9s} "
+              f"{_fmt(pick_x, '.2f'):>12s} {_fmt(best_x, '.2f'):>12s}  {_design(b.get('design') or {})}")
+    for name, xs in (("pick", picks), ("best of menu", bests)):
+        print(f"{name}: {sum(x >= 1.0 for x in xs)}/{len(xs)} cases >= 1.0x torch eager (gpu, graph)")
 
 
 def _fmt(x, spec=".1f"):

@@ -87,3 +87,88 @@ def test_run_chain_solved_design():
     b = torch.full((20,), 0.75)  # a scalar add as a filled row vector
     got = run_chain("bias(axis=row,name=b) >> relu", x, {"b": b})
     assert torch.allclose(got, torch.relu(x + 0.75))
+
+
+# --- the flat walk (F=1) ---------------------------------------------------------------------------
+
+FLAT = [((3, 50), 64, 0), ((4, 32), 32, 1), ((7,), 16, 0), ((2, 3, 33), 128, 1), ((5, 64), 64, 0)]
+
+
+@pytest.mark.parametrize("chain", [c for c in CHAINS if "axis=" not in c and "by=col" not in c])
+def test_flat_walk_matches_reference(chain):
+    """Tails (sizes not a multiple of BF: masked body) and exact multiples (EVEN: unmasked body), with and
+    without the evict_first hint, against the float64 reference; poisoned outputs."""
+    from formloop.library.elementwise import flat_even
+    seen = set()
+    for i, (shape, bf, hint) in enumerate(FLAT):
+        gen = torch.Generator().manual_seed(i)
+        x = torch.randn(shape, generator=gen) * 4.0
+        prog = ElementwiseProgram(chain, EwConfig(BN=16, BM=1, W=1, F=1, BF=bf, H=hint), "fp32")
+        ins = prog.new_inputs(x, gen)
+        got = prog(x, ins, out=torch.full(shape, float("nan")))
+        want = prog.reference(x, ins)
+        tol = 1e-2 if "cast" in chain else 2e-5
+        assert torch.allclose(got.double(), want, atol=tol * max(1.0, want.abs().max().item()), rtol=tol), \
+            (chain, shape, bf, (got.double() - want).abs().max())
+        seen.add(flat_even(x.numel(), bf))
+    assert seen == {True, False}  # both bodies ran
+
+
+def test_flat_design_on_strided_rows_runs_the_2d_walk():
+    x = torch.randn(6, 40)[:, :33]  # rows of one stride, not one contiguous span
+    prog = ElementwiseProgram("relu >> scale(by=3.0)", EwConfig(BN=16, BM=1, W=1, F=1, BF=64), "fp32")
+    assert EwConfig(BN=16, BM=1, W=1, F=1, BF=64).tile_2d(33) == EwConfig(BN=64, BM=1, W=1)
+    assert torch.equal(prog(x), torch.relu(x) * 3.0)
+
+
+def test_flat_refuses_vectors_and_model_chooses_layouts():
+    with pytest.raises(InvalidInput, match="elementwise F"):
+        ElementwiseProgram("bias(axis=row,name=b)", EwConfig(BN=16, F=1), "fp32")
+    with pytest.raises(InvalidInput, match="elementwise H"):
+        EwConfig(BN=16, H=2)
+    # a broadcast vector keeps the 2D walk (C5); a contiguous chain over a large span takes the flat walk
+    assert solved_design("bias(axis=row,name=b) >> relu", 4096, 4096, "fp32")["F"] == 0
+    d = solved_design("gelu", 4096, 393216, "fp32")
+    assert d["F"] == 1 and d["BF"] >= 2048
+    t = get_template("elementwise", chain="relu", dtype="fp32")
+    f = t.formulate(workload(4096, 393216, "fp32"), get_chip("h200"))
+    assert solve_milp(f).objective == pytest.approx(enumerate_designs(f).objective, rel=1e-6)
+
+
+def test_flat_index_proof_holds_and_a_wrong_even_condition_is_caught():
+    """The EVEN (unmasked) body is proved only for spans that are a multiple of BF: an EVEN condition of
+    BF/2 makes no-phantom fail with a replayed witness."""
+    from formloop.expr import floordiv, mod
+    from formloop.library.elementwise import BF, L, flat_axis, flat_even
+    from formloop.library.rowwise import replay_axis
+    from formloop.verify.index import check_index
+    from formloop.verify.outcome import Verdict
+
+    def replay(ob, name, tile, extent, index):
+        kinds, text = replay_axis(tile, extent, index)
+        unmasked = flat_even(extent, tile, wrong)
+        if unmasked and -(-extent // tile) * tile > extent:
+            kinds = kinds | {"outside"}
+        return kinds, text
+
+    wrong = mod(L, floordiv(BF, 2)).eq(0)
+    for bf in (1024, 4096):
+        for ob in ("coverage", "exact-once", "no-phantom"):
+            assert check_index(flat_axis(), ob, bf).verdict is Verdict.PROVED
+    bad = check_index(flat_axis(wrong), "no-phantom", 1024, replay=replay)
+    assert bad.verdict is Verdict.COUNTEREXAMPLE and bad.witness["L"] % 1024 != 0
+
+
+def test_ranked_designs_menu_spans_both_layouts():
+    """The measurement menu: the cheapest design is the enumeration's optimum; `group` keeps k of each
+    layout, every one feasible (no wall violated) and ordered by model cost."""
+    from formloop.solve import ranked_designs
+    t = get_template("elementwise", chain="gelu", dtype="fp32")
+    wl, chip = workload(4096, 393216, "fp32"), get_chip("h200")
+    f = t.formulate(wl, chip)
+    menu = ranked_designs(f, 3, group="F", distinct=("F", "BF", "BM", "BN", "W"))
+    assert menu[0][1] == pytest.approx(enumerate_designs(f).objective, rel=1e-9)
+    assert sorted(a["F"] for a, _ in menu) == [0, 0, 0, 1, 1, 1]
+    assert [c for _, c in menu] == sorted(c for _, c in menu)
+    assert all(not t.check(a, wl, chip) for a, _ in menu)
+    assert len({tuple(sorted(a.items())) for a, _ in menu}) == len(menu)

@@ -60,3 +60,16 @@ def test_families_prove(name, opts):
     cert = prove_template(get_template(name, **opts))
     assert cert.verdict is Verdict.PROVED, [(r.obligation, r.verdict) for r in cert.obligations
                                             if r.verdict is not Verdict.PROVED]
+
+
+def test_long_rows_price_the_second_pass_from_dram_and_loop_registers():
+    """A 393216-wide fp32 softmax cannot keep the rows in flight in the L2: the re-read is a DRAM pass
+    (3 passes of R·C·4 bytes); the looped online softmax holds 4 tiles, so 64 values per thread do not fit."""
+    t = get_template("rowwise-softmax", dtype="fp32")
+    wl, chip = workload(4096, 393216, "fp32"), get_chip("h200")
+    d = solve_milp(t.formulate(wl, chip)).assignment
+    terms = t.evaluate_terms(d, t.bind(wl, chip))
+    assert terms["T_mem_us"] * 1e-6 >= 3 * 4096 * 393216 * 4 / chip.bandwidth
+    assert any(v.name == "C1" for v in t.check({"BC": 2048, "RP": 16, "W": 16, "S": 2}, wl, chip))
+    short = workload(4096, 4096, "fp32")  # one tile: two live tiles suffice
+    assert not any(v.name == "C1" for v in t.check({"BC": 4096, "RP": 1, "W": 8, "S": 1}, short, chip))

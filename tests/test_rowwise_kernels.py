@@ -20,6 +20,7 @@ CONFIGS = [  # (config, R, C): one tile with tail, several rows per program, loo
     (RowConfig(BC=64, RP=1, W=1), 3, 50),
     (RowConfig(BC=32, RP=4, W=1), 7, 32),
     (RowConfig(BC=16, RP=2, W=1, S=2), 5, 45),
+    (RowConfig(BC=32, RP=4, W=2, S=2), 6, 200),  # looped, rows masked in the last program
 ]
 KINDS = ("random", "zero", "scaled", "tail")
 TOL = {"fp32": 2e-5, "bf16": 2e-2}

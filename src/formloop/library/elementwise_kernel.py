@@ -1,7 +1,12 @@
-"""The emitted Triton kernel of an elementwise chain: x [M, N] (last dim contiguous) loaded as a BM x BN
-tile, converted to fp32 and handed to gemm-epilogue's emitted `_epilogue` (the same source, the same
-operations), which reads the chain's tensors and stores the result. Reference: gemm-epilogue's float64
-torch reference of the chain (gemm_epilogue_reference.apply_chain) applied to x."""
+"""The emitted Triton kernels of an elementwise chain. The 2D walk: x [M, N] (last dim contiguous) loaded
+as a BM x BN tile, converted to fp32 and handed to gemm-epilogue's emitted `_epilogue` (the same source,
+the same operations), which reads the chain's tensors and stores the result. The flat walk (F=1): x,
+the tile operands and the output as one contiguous span of M·N elements, one program per BF elements
+(int64 block base, int32 lane offsets), the chain's operations as the epilogue writes them
+(gemm_epilogue_emit's op lines), masked only when the span is not a multiple of BF (EVEN, decided at
+launch by elementwise.flat_even, the expression the index proof reads), evict_first hints when H=1.
+Reference: gemm-epilogue's float64 torch reference of the chain (gemm_epilogue_reference.apply_chain)
+applied to x."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -11,8 +16,8 @@ import torch
 import triton
 
 from formloop.errors import InvalidInput
-from formloop.library.elementwise import parse_chain, solved_design
-from formloop.library.gemm_epilogue_emit import HELPERS, KernelSpec, epilogue_source, tensor_params
+from formloop.library.elementwise import flat_even, parse_chain, solved_design
+from formloop.library.gemm_epilogue_emit import HELPERS, KernelSpec, _op_lines, epilogue_source, tensor_params
 from formloop.library.gemm_epilogue_kernel import import_generated
 from formloop.library.gemm_epilogue_ops import EpilogueOp, tensor_dtype_of
 from formloop.library.gemm_epilogue_reference import apply_chain
@@ -26,16 +31,30 @@ class EwConfig:
     BN: int
     BM: int = 1
     W: int = 4
+    F: int = 0       # 1: the flat walk
+    BF: int = 1024   # elements per flat block
+    H: int = 0       # 1: evict_first on the flat walk's loads and stores
 
     @classmethod
     def from_assignment(cls, a: Mapping[str, int]) -> "EwConfig":
-        return cls(int(a["BN"]), int(a["BM"]), int(a["W"]))
+        return cls(int(a["BN"]), int(a["BM"]), int(a["W"]), int(a.get("F", 0)), int(a.get("BF", 1024)),
+                   int(a.get("H", 0)))
 
     def __post_init__(self) -> None:
-        for name in ("BN", "BM", "W"):
+        for name in ("BN", "BM", "W", "BF"):
             v = getattr(self, name)
             if v < 1 or v & (v - 1):
                 raise InvalidInput(f"elementwise {name}", v, "a power of two >= 1")
+        for name in ("F", "H"):
+            if getattr(self, name) not in (0, 1):
+                raise InvalidInput(f"elementwise {name}", getattr(self, name), [0, 1])
+
+    def tile_2d(self, N: int) -> "EwConfig":
+        """The 2D walk a flat design runs on rows that are not one contiguous span: BF elements per program."""
+        if not self.F:
+            return self
+        bn = min(triton.next_power_of_2(max(int(N), 16)), 1024, self.BF)
+        return EwConfig(bn, max(1, self.BF // bn), self.W)
 
 
 def kernel_text(spec: KernelSpec) -> str:
@@ -65,6 +84,45 @@ def load(spec: KernelSpec):
     return import_generated(spec.name, module_source(spec))
 
 
+def flat_name(hint: int) -> str:
+    return "elementwise_flat_ef" if hint else "elementwise_flat"
+
+
+def flat_text(spec: KernelSpec, hint: int) -> str:
+    """The flat walk: block b covers elements [b·BLOCK, (b+1)·BLOCK) of the span; EVEN drops every mask."""
+    ptrs = [f"{n}_ptr" for n, _ in spec.tensors()]
+    params = ", ".join(["x_ptr", "c_ptr", *ptrs, "L", "BLOCK: tl.constexpr", "EVEN: tl.constexpr",
+                        "INTERPRET: tl.constexpr"])
+    ev = ', eviction_policy="evict_first"' if hint else ""
+    body = ["base = tl.program_id(0).to(tl.int64) * BLOCK", "offs = tl.arange(0, BLOCK)"]
+
+    def load_line(dst: str, ptr: str) -> list[str]:
+        return ["if EVEN:", f"    {dst} = tl.load({ptr} + base + offs{ev}).to(tl.float32)", "else:",
+                f"    {dst} = tl.load({ptr} + base + offs, mask=offs < L - base, other=0.0{ev}).to(tl.float32)"]
+
+    body += load_line("x", "x_ptr")
+    for op in spec.chain:
+        body.append(f"# {op.text()}")
+        if op.tensor == "tile":
+            body += load_line("t", f"{op.tensor_name}_ptr")
+            body.append(f"x = x {'+' if op.kind == 'add' else '*'} t")
+        elif op.tensor in ("row", "col"):
+            raise InvalidInput("flat elementwise operation", op.text(), "no broadcast vector (the 2D walk's)")
+        else:
+            body += _op_lines(op, 2)
+    if spec.c == "bf16":  # Triton 3.6's interpreter truncates to bf16; the GPU rounds to nearest
+        body += ["if INTERPRET:", "    x = _round_bf16(x)"]
+    body += ["if EVEN:", f"    tl.store(c_ptr + base + offs, x.to(c_ptr.dtype.element_ty){ev})", "else:",
+             f"    tl.store(c_ptr + base + offs, x.to(c_ptr.dtype.element_ty), mask=offs < L - base{ev})"]
+    head = ["# generated by formloop.library.elementwise_kernel (flat walk)", "import triton",
+            "import triton.language as tl", "", "", HELPERS, "", ""]
+    return "\n".join([*head, "@triton.jit", f"def {flat_name(hint)}({params}):", *("    " + b for b in body), ""])
+
+
+def load_flat(spec: KernelSpec, hint: int):
+    return import_generated(flat_name(hint), flat_text(spec, hint))
+
+
 class ElementwiseProgram:
     """One instance: the chain, a tile config, x's dtype and the output's."""
 
@@ -76,6 +134,9 @@ class ElementwiseProgram:
                 raise InvalidInput(field, v, sorted(TORCH_DTYPES))
         self.spec = KernelSpec(c=self.out, chain=self.chain, name="elementwise_kernel")
         self._fn = None  # the emitted kernel, loaded at the first call
+        self._flat_fn = None  # the flat walk's (F=1)
+        if config.F and any(k != "tile" for _, k in self.tensors()):
+            raise InvalidInput("elementwise F", config.F, "0 for a chain with a broadcast vector (row or col)")
 
     def tensors(self) -> list[tuple[str, str]]:
         return self.spec.tensors()
@@ -113,11 +174,22 @@ class ElementwiseProgram:
                 strides.append(t.stride(0))
             args.append(t)
         cfg = self.config
+        if cfg.F and x.is_contiguous():
+            return self._flat(x, y, args)
+        cfg = cfg.tile_2d(N)
         grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
         if self._fn is None:
             self._fn = load(self.spec)
         self._fn[grid](x2, y.view(M, N), *args, M, N, x2.stride(0), N, *strides, BLOCK_M=cfg.BM,
                               BLOCK_N=cfg.BN, INTERPRET=INTERPRETED, num_warps=cfg.W)
+        return y
+
+    def _flat(self, x: torch.Tensor, y: torch.Tensor, args: list[torch.Tensor]) -> torch.Tensor:
+        cfg, L = self.config, x.numel()
+        if self._flat_fn is None:
+            self._flat_fn = load_flat(self.spec, cfg.H)
+        self._flat_fn[(triton.cdiv(L, cfg.BF),)](x, y, *args, L, BLOCK=cfg.BF, EVEN=flat_even(L, cfg.BF),
+                                                  INTERPRET=INTERPRETED, num_warps=cfg.W)
         return y
 
     def reference(self, x: torch.Tensor, inputs: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:

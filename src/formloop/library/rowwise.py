@@ -13,18 +13,24 @@ Decisions:
   RP  rows per program: an [RP, BC] tile; short rows want several per program
   W   warps per program (num_warps)
   S   pipeline stages of the column loop (num_stages; 1 when the row is one tile)
-Walls: C1 registers: the live fp32 tiles (LIVE per op) spread over 32·W threads fit `regs` per thread;
+Walls: C1 registers: the live fp32 tiles (LIVE per op, LIVE_LOOP when looping) spread over 32·W threads
+fit `regs` per thread;
 C2 no idle warp: RP·BC >= 32·W; C3 the tile is no wider than the row rounded up to a power of two
 (BC < 2C, or the narrowest tile); C4 rows per program <= R (or 1); C5 cross-warp scratch of the
-reductions fits shared memory; C6 stages only with a loop (S = 1 when BC >= C).
+reductions fits shared memory; C6 stages only with a loop (S = 1 when BC >= C); C7 the live tiles plus ~32
+address registers fit the register file's share of a thread of one program (65536 / (32·W): 128 at
+W = 16, where the 255 cap of C1 does not bind; sm_90 spilled the 1024 x 32 x 16-warp row sum and the
+2048 x 16 x 16-warp looped softmax that C1 alone admitted).
 
 Cost (µs, memory-bound): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp).
 T_mem: the op's DRAM bytes (SOL bytes: x read once, outputs written once, weights once) at
 min(bw·eta_bw, active programs' pull): an SM pulls the tiles its programs have in flight
 (RP·BC·e, times S−1 prefetched with a loop) per DRAM latency (Little's law); a looped second pass
-re-reads the row from the L2 at bw_l2. T_comp: waves × (t_start + exposed latency + steps × (t_iter +
-t_elem · elements per thread)), padded lanes included, so a tile much wider than the row costs; the
-exposed latency is one DRAM round trip per pass over the row (per tile step without a pipeline).
+re-reads the row from the L2 at bw_l2 while the rows in flight (active programs x RP rows) fit the
+L2, else from DRAM (a third pass of bytes at the DRAM rate). T_comp: waves × (t_start + exposed
+latency + steps × (t_iter + t_elem · elements per thread)), padded lanes included, so a tile much
+wider than the row costs; the exposed latency is one DRAM round trip per pass over the row (per tile
+step without a pipeline).
 The efficiency terms are priors (CALIBRATED), to be fitted on the H200 like the attention family."""
 from __future__ import annotations
 
@@ -54,6 +60,9 @@ INDEX_BYTES = 8
 # set so that the designs C1 admits compile without spills on sm_90 (tests/test_vector_compile.py).
 LIVE = {"rmsnorm": 2, "rmsnorm-residual": 3, "layernorm": 3, "groupnorm": 4, "softmax": 2, "log-softmax": 2,
         "sum": 2, "mean": 2, "max": 2, "min": 2, "argmax": 8, "argmin": 8, "logsumexp": 3}
+# ... when the program loops over the row: the online max/sum keep two accumulator tiles beside x and the
+# new max (softmax, log-softmax, logsumexp); the other ops' loops hold what their one-tile path holds
+LIVE_LOOP = {**LIVE, "softmax": 4, "log-softmax": 4, "logsumexp": 5}
 REGS = 128  # fp32 values per thread for the live tiles (255-register cap less addresses and state)
 US = 1e6
 
@@ -71,6 +80,7 @@ regs = param("regs", kind="chip", doc="fp32 registers per thread for the live ti
 regs_sm = param("regs_sm", kind="chip", doc="32-bit registers per SM")
 n_sm = param("n_sm", kind="chip", doc="streaming multiprocessors")
 bw = param("bw", kind="chip", integer=False, lower=None, doc="DRAM bandwidth (measured copy), bytes/s")
+l2 = param("l2", kind="chip", doc="L2 cache bytes")
 
 
 def _eff(name: str, doc: str):
@@ -121,7 +131,9 @@ def _terms(op: str):
     pull = active * in_flight / lat_m
     T_dram = bytes_ / minimum(bw * eta_bw, pull)
     second = R * C * e if op in TWO_PASS else 0  # rmsnorm-residual re-reads the residual it stored
-    T_l2 = where(looped, second / (minimum(active, n_sm) * bw_l2), 0)
+    # the second pass hits the L2 while the rows in flight fit it, else it is a second DRAM read
+    fits = active * RP * C * e <= l2
+    T_l2 = where(looped, where(fits, second / (minimum(active, n_sm) * bw_l2), second / minimum(bw * eta_bw, pull)), 0)
     T_mem = (T_dram + T_l2) * US
     passes = 2 if op in TWO_PASS else 1
     steps = where(looped, passes * tiles, 1)
@@ -138,7 +150,7 @@ def _terms(op: str):
 def chip_params(chip: Chip, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
     if chip.name not in CONTRACT_CHIPS:
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
-    values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs": REGS,
+    values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs": REGS, "l2": chip.l2_bytes,
               "regs_sm": chip.registers_per_sm or 65536, "n_sm": chip.sm_count,
               "bw": chip.bandwidth, **PRIORS}
     if calibration:
@@ -168,17 +180,21 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
         name=template_name(op),
         doc=f"row-wise {op} over [R, C] (Triton, one program per RP rows)",
         decisions=(BC, RP, W, S),
-        params=(R, C, e, Ms, warps_sm, regs, regs_sm, n_sm, bw, eta_bw, lat_m, bw_l2, t_elem, t_iter, t_start, t_launch,
-                alpha),
+        params=(R, C, e, Ms, warps_sm, regs, regs_sm, n_sm, bw, l2, eta_bw, lat_m, bw_l2, t_elem, t_iter, t_start,
+                t_launch, alpha),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),),
         constraints=(
-            Constraint("C1", LIVE[op] * t["per_thread"] <= regs, "capacity", "the live fp32 tiles fit the registers"),
+            Constraint("C1", where(ceildiv(C, BC) > 1, LIVE_LOOP[op], LIVE[op]) * t["per_thread"] <= regs, "capacity",
+                       "the live fp32 tiles fit the registers"),
             Constraint("C2", RP * BC > 32 * (W - 1), "capacity", "every warp holds at least one element"),
             Constraint("C3", (BC < 2 * C) | BC.eq(narrowest), "layout",
                        "the tile is no wider than the row's power of two"),
             Constraint("C4", (RP <= R) | RP.eq(1), "layout", "a program's rows exist"),
             Constraint("C5", t["smem_bytes"] <= Ms, "capacity", "the cross-warp reduction scratch fits"),
             Constraint("C6", (BC < C) | S.eq(1), "schedule", "stages only when the program loops over the row"),
+            Constraint("C7", where(ceildiv(C, BC) > 1, LIVE_LOOP[op], LIVE[op]) * t["per_thread"] + 32
+                       <= regs_sm / (32 * W), "capacity",
+                       "the live tiles and addresses fit one program's share of the register file"),
         ),
         preconditions=(
             Constraint("row_cover", BC * ceildiv(C, BC) >= C, "layout", "the column tiles cover the row"),

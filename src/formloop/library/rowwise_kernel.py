@@ -164,18 +164,19 @@ def _softmax_kernel(x_ptr, y_ptr, R, C, sx, sy, LOG: tl.constexpr, BC: tl.conste
             y = ex / s[:, None]
         tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
     else:
-        mv = tl.full([RP, BC], float("-inf"), tl.float32)
+        # one pass of statistics: the running row max (one value per row, from each tile's max) and lane sums
+        # relative to it, rescaled by one exp per row and step: one exp per element
+        mx = tl.full([RP], float("-inf"), tl.float32)
         sv = tl.zeros([RP, BC], tl.float32)
         for c0 in range(0, C, BC):
             cols = c0 + tl.arange(0, BC)
             m = row_ok[:, None] & (cols < C)[None, :]
             x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=float("-inf")).to(tl.float32)
-            mn = tl.maximum(mv, x)
+            mn = tl.maximum(mx, tl.max(x, 1))
             safe = tl.where(mn == float("-inf"), 0.0, mn)
-            sv = sv * tl.exp(mv - safe) + tl.exp(x - safe)
-            mv = mn
-        mx = tl.max(mv, 1)
-        s = tl.sum(sv * tl.exp(mv - mx[:, None]), 1)
+            sv = sv * tl.exp(mx - safe)[:, None] + tl.exp(x - safe[:, None])
+            mx = mn
+        s = tl.sum(sv, 1)
         for c0 in range(0, C, BC):
             cols = c0 + tl.arange(0, BC)
             m = row_ok[:, None] & (cols < C)[None, :]

@@ -16,7 +16,8 @@ Walls: C1 the live fp32 tiles fit `regs` per thread; C2 no idle warp; C3 tiles n
 extent's power of two; C4 SPLIT only for the norm kinds and no more chunks than tiles; C5 coalesced: the
 contiguous side of a tile holds >= 128 elements (32 for colreduce's output columns) or the whole extent.
 Cost (µs, memory-bound, rowwise's priors): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp),
-T_mem the workload's bytes at min(bw·eta_bw, bytes in flight / latency), T_comp waves × (t_start + lat_m +
+T_mem the workload's bytes at min(bw·eta_bw·run_eff, bytes in flight / latency) (run_eff: colreduce's strided
+runs of RP·4 bytes, run / (run + 40 B); 1 elsewhere), T_comp waves × (t_start + lat_m +
 steps × (t_iter + t_elem · elements per thread))."""
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ LOOPED = ("norm-stats", "norm-apply", "scan", "colreduce")
 # admits compile without spills on sm_90 (tests/test_vecops_compile.py; the scan needs room for its tree).
 LIVE = {"norm-stats": 3, "norm-apply": 3, "scan": 12, "colreduce": 6, "gather": 8}
 US = 1e6
+RUN_OVERHEAD = 40  # bytes: the DRAM cost of starting a strided run, as bytes of streaming (colreduce)
 
 BC = decision("BC", (16, 32, 64, 128, 256, 512, 1024, 2048, 4096), doc="columns per tile")
-RP = decision("RP", (1, 2, 4, 8, 16, 32, 64), doc="rows per tile")
+RP = decision("RP", (1, 2, 4, 8, 16, 32, 64, 128), doc="rows per tile")
 W = decision("W", (4, 1, 2, 8, 16), doc="warps per program (num_warps)")
 SPLIT = decision("SPLIT", (1, 2, 4, 8, 16, 32, 64), doc="programs per row (chunks of the walked extent)")
 
@@ -71,7 +73,11 @@ def _terms(kind: str):
     active = maximum(1, minimum(programs, n_sm * occupancy))
     waves = ceildiv(programs, n_sm * occupancy)
     pull = active * RP * BC * 4 / lat_m
-    T_mem = Bt / minimum(bw * eta_bw, pull) * US
+    # colreduce reads runs of RP·4 contiguous bytes D2·4 apart: DRAM delivers a run at run / (run + RUN_OVERHEAD)
+    # of the streaming rate (prior: 128 B runs measured 0.60 of the datasheet bandwidth on the H200, contiguous
+    # streams ~0.78)
+    run_eff = RP * 4 / (RP * 4 + RUN_OVERHEAD) if kind == "colreduce" else 1
+    T_mem = Bt / minimum(bw * eta_bw * run_eff, pull) * US
     T_comp = waves * (t_start + lat_m + steps * (t_iter + t_elem * per_thread)) * US
     T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
     return {"T": T, "T_mem_us": T_mem, "T_comp_us": T_comp, "programs": programs, "per_thread": per_thread}

@@ -163,8 +163,12 @@ def choose_ew(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[
     cfg = solved_design(chain, p["rows"], p["cols"], p["dtype"], "", "h200")   # also checks the chain
     solver = "milp (HiGHS)"
     if tier != "gpu":   # the interpreter runs programs one by one: few coarse tiles (correctness only)
-        bn = min(_pow2(p["cols"]), 2048)
-        cfg, solver = {"BN": bn, "BM": max(1, min(_pow2(p["rows"]), 4096 // bn)), "W": 4}, "interpreter tile"
+        if cfg.get("F"):   # the MILP's layout (the flat walk) with a coarse block
+            cfg = {**cfg, "BF": min(_pow2(p["rows"] * p["cols"]), 4096), "W": 4}
+        else:
+            bn = min(_pow2(p["cols"]), 2048)
+            cfg = {**cfg, "BN": bn, "BM": max(1, min(_pow2(p["rows"]), 4096 // bn)), "W": 4}
+        solver = "interpreter tile"
         region.notes.append(f"interpreter tier: tile {cfg} instead of the MILP's (correctness only)")
     return {"config": cfg, "chain": chain, "solver": solver, "template": "elementwise"}
 

@@ -79,3 +79,29 @@ def enumerate_designs(f: Formulation, *, max_points: int = MAX_POINTS) -> Soluti
         ties=tuple(assignment_at(f, int(i)) for i in tied_idx),
         feasible_count=int(flat.size),
     )
+
+
+def ranked_designs(f: Formulation, k: int, *, group: str | None = None, distinct: tuple[str, ...] = (),
+                   max_points: int = MAX_POINTS) -> list[tuple[dict, float]]:
+    """The `k` feasible designs of lowest model cost, as (assignment, cost) ordered by cost; with `group`
+    (a decision name), the `k` best of each value of that decision (a measurement menu that spans the
+    layouts the model ranks apart); with `distinct` (decision names), one design (the cheapest) per value
+    of those decisions, so near-duplicates (e.g. pipeline stages at the same tile) do not fill the menu."""
+    if k < 1:
+        raise InvalidInput("ranked designs k", k, "an integer >= 1")
+    size = int(np.prod(grid_shape(f)))
+    if size > max_points:
+        raise InvalidInput("joint menu size for enumeration", size, f"at most {max_points} points")
+    flat = np.flatnonzero(feasible_mask(f))
+    cost = term_grid(f, f.cost).ravel()[flat]
+    order = flat[np.argsort(cost, kind="stable")]
+    picked, per, seen = [], {}, set()
+    for i in order:
+        a = assignment_at(f, int(i))
+        key, same = a.get(group) if group else None, tuple(a[n] for n in distinct)
+        if per.get(key, 0) >= k or (distinct and same in seen):
+            continue
+        per[key] = per.get(key, 0) + 1
+        seen.add(same)
+        picked.append((a, float(term_grid(f, f.cost).ravel()[int(i)])))
+    return sorted(picked, key=lambda p: p[1])

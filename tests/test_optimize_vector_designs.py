@@ -1,0 +1,58 @@
+"""The problem set's single vector ops through `formloop optimize`: at the real (KernelBench) sizes the
+elementwise regions take the MILP's flat walk and the row ops designs that pass the register walls; at the
+SMALL sizes the interpreter tier keeps the flat layout and the harness accepts the ModelNew (fresh inputs,
+poisoned outputs, float64 truth, KernelBench's tolerances; timing off)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from formloop.hw.chips import get_chip  # noqa: E402
+from formloop.measure.harness import evaluate  # noqa: E402
+from formloop.optimize.assemble import assemble  # noqa: E402
+from formloop.optimize.attempt import build, problem_file  # noqa: E402
+from formloop.optimize.capture import capture  # noqa: E402
+from formloop.optimize.recognize import recognize  # noqa: E402
+from formloop.sol.problem import load_problem  # noqa: E402
+
+P = Path(__file__).resolve().parents[1] / "problems" / "level1"
+
+
+@pytest.mark.parametrize("name", ["gelu", "residual_add"])
+def test_real_size_elementwise_takes_the_flat_walk(name):
+    cap = capture(load_problem(str(P / f"{name}.py"), small=False))
+    asm = assemble(cap, recognize(cap), tier="gpu")
+    d = asm.regions[0]["design"]
+    assert asm.regions[0]["kind"] == "elementwise" and d["solver"] == "milp (HiGHS)"
+    assert d["config"]["F"] == 1 and d["config"]["BF"] >= 1024
+
+
+@pytest.mark.parametrize("name,op", [("row_sum", "sum"), ("log_softmax", "log-softmax")])
+def test_real_size_row_ops_pass_the_register_walls(name, op):
+    from formloop.library import rowwise
+    cap = capture(load_problem(str(P / f"{name}.py"), small=False))
+    asm = assemble(cap, recognize(cap), tier="gpu")
+    cfg = asm.regions[0]["design"]["config"]
+    p = asm.regions[0]
+    t = rowwise.make(op, "fp32")
+    wl = rowwise.workload(4096, 393216, "fp32") if op == "log-softmax" else rowwise.workload(32768, 32768, "fp32")
+    assert not t.check(cfg, wl, get_chip("h200")), (p, cfg)
+    assert cfg["W"] * 32 * (rowwise.LIVE_LOOP[op] * cfg["BC"] * cfg["RP"] // (32 * cfg["W"]) + 32) <= 65536
+
+
+@pytest.mark.parametrize("name,chain,shape", [("gelu", "gelu(approx=erf)", (8, 8192)),
+                                              ("residual_add", "add(name=other)", (128, 512))])
+def test_small_model_new_keeps_the_milp_layout_and_is_accepted(name, chain, shape, tmp_path):
+    from formloop.library.elementwise import solved_design
+    path = str(P / f"{name}.py")
+    b = build(path, small=True, tier="interpreter", attempt=0, out_dir=str(tmp_path))
+    assert b["candidate"], b
+    src = Path(b["candidate"]).read_text()
+    assert f"'F': {solved_design(chain, *shape, 'fp32')['F']}" in src, src[-800:]
+    r = evaluate(problem_file(path, True, tmp_path), b["candidate"], sets=1, timing=False, tolerance="kernelbench")
+    assert r.correct, r.comparisons
