@@ -9,6 +9,7 @@ from typing import Any
 from formloop.hw.chips import get_chip
 from formloop.library.qwen3_layer import new_state, new_weights, reference
 from formloop.library.qwen3_layer_check import KV_TOLERANCE, OUT_TOLERANCE, rel_err
+from formloop.library.qwen3_layer_pdl import check_compiled
 from formloop.library.qwen3_layer_plan import LayerPlan, part_floor_us
 from formloop.measure.timer import TimingPolicy, operand_sets_for, time_launches
 
@@ -62,8 +63,14 @@ def measure(plan: LayerPlan, device: str = "cuda", chip: str = "h200", parts: bo
     layer = LayerKernels(cfg, sc, plan.fusion, designs, w, device)
     check = correctness(plan, layer, w, device)
     out: dict[str, Any] = {"check": check, "fusion": plan.fusion.as_dict(), "source": "gpu", "unit": "us"}
+    if check["ok"] and layer.pdl:  # the PDL rules on the PTX Triton compiled for this run's kernels
+        ptx = check_compiled(layer)
+        out["pdl_ptx"] = ptx
+        # None: no compiled PDL kernel found in Triton's cache to read (the source check still holds)
+        check["pdl_rules_ok"] = all(r["ok"] for r in ptx) if ptx else None
+        check["ok"] = check["pdl_rules_ok"] is not False
     if not check["ok"]:
-        out["note"] = "not timed: the output or the KV cache is wrong"
+        out["note"] = "not timed: the output or the KV cache is wrong, or a PDL kernel breaks the rules (pdl_ptx)"
         return out
     sets = operand_sets(plan, device, chip_spec)
     launch = lambda i: layer(*sets[i])  # noqa: E731
