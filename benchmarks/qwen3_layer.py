@@ -233,7 +233,8 @@ def stack(plan, device, best_name: str, layers: int) -> dict:
     mode = "graph" if best_name.endswith("+graph") else "eager"
     t_base = time_launches(run_base, 1, device=device, mode=mode)
     a, b = t_ours.timing.seconds, t_base.timing.seconds
-    return {"layers": layers, "scenario": sc.text, "pdl": plan.fusion.PD, "formloop_us": a * 1e6, "formloop_tokens_s": 1 / a,
+    return {"layers": layers, "scenario": sc.text, "pdl": plan.fusion.PD, "formloop_us": a * 1e6,
+            "formloop_tokens_s": 1 / a,
             "baseline": f"{base} ({mode})", "baseline_us": b * 1e6, "baseline_tokens_s": 1 / b, "speedup": b / a,
             "source": "gpu", "formloop_timing": t_ours.timing.as_dict(), "baseline_timing": t_base.timing.as_dict()}
 

@@ -121,42 +121,74 @@ def require(rows: list[dict]) -> None:
         raise PdlViolation(bad)
 
 
-def gemm_ptx(chain: str, load_path: int, arch: int = 90) -> str:
-    """The PTX of the layer's PDL GEMM (Tm 16, Tn 128, Tk 128, split-K, 8 warps) compiled for sm_`arch`
-    by Triton without a GPU (ASTSource; a process without TRITON_INTERPRET)."""
+def _compile_ptx(fn, sig: dict, const: dict, arch: int, **options) -> str:
     import triton  # noqa: PLC0415
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415
     from triton.compiler import ASTSource  # noqa: PLC0415
 
-    from formloop.library.gemm_epilogue_kernel import load_kernel  # noqa: PLC0415
-    from formloop.library.gemm_tiling_kernel import PRECISION  # noqa: PLC0415
+    sig = {**sig, **{k: "constexpr" for k in const}}
+    src = ASTSource(fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"launch_pdl": True, **options}).asm["ptx"]
+
+
+def gemm_ptx(chain: str, load_path: int, arch: int = 90) -> str:
+    """The PTX of the layer's PDL GEMM (Tm 16, Tn 128, Tk 128, split-K, 8 warps) compiled for sm_`arch`
+    by Triton without a GPU (ASTSource; a process without TRITON_INTERPRET)."""
+    from formloop.library.gemm_epilogue_kernel import load_kernel  # noqa: PLC0415 (triton)
+    from formloop.library.gemm_tiling_kernel import PRECISION  # noqa: PLC0415 (triton)
 
     spec = KernelSpec(ab="bf16", c="bf16", lb="col", chain=parse_chain_text(chain), name="qwen3_gemm")
     fn = load_kernel(spec, load_path, pdl=True)
     bm, bn, bk = 16, 128, 128
-    sig = {}
-    for p in kernel_params(spec, load_path, pdl=True):
-        sig[p] = {"a_desc": f"tensordesc<bf16[{bm}, {bk}]>", "b_desc": f"tensordesc<bf16[{bn}, {bk}]>",
-                  "ws_ptr": "*fp32", "cnt_ptr": "*i32"}.get(p, "*bf16" if p.endswith(("_ptr", "_raw")) else "i32")
+    sig = {p: {"a_desc": f"tensordesc<bf16[{bm}, {bk}]>", "b_desc": f"tensordesc<bf16[{bn}, {bk}]>",
+               "ws_ptr": "*fp32", "cnt_ptr": "*i32"}.get(p, "*bf16" if p.endswith(("_ptr", "_raw")) else "i32")
+           for p in kernel_params(spec, load_path, pdl=True)}
     const = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, ALIGN=8, PRECISION=PRECISION["bf16"], TO_WORKSPACE=True,
                  WIDEN=False, INTERPRET=False, C_DESC=False, EPI_SPLIT=False, PF_SPAN=512, PF_LINE=64)
     assert set(const) == set(CONSTEXPRS + PDL_CONSTEXPRS)
-    sig.update({k: "constexpr" for k in const})
-    src = ASTSource(fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                              options={"launch_pdl": True, "num_warps": 8, "num_stages": 4})
-    return compiled.asm["ptx"]
+    return _compile_ptx(fn, sig, const, arch, num_warps=8, num_stages=4)
+
+
+def vector_ptx(arch: int = 90) -> list[tuple[str, str]]:
+    """(name, PTX) of the norm, rope, decode-attention (TMA path, split) and merge kernels with their PDL
+    constexprs at the layer's decode shapes, compiled for sm_`arch` without a GPU."""
+    from formloop.library.attention_decode_kernel import _decode_kernel, _merge_kernel  # noqa: PLC0415 (triton)
+    from formloop.library.qk_rope_kernel import _qk_rope_kernel  # noqa: PLC0415
+    from formloop.library.rowwise_kernel import _norm_kernel  # noqa: PLC0415
+
+    def sig(fn, types: dict, n: int) -> dict:
+        return {a: types.get(a, "*bf16" if a.endswith("_ptr") else "i32") for a in fn.arg_names[:n]}
+
+    out = []
+    norm = sig(_norm_kernel, {"eps": "fp32"}, 16)
+    out.append(("_norm_kernel", _compile_ptx(_norm_kernel, norm, dict(OP=0, BC=4096, RP=1, ONE=True, PDL=True), arch,
+                                             num_warps=16)))
+    rope = sig(_qk_rope_kernel, {"cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i32", "slot_ptr": "*i32",
+                                 "eps": "fp32"}, 31)
+    out.append(("_qk_rope_kernel", _compile_ptx(_qk_rope_kernel, rope, dict(D=128, HP=32, PDL=True), arch,
+                                                num_warps=16)))
+    dec = sig(_decode_kernel, {"k_ptr": "tensordesc<bf16[16, 128]>", "v_ptr": "tensordesc<bf16[16, 128]>",
+                               "ws_ptr": "*fp32", "cnt_ptr": "*i32", "qk_scale": "fp32"}, 23)
+    for pdl in (False, True):
+        const = dict(G=4, QP=4, BH=16, BN=16, D=128, PAGE=0, SPLIT=True, IN_LAUNCH=False, TM=True, KSP=16,
+                     WIDEN=False, PDL=pdl, WAIT=True)
+        out.append((f"_decode_kernel[MG={2 if pdl else 0}]", _compile_ptx(_decode_kernel, dec, const, arch,
+                                                                          num_warps=8, num_stages=6)))
+    merge = sig(_merge_kernel, {"ws_ptr": "*fp32"}, 6)
+    out.append(("_merge_kernel", _compile_ptx(_merge_kernel, merge, dict(G=4, QP=4, KSP=16, D=128, PDL=True,
+                                                                         TRIGGER=True), arch, num_warps=4)))
+    return out
 
 
 def main() -> int:
     """`python -m formloop.library.qwen3_layer_pdl`: the source rows, then the PTX rows of the GEMMs
     compiled for sm_90 here (no GPU needed), one JSON line each; exit 1 on a violation."""
     rows = check_sources()
-    for chain in GEMM_CHAINS:
-        for lp in (0, 1):
-            v = check_ptx(gemm_ptx(chain, lp))
-            rows.append({"kernel": f"qwen3_gemm[{chain or 'plain'}; L={lp}]", "ok": not v,
-                         "violations": [str(x) for x in v], "tier": "ptx (sm_90 compile, no GPU)"})
+    ptx = [(f"qwen3_gemm[{c or 'plain'}; L={lp}]", gemm_ptx(c, lp)) for c in GEMM_CHAINS for lp in (0, 1)]
+    for name, text in ptx + vector_ptx():
+        v = check_ptx(text)
+        rows.append({"kernel": name, "ok": not v, "violations": [str(x) for x in v],
+                     "tier": "ptx (sm_90 compile, no GPU)"})
     for r in rows:
         print(json.dumps(r), flush=True)
     return 0 if all(r["ok"] for r in rows) else 1
