@@ -43,6 +43,9 @@ def parse_args(argv):
                     "note) for scenarios it would push past this")
     ap.add_argument("--no-stack", action="store_true", help="skip the 36-layer decode stack")
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="processes for the solves")
+    ap.add_argument("--attn-candidates", type=int, default=6, help="decode: time the plan's attention design and "
+                    "this many of the attention model's candidates alone in the layer's context, and use the fastest "
+                    "(0 = the plan's design, not measured)")
     return ap.parse_args(argv)
 
 
@@ -72,6 +75,44 @@ def log(msg: str) -> None:
 
 
 COMPILED: dict = {}  # (scenario, variant) -> the function, reused by the stack (no second compile)
+FINAL: dict = {}  # scenario -> the plan as measured (attention design and PD), reused by the stack
+
+
+def choose_attention(p, device, w, n: int):
+    """Decode: the plan's attention design and `n` of the attention model's candidates (half its best
+    designs and their one-decision neighbours, attention_sweep.candidates; then its best design for each
+    tile length Bn not yet in), each checked and timed alone
+    in the layer's context; the plan with the fastest (if >= 3 % faster) and the record."""
+    from attention_sweep import DECODE, _feasible, candidates, key_of  # noqa: PLC0415
+    from formloop.hw.chips import get_chip  # noqa: PLC0415
+    from formloop.library import attention_service  # noqa: PLC0415
+    from formloop.library.qwen3_layer_measure import attention_in_context  # noqa: PLC0415
+    from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan  # noqa: PLC0415
+
+    shape = p.parts["attn"].detail["shape"]
+    f = attention_service.template(DECODE).formulate(attention_service.attention_workload(DECODE, shape),
+                                                     get_chip("h200"))
+    designs = {key_of(DECODE, a): a for a in candidates(DECODE, f, top=4)[:max(1, n // 2)]}
+    for a in _feasible(f):  # then the model's best design for each tile length Bn (the split count follows it)
+        if len(designs) < n and all(b["Bn"] != a["Bn"] for b in designs.values()):
+            designs.setdefault(key_of(DECODE, a), a)
+    rows = attention_in_context(p, list(designs.values())[:n], device, w)
+    rec = {"rows": rows, "plan_design": rows[0]["design"], "plan_us": rows[0].get("gpu_us"), "chosen": "plan",
+           "source": "gpu (each design alone, graph, in the layer's context: its q and KV cache)"}
+    timed = [r for r in rows if "gpu_us" in r]
+    if timed and rec["plan_us"] is not None:
+        best = min(timed, key=lambda r: r["gpu_us"])
+        rec["best_design"], rec["best_us"] = best["design"], best["gpu_us"]
+        if best["gpu_us"] < 0.97 * rec["plan_us"]:
+            old = p.parts["attn"]
+            parts = {**p.parts, "attn": PartPlan("attn", old.kind, old.time_us, dict(best["design"]),
+                                                 {**old.detail, "chosen_by": "in-context measurement",
+                                                  "plan_design": old.design})}
+            p = LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer)
+            rec["chosen"] = "measured best"
+        log(f"{p.scenario.text}: attention in the layer's context (gpu, alone): plan {rec['plan_us']:.1f} us "
+            f"{rec['plan_design']}, best of {len(timed)} {best['gpu_us']:.1f} us {best['design']} -> {rec['chosen']}")
+    return p, rec
 
 
 def baseline_runs(cfg, sc, w, device, allow_autotune: bool):
@@ -178,7 +219,15 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
     cfg, sc = p.cfg, p.scenario
     row = {"scenario": sc.text, "plan": p.as_dict(), "sol": layer_floor(cfg, sc)}
     w = new_weights(cfg, device, seed=0)
+    if sc.kind == "decode" and ARGS is not None and ARGS.attn_candidates > 0:
+        try:
+            p, row["attention_in_context"] = choose_attention(p, device, w, ARGS.attn_candidates)
+        except Exception as exc:  # noqa: BLE001 (the diagnostic must not cost the scenario)
+            row["attention_in_context"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            log(f"{sc.text}: attention in context failed ({row['attention_in_context']['error']}); the plan's design")
+        row["plan_measured_attention"] = p.parts["attn"].design
     m, row["pdl_ab"] = pdl_ab(p, device, w)
+    FINAL[sc.text] = p.with_fusion(p.fusion.with_pdl(bool(row["pdl_ab"]["chosen_pd"])))
     row["formloop"] = m
     if not m["check"]["ok"]:
         log(f"{sc.text}: formloop's layer is WRONG ({m['check']}); not timed")
@@ -328,8 +377,7 @@ def main() -> int:
     if not args.no_stack:
         dec = [r for r in result["scenarios"] if r["scenario"] == f"decode:{STACK_HISTORY}" and "best_baseline" in r]
         if dec:
-            p = next(q for q in plans if q.scenario.text == f"decode:{STACK_HISTORY}")
-            p = p.with_fusion(p.fusion.with_pdl(bool(dec[0]["pdl_ab"]["chosen_pd"])))  # the faster of the A/B
+            p = FINAL[f"decode:{STACK_HISTORY}"]  # the measured attention design and the faster PD of the A/B
             result["stack"] = stack(p, "cuda", dec[0]["best_baseline"]["name"], cfg.layers)
             s = result["stack"]
             log(f"36-layer decode stack (history {STACK_HISTORY}, PD={p.fusion.PD}): formloop "

@@ -92,3 +92,44 @@ def measure(plan: LayerPlan, device: str = "cuda", chip: str = "h200", parts: bo
         out["parts"] = rows
         out["parts_sum_us"] = sum(r["gpu_us"] for r in rows)
     return out
+
+
+def attention_in_context(plan: LayerPlan, designs: list, device: str = "cuda", weights=None) -> list[dict]:
+    """Decode attention designs timed alone in the layer's context (graph, us gpu): the layer (PD off)
+    runs once, then each design reads its q and KV cache and writes a fresh output, checked against
+    the plan's design's output (same math: rel. error <= 1e-2) before it is timed. The plan's own
+    design comes first. How the benchmark tells a plan choice from the layer's context."""
+    import torch
+
+    from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan  # noqa: PLC0415 (triton)
+    from formloop.library.qwen3_layer_kernels import LayerKernels  # noqa: PLC0415 (triton)
+
+    cfg, sc = plan.cfg, plan.scenario
+    w = weights if weights is not None else new_weights(cfg, device=device, seed=0)
+    layer = LayerKernels(cfg, sc, plan.fusion.with_pdl(False), {n: p.design for n, p in plan.parts.items()}, w,
+                         device)
+    x, kc, vc, out = operand_sets(plan, device, get_chip("h200"))[0]
+    layer(x, kc, vc, out)
+    ref = layer.o_heads.clone()
+    wl = {"B": 1, "Hq": cfg.heads, "Hkv": cfg.kv_heads, "D": cfg.head_dim, "L": sc.kv_len}
+    rows = []
+    for d in [plan.parts["attn"].design, *designs]:
+        d = {k: int(v) for k, v in d.items()}
+        if any(r["design"] == d for r in rows):
+            continue
+        try:
+            p = DecodePlan.of(DecodeConfig.from_assignment(d), wl, "bf16")
+            ws = p.new_workspace(device)
+            o = torch.full_like(ref, float("nan"))
+            p.launch(layer.q, kc, vc, o, ws)
+            torch.cuda.synchronize()
+            err = rel_err(o, ref)
+            row = {"design": d, "rel_err_vs_plan": err}
+            if err <= 1e-2:
+                t = time_launches(lambda i, p=p, o=o, ws=ws: p.launch(layer.q, kc, vc, o, ws), 1, device=device,
+                                  mode="graph", policy=PART_POLICY)
+                row["gpu_us"] = t.timing.seconds * 1e6
+        except Exception as exc:  # noqa: BLE001 (a design that fails here is recorded, not chosen)
+            row = {"design": d, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        rows.append(row)
+    return rows
