@@ -121,3 +121,39 @@ def test_pd_on_and_off_compute_the_layer_in_the_interpreter():
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 6 and all(r["ok"] for r in rows), (proc.stderr[-2000:], rows)
     assert {r["fusion"]["PD"] for r in rows} == {0, 1}
+
+
+FAULTY = '''
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from formloop.library.pdl import pdl_launch_dependents, pdl_wait
+from formloop.library.pdl_check import check_ptx
+
+
+@triton.jit
+def faulty(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    pdl_launch_dependents()
+    tl.store(y_ptr + tl.arange(0, BLOCK), tl.zeros([BLOCK], tl.float32))  # the planted fault
+    pdl_wait()
+    tl.store(y_ptr + tl.arange(0, BLOCK), tl.load(x_ptr + tl.arange(0, BLOCK)))
+
+
+src = ASTSource(faulty, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": "constexpr"},
+                constexprs={(2,): 128})
+ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"launch_pdl": True}).asm["ptx"]
+for v in check_ptx(ptx):
+    print(v)
+'''
+
+
+def test_a_store_before_the_wait_is_caught_in_compiled_ptx(tmp_path):
+    """A kernel with a store planted before the wait, compiled for sm_90 here: the PTX check names it."""
+    f = tmp_path / "faulty_kernel.py"
+    f.write_text(FAULTY)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, str(f)], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "faulty:" in proc.stdout and "memory access before the wait" in proc.stdout and "st.global" in proc.stdout
