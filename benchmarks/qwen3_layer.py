@@ -8,10 +8,13 @@ Per scenario (prefill 128/512/2048/4096, decode history 512/2048/4096/8192; batc
   1. plan: part designs and fusion (model us), the layer's speed-of-light floor (sol us)
   2. correctness first: output and KV cache of formloop's layer vs the fp32 reference (fresh random
      inputs, NaN-poisoned output); the baselines' outputs vs the same reference
-  3. time (formloop.measure.timer; us, gpu): formloop eager and CUDA graph; HF-math torch eager,
-     eager + CUDA graph, torch.compile default and max-autotune-no-cudagraphs, each + CUDA graph
+  3. time (formloop.measure.timer; us, gpu): formloop eager and CUDA graph, with programmatic dependent
+     launch (PD, the template's decision) off AND on -- both checked first, PD on also by the PDL rules
+     on the compiled PTX; HF-math torch eager, eager + CUDA graph, torch.compile default and
+     max-autotune-no-cudagraphs, each + CUDA graph. `formloop` is the faster of the two (PD as measured);
+     the measured saving per PDL hand-over is the template's t_pdl for this scenario
   4. every part of formloop's layer alone (graph) with its SOL fraction
-Then a 36-layer decode stack (history 4096): tokens/s of formloop vs the best baseline mode.
+Then a 36-layer decode stack (history 4096): tokens/s of formloop (the faster PD) vs the best baseline.
 Writes DIR/qwen3_layer.json (after every scenario) and prints the table. SM clock and power are in
 every timing's `device` record (before/after, mean power)."""
 from __future__ import annotations
@@ -40,6 +43,9 @@ def parse_args(argv):
                     "note) for scenarios it would push past this")
     ap.add_argument("--no-stack", action="store_true", help="skip the 36-layer decode stack")
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="processes for the solves")
+    ap.add_argument("--attn-candidates", type=int, default=6, help="decode: time the plan's attention design and "
+                    "this many of the attention model's candidates alone in the layer's context, and use the fastest "
+                    "(0 = the plan's design, not measured)")
     return ap.parse_args(argv)
 
 
@@ -57,6 +63,7 @@ from formloop.library.qwen3_layer import get_model, new_state, new_weights, pars
     reference  # noqa: E402
 from formloop.library.qwen3_layer_baseline import make_layer, rope_cache, weight_args  # noqa: E402
 from formloop.library.qwen3_layer_check import check_fusion, rel_err, tiny_designs  # noqa: E402
+from formloop.library.qwen3_layer_pdl import check_sources  # noqa: E402
 from formloop.library.qwen3_layer_plan import layer_floor, plan_many  # noqa: E402
 from formloop.measure.timer import time_launches  # noqa: E402
 
@@ -68,6 +75,44 @@ def log(msg: str) -> None:
 
 
 COMPILED: dict = {}  # (scenario, variant) -> the function, reused by the stack (no second compile)
+FINAL: dict = {}  # scenario -> the plan as measured (attention design and PD), reused by the stack
+
+
+def choose_attention(p, device, w, n: int):
+    """Decode: the plan's attention design and `n` of the attention model's candidates (half its best
+    designs and their one-decision neighbours, attention_sweep.candidates; then its best design for each
+    tile length Bn not yet in), each checked and timed alone
+    in the layer's context; the plan with the fastest (if >= 3 % faster) and the record."""
+    from attention_sweep import DECODE, _feasible, candidates, key_of  # noqa: PLC0415
+    from formloop.hw.chips import get_chip  # noqa: PLC0415
+    from formloop.library import attention_service  # noqa: PLC0415
+    from formloop.library.qwen3_layer_measure import attention_in_context  # noqa: PLC0415
+    from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan  # noqa: PLC0415
+
+    shape = p.parts["attn"].detail["shape"]
+    f = attention_service.template(DECODE).formulate(attention_service.attention_workload(DECODE, shape),
+                                                     get_chip("h200"))
+    designs = {key_of(DECODE, a): a for a in candidates(DECODE, f, top=4)[:max(1, n // 2)]}
+    for a in _feasible(f):  # then the model's best design for each tile length Bn (the split count follows it)
+        if len(designs) < n and all(b["Bn"] != a["Bn"] for b in designs.values()):
+            designs.setdefault(key_of(DECODE, a), a)
+    rows = attention_in_context(p, list(designs.values())[:n], device, w)
+    rec = {"rows": rows, "plan_design": rows[0]["design"], "plan_us": rows[0].get("gpu_us"), "chosen": "plan",
+           "source": "gpu (each design alone, graph, in the layer's context: its q and KV cache)"}
+    timed = [r for r in rows if "gpu_us" in r]
+    if timed and rec["plan_us"] is not None:
+        best = min(timed, key=lambda r: r["gpu_us"])
+        rec["best_design"], rec["best_us"] = best["design"], best["gpu_us"]
+        if best["gpu_us"] < 0.97 * rec["plan_us"]:
+            old = p.parts["attn"]
+            parts = {**p.parts, "attn": PartPlan("attn", old.kind, old.time_us, dict(best["design"]),
+                                                 {**old.detail, "chosen_by": "in-context measurement",
+                                                  "plan_design": old.design})}
+            p = LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer)
+            rec["chosen"] = "measured best"
+        log(f"{p.scenario.text}: attention in the layer's context (gpu, alone): plan {rec['plan_us']:.1f} us "
+            f"{rec['plan_design']}, best of {len(timed)} {best['gpu_us']:.1f} us {best['design']} -> {rec['chosen']}")
+    return p, rec
 
 
 def baseline_runs(cfg, sc, w, device, allow_autotune: bool):
@@ -132,20 +177,63 @@ def best_baseline(rows: dict) -> tuple[str, float]:
     return min(cands, key=lambda c: c[1])
 
 
+def pdl_ab(p, device, w) -> tuple[dict, dict]:
+    """formloop's layer with PD off and on (same fusion and designs, same weights): each checked, then
+    timed; (the faster's measurement, the A/B record with the saving per hand-over)."""
+    from formloop.library.qwen3_layer_measure import measure  # noqa: PLC0415
+
+    sc = p.scenario
+    runs = {}
+    for pd in (0, 1):
+        q = p.with_fusion(p.fusion.with_pdl(bool(pd)))
+        try:
+            runs[pd] = measure(q, device=device, weights=w)
+        except Exception as exc:  # noqa: BLE001 (a failing variant is recorded, the other still measured)
+            runs[pd] = {"check": {"ok": False}, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+        m = runs[pd]
+        if m["check"]["ok"]:
+            log(f"{sc.text} PD={pd}: formloop {m['graph_us']:.1f} us graph / {m['eager_us']:.1f} us eager (gpu); "
+                f"out rel err {m['check']['out_rel_err']:.2e}; PDL rules on PTX "
+                f"{m['check'].get('pdl_rules_ok', 'n/a')}")
+        else:
+            log(f"{sc.text} PD={pd}: formloop's layer is WRONG or failed ({m.get('error') or m['check']}); not timed")
+    ok = [pd for pd in (0, 1) if runs[pd]["check"]["ok"]]
+    ab = {"off": runs[0], "on": runs[1], "handovers": p.fusion.handovers(sc.kind == "prefill"),
+          "t_pdl_prior_us": p.layer.get("t_pdl_us"), "source": "gpu"}
+    if len(ok) == 2:
+        for mode in ("graph", "eager"):
+            d = runs[0][f"{mode}_us"] - runs[1][f"{mode}_us"]
+            ab[f"saving_{mode}_us"] = d
+            ab[f"t_pdl_{mode}_us"] = d / ab["handovers"]
+        log(f"{sc.text}: PDL saves {ab['saving_graph_us']:.1f} us graph ({ab['t_pdl_graph_us']:.2f} us per hand-over, "
+            f"prior {ab['t_pdl_prior_us']}), {ab['saving_eager_us']:.1f} us eager (gpu)")
+    best = min(ok, key=lambda pd: runs[pd]["graph_us"]) if ok else 0
+    ab["chosen_pd"] = best
+    return runs[best], ab
+
+
 def run_scenario(p, device, allow_autotune: bool) -> dict:
-    from formloop.library.qwen3_layer_measure import measure, operand_sets  # noqa: PLC0415
+    from formloop.library.qwen3_layer_measure import operand_sets  # noqa: PLC0415
     from formloop.hw.chips import get_chip
 
     cfg, sc = p.cfg, p.scenario
     row = {"scenario": sc.text, "plan": p.as_dict(), "sol": layer_floor(cfg, sc)}
     w = new_weights(cfg, device, seed=0)
-    m = measure(p, device=device, weights=w)
+    if sc.kind == "decode" and ARGS is not None and ARGS.attn_candidates > 0:
+        try:
+            p, row["attention_in_context"] = choose_attention(p, device, w, ARGS.attn_candidates)
+        except Exception as exc:  # noqa: BLE001 (the diagnostic must not cost the scenario)
+            row["attention_in_context"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            log(f"{sc.text}: attention in context failed ({row['attention_in_context']['error']}); the plan's design")
+        row["plan_measured_attention"] = p.parts["attn"].design
+    m, row["pdl_ab"] = pdl_ab(p, device, w)
+    FINAL[sc.text] = p.with_fusion(p.fusion.with_pdl(bool(row["pdl_ab"]["chosen_pd"])))
     row["formloop"] = m
     if not m["check"]["ok"]:
         log(f"{sc.text}: formloop's layer is WRONG ({m['check']}); not timed")
         return row
-    log(f"{sc.text}: formloop {m['graph_us']:.1f} us graph / {m['eager_us']:.1f} us eager (gpu), model "
-        f"{p.model_us:.1f} us, floor {row['sol']['floor_us']:.1f} us (sol); out rel err "
+    log(f"{sc.text}: formloop (PD={row['pdl_ab']['chosen_pd']}) {m['graph_us']:.1f} us graph / {m['eager_us']:.1f} us "
+        f"eager (gpu), model {p.model_us:.1f} us, floor {row['sol']['floor_us']:.1f} us (sol); out rel err "
         f"{m['check']['out_rel_err']:.2e}")
     x, kc, vc = new_state(cfg, sc, device=device, seed=11)
     want = reference(cfg, sc, w, x, kc, vc)
@@ -165,7 +253,7 @@ def stack(plan, device, best_name: str, layers: int) -> dict:
     from formloop.library.qwen3_layer_kernels import LayerKernels  # noqa: PLC0415
 
     cfg, sc = plan.cfg, plan.scenario
-    designs = {n: q.design for n, q in plan.parts.items()}
+    designs = {n: q.design for n, q in plan.parts.items()}  # plan.fusion carries the measured PD
     ws = [new_weights(cfg, device, seed=1000 + i) for i in range(layers)]
     states = [new_state(cfg, sc, device=device, seed=2000 + i) for i in range(layers)]
     ours = [LayerKernels(cfg, sc, plan.fusion, designs, w, device) for w in ws]
@@ -194,7 +282,8 @@ def stack(plan, device, best_name: str, layers: int) -> dict:
     mode = "graph" if best_name.endswith("+graph") else "eager"
     t_base = time_launches(run_base, 1, device=device, mode=mode)
     a, b = t_ours.timing.seconds, t_base.timing.seconds
-    return {"layers": layers, "scenario": sc.text, "formloop_us": a * 1e6, "formloop_tokens_s": 1 / a,
+    return {"layers": layers, "scenario": sc.text, "pdl": plan.fusion.PD, "formloop_us": a * 1e6,
+            "formloop_tokens_s": 1 / a,
             "baseline": f"{base} ({mode})", "baseline_us": b * 1e6, "baseline_tokens_s": 1 / b, "speedup": b / a,
             "source": "gpu", "formloop_timing": t_ours.timing.as_dict(), "baseline_timing": t_base.timing.as_dict()}
 
@@ -203,38 +292,48 @@ def dry_run(out_dir: Path) -> int:
     """The CPU path: the tiny config planned by the same MILPs, the planned fusion checked in the
     Triton interpreter vs fp32 torch, the torch baseline run eagerly (host wall time, source cpu)."""
     cfg = get_model("tiny")
+    pdl_rows = check_sources()
     scs = [parse_scenario(s) for s in DRY_SCENARIOS]
     plans = plan_many(cfg, scs, workers=1)
     rows = []
     for p in plans:
         sc = p.scenario
-        chk = check_fusion(cfg, sc, p.fusion, tiny_designs(sc))
+        checks = {pd: check_fusion(cfg, sc, p.fusion.with_pdl(bool(pd)), tiny_designs(sc, bool(pd))) for pd in (0, 1)}
+        chk = checks[p.fusion.PD]
         w = new_weights(cfg)
         x, kc, vc = new_state(cfg, sc, seed=11)
         want = reference(cfg, sc, w, x, kc, vc)
         sets = [new_state(cfg, sc, seed=20)]
         base = time_baselines(cfg, sc, w, "cpu", sets, False, want)
         rows.append({"scenario": sc.text, "fusion": p.fusion.as_dict(), "model_us": p.model_us, "check": chk,
+                     "check_pd": {f"PD={k}": v for k, v in checks.items()}, "pdl_sources": pdl_rows,
                      "baselines": base, "tier": "interpreter (tiny config; designs fixed small for the interpreter)"})
-        log(f"{sc.text}: fusion {p.fusion.text}, model {p.model_us:.2f} us (model, tiny config), check "
-            f"{'ok' if chk['ok'] else 'WRONG'} (interpreter, out rel err {chk['out_rel_err']:.2e} vs fp32)")
+        for pd, c in checks.items():
+            log(f"{sc.text}: fusion {p.fusion.with_pdl(bool(pd)).text}, model {p.model_us:.2f} us (model, tiny "
+                f"config, planned PD={p.fusion.PD}), check {'ok' if c['ok'] else 'WRONG'} (interpreter, out rel err "
+                f"{c['out_rel_err']:.2e} vs fp32)")
+    log(f"PDL rules on the kernels' source: {sum(r['ok'] for r in pdl_rows)}/{len(pdl_rows)} kernels ok (ast)")
     (out_dir / "qwen3_layer_dry.json").write_text(json.dumps(rows, indent=1, default=str))
-    return 0 if all(r["check"]["ok"] for r in rows) else 1
+    return 0 if all(c["ok"] for r in rows for c in r["check_pd"].values()) and all(r["ok"] for r in pdl_rows) else 1
 
 
 def table(rows: list[dict]) -> list[str]:
-    cols = ("scenario", "fusion", "model", "ours", "eager", "eager+g", "comp+g", "ma+g", "best", "speedup", "floor",
-            "floor%")
-    out = ["times in us: model = template costs; ours and baselines = gpu (graph unless named); floor = sol; "
-           "fusion = R1 GL R2", "  ".join(f"{c:>10}" for c in cols)]
+    cols = ("scenario", "fusion", "model", "ours", "pdl off", "pdl on", "pdl off e", "pdl on e", "eager", "eager+g",
+            "comp+g", "ma+g", "best", "speedup", "floor", "floor%")
+    out = ["times in us: model = template costs; ours (the faster PD) and baselines = gpu (graph unless named; e = "
+           "eager calls); floor = sol; fusion = R1 GL R2 PD (PD as measured)", "  ".join(f"{c:>10}" for c in cols)]
     for r in rows:
         if "best_baseline" not in r:
             out.append(f"{r['scenario']:>10}  WRONG or not timed")
             continue
         b, m, fu = r["baselines"], r["formloop"], r["plan"]["fusion"]
         g = lambda n: b[n].get("graph_us", float("nan")) if n in b else float("nan")  # noqa: E731
-        vals = (r["scenario"], f"{fu['R1']}{fu['GL']}{fu['R2']}", f"{r['plan']['model_us']:.1f}",
-                f"{m['graph_us']:.1f}", f"{b['eager']['eager_us']:.1f}", f"{g('eager'):.1f}", f"{g('compile'):.1f}",
+        ab = r.get("pdl_ab", {})
+        v = lambda k, mode: ab.get(k, {}).get(f"{mode}_us", float("nan"))  # noqa: E731
+        vals = (r["scenario"], f"{fu['R1']}{fu['GL']}{fu['R2']}{ab.get('chosen_pd', fu.get('PD', 0))}",
+                f"{r['plan']['model_us']:.1f}", f"{m['graph_us']:.1f}", f"{v('off', 'graph'):.1f}",
+                f"{v('on', 'graph'):.1f}", f"{v('off', 'eager'):.1f}", f"{v('on', 'eager'):.1f}",
+                f"{b['eager']['eager_us']:.1f}", f"{g('eager'):.1f}", f"{g('compile'):.1f}",
                 f"{g('max-autotune'):.1f}", f"{r['best_baseline']['us']:.1f} ({r['best_baseline']['name']})",
                 f"{r['best_baseline']['speedup']:.3f}", f"{r['sol']['floor_us']:.1f}",
                 f"{100 * r['floor_fraction']:.1f}%")
@@ -278,10 +377,11 @@ def main() -> int:
     if not args.no_stack:
         dec = [r for r in result["scenarios"] if r["scenario"] == f"decode:{STACK_HISTORY}" and "best_baseline" in r]
         if dec:
-            p = next(q for q in plans if q.scenario.text == f"decode:{STACK_HISTORY}")
+            p = FINAL[f"decode:{STACK_HISTORY}"]  # the measured attention design and the faster PD of the A/B
             result["stack"] = stack(p, "cuda", dec[0]["best_baseline"]["name"], cfg.layers)
             s = result["stack"]
-            log(f"36-layer decode stack (history {STACK_HISTORY}): formloop {s['formloop_tokens_s']:.1f} tokens/s, "
+            log(f"36-layer decode stack (history {STACK_HISTORY}, PD={p.fusion.PD}): formloop "
+                f"{s['formloop_tokens_s']:.1f} tokens/s, "
                 f"{s['baseline']} {s['baseline_tokens_s']:.1f} tokens/s, speedup {s['speedup']:.3f} (gpu)")
     path.write_text(json.dumps(result, indent=1, default=str))
     for line in table(result["scenarios"]):

@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 from formloop import api
 from formloop.cli import app
 from formloop.errors import InvalidInput
+from formloop.library.qwen3_layer_template import Fusion
 
 runner = CliRunner()
 
@@ -37,9 +38,11 @@ def test_tiny_plan_json():
     d = json.loads(r.output)
     s = d["scenarios"][0]
     assert s["scenario"] == "decode:40" and s["measured"] is None
-    assert set(s["fusion"]) == {"R1", "GL", "R2"}
+    assert set(s["fusion"]) == {"R1", "GL", "R2", "PD"}
     choices = s["layer_solve"]["choices"]
-    assert len(choices) == 12 and s["model_us"] == pytest.approx(choices[0]["model_us"])
-    assert s["model_us"] == pytest.approx(sum(p["model_us"] for p in s["parts"]))
+    assert len(choices) == 24 and s["model_us"] == pytest.approx(choices[0]["model_us"])
+    fu = Fusion.of(s["fusion"])
+    saving = fu.PD * s["layer_solve"]["t_pdl_us"] * fu.handovers(prefill=False)
+    assert s["model_us"] == pytest.approx(sum(p["model_us"] for p in s["parts"]) - saving)
     assert d["units"]["model_us"] == "us (model)"
     assert all(p["design"] for p in s["parts"])

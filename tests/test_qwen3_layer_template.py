@@ -11,9 +11,39 @@ from formloop.library.qwen3_layer_template import PARTS, Fusion, all_fusions
 from formloop.solve import enumerate_designs, solve_milp
 
 
-def _brute(times):
-    """Each choice's time as the sum of the parts it launches (prefill: the relayout included)."""
-    return {fu: sum(times[p] for p in fu.parts(prefill=True)) for fu in all_fusions()}
+PLAIN = {"add1", "silu_mul", "add2", "relayout", "attn"}  # launched plainly (prefill attention too)
+
+
+def _handovers(fu, prefill=True):
+    """Hand-overs between two PDL kernels, counted by walking the launch order (and into the next layer)."""
+    seq = list(fu.parts(prefill=prefill)) + ["norm1"]
+    plain = PLAIN if prefill else PLAIN - {"attn"}
+    return sum(1 for a, b in zip(seq, seq[1:]) if a not in plain and b not in plain)
+
+
+def _brute(times, t_pdl=0.5):
+    """Each choice's time as the sum of the parts it launches (prefill: the relayout included), less
+    t_pdl per PDL hand-over with PD = 1."""
+    return {fu: sum(times[p] for p in fu.parts(prefill=True)) - fu.PD * t_pdl * _handovers(fu)
+            for fu in all_fusions((0, 1))}
+
+
+def _wl(times, t_pdl=0.5, prefill=True):
+    return {**{f"t_{p}": v for p, v in times.items()}, "t_pdl": t_pdl, "n_pdl_fixed": 2 if prefill else 4}
+
+
+def test_handover_count_matches_the_launch_order():
+    for fu in all_fusions((1,)):
+        for prefill in (True, False):
+            assert fu.handovers(prefill) == _handovers(fu, prefill), (fu, prefill)
+    assert Fusion(1, 1, 1, 1).handovers(False) == 8
+
+
+@pytest.mark.parametrize("t_pdl", [0.5, -0.3])
+def test_pdl_decision_follows_its_saving(t_pdl):
+    times = {p: 3.0 for p in PARTS}
+    s = solve_milp(get_template("qwen3-layer").formulate(_wl(times, t_pdl)))
+    assert s.assignment["PD"] == (1 if t_pdl > 0 else 0)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -21,7 +51,7 @@ def test_milp_matches_brute_force(seed):
     rng = random.Random(seed)
     times = {p: rng.uniform(0.5, 50.0) for p in PARTS}
     t = get_template("qwen3-layer")
-    f = t.formulate({f"t_{p}": v for p, v in times.items()})
+    f = t.formulate(_wl(times))
     s = solve_milp(f)
     brute = _brute(times)
     best = min(brute.values())
@@ -35,16 +65,16 @@ def test_choice_flips_with_the_times():
     times["add2"] = 0.0
     times["down"] = 1.0           # down + add2 = 1 < down_add = 10: the add stays a kernel
     t = get_template("qwen3-layer")
-    s = solve_milp(t.formulate({f"t_{p}": v for p, v in times.items()}))
+    s = solve_milp(t.formulate(_wl(times, 0.0)))
     assert s.assignment["R2"] == 0
     times["down_add"] = 0.5
-    s = solve_milp(t.formulate({f"t_{p}": v for p, v in times.items()}))
+    s = solve_milp(t.formulate(_wl(times, 0.0)))
     assert s.assignment["R2"] == 1
 
 
 def test_twelve_choices_and_their_parts():
     fus = all_fusions()
-    assert len(set(fus)) == 12
+    assert len(set(fus)) == 12 and len(set(all_fusions((0, 1)))) == 24
     assert Fusion(1, 1, 1).parts(False) == ("norm1", "qkv", "rope", "attn", "oproj_add", "norm2", "gateup_glu",
                                             "down_add")
     assert Fusion(0, 0, 0).parts(True) == ("norm1", "qkv", "rope", "attn", "relayout", "oproj", "add1", "norm2",

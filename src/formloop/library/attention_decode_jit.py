@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from formloop.library.pdl import pdl_launch_dependents as gdc_launch_dependents  # triton's own on the GPU
+from formloop.library.pdl import pdl_wait as gdc_wait
 
 
 @triton.jit
@@ -56,9 +57,11 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
                    s_qb, s_qh, s_ob, s_oh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_tb,
                    G: tl.constexpr, QP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
                    PAGE: tl.constexpr, SPLIT: tl.constexpr, IN_LAUNCH: tl.constexpr, TM: tl.constexpr,
-                   KSP: tl.constexpr, WIDEN: tl.constexpr, PDL: tl.constexpr):
-    if PDL:  # the merge kernel (launched dependent) may be scheduled now; it waits for this grid to finish
+                   KSP: tl.constexpr, WIDEN: tl.constexpr, PDL: tl.constexpr, WAIT: tl.constexpr = False):
+    if PDL or WAIT:  # the merge kernel (launched dependent) may be scheduled now; it waits for this grid to finish
         gdc_launch_dependents()
+    if WAIT:  # launched dependent on a chain's kernel before (q and the cache it writes): everything after this
+        gdc_wait()
     pid = tl.program_id(0)
     j = tl.program_id(1)
     g = pid % (G // QP)
@@ -129,7 +132,10 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
 
 @triton.jit(do_not_specialize=["KS", "Hkv"])
 def _merge_kernel(o_ptr, ws_ptr, KS, Hkv, s_ob, s_oh,
-                  G: tl.constexpr, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):
+                  G: tl.constexpr, QP: tl.constexpr, KSP: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr,
+                  TRIGGER: tl.constexpr = False):
+    if TRIGGER:  # a chain's next kernel (launched dependent) may be scheduled now
+        gdc_launch_dependents()
     if PDL:  # launched dependent: wait until the split kernel has completed and its partials are visible
         gdc_wait()
     pid = tl.program_id(0)

@@ -108,6 +108,9 @@ class DecodePlan:
     L: int
     dtype: str = "bf16"
     page: int = 0
+    # launched as a programmatic dependent of the kernel before it (a chain's, formloop.library.pdl): the split
+    # kernel waits for it before reading q and the cache, and the merge kernel (MG 0, 2) lets the next be scheduled
+    chain_pdl: bool = False
 
     @classmethod
     def of(cls, config: DecodeConfig, wl: Mapping[str, int], dtype: str) -> "DecodePlan":
@@ -227,7 +230,8 @@ class DecodePlan:
         per = -(-(-(-self.L // cfg.Bn)) // cfg.KS)
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
                     IN_LAUNCH=cfg.MG == 1, TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
-                    WIDEN=INTERPRETED and not warmup, PDL=pdl, num_warps=cfg.W, num_stages=cfg.S)
+                    WIDEN=INTERPRETED and not warmup, PDL=pdl, WAIT=self.chain_pdl, num_warps=cfg.W,
+                    num_stages=cfg.S, **({"launch_pdl": True} if self.chain_pdl else {}))
         if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
             if warmup:
                 from triton.runtime.jit import MockTensor
@@ -241,8 +245,9 @@ class DecodePlan:
         out = [(_decode_kernel, tuple(grid), args, meta)]
         if split and cfg.MG != 1:
             merge_args = (tensors[3], tensors[4], cfg.KS, self.Hkv, strides[2], strides[3])
-            merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, PDL=pdl, num_warps=4,
-                              **({"launch_pdl": True} if pdl else {}))
+            chain = self.chain_pdl
+            merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, PDL=pdl or chain,
+                              TRIGGER=chain, num_warps=4, **({"launch_pdl": True} if pdl or chain else {}))
             out.append((_merge_kernel, (grid[0],), merge_args, merge_meta))
         return out
 

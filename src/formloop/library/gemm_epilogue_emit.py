@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from formloop.errors import InvalidInput
 from formloop.library.gemm_epilogue_ops import TL_DTYPES, EpilogueOp
+from formloop.library.pdl_check import gemm_prologue
 
 OPERATIONS = ("gemm", "batched_gemm", "conv2d")
 LAYOUTS = ("row", "col")
@@ -274,17 +275,20 @@ def _pointer_steps(spec: KernelSpec) -> list[str]:
     return out + [f"b_ptrs += {'BLOCK_K * stride_b' if spec.lb == 'row' else 'BLOCK_K'}"]
 
 
-def kernel_params(spec: KernelSpec, load_path: int = 0) -> list[str]:
-    """The main kernel's parameters in order (the launcher passes them positionally)."""
+def kernel_params(spec: KernelSpec, load_path: int = 0, pdl: bool = False) -> list[str]:
+    """The main kernel's parameters in order (the launcher passes them positionally); with PDL, B's
+    storage as a plain pointer last (`b_raw`: the weight lines prefetched before the wait)."""
     ptrs, strides = tensor_params(spec)
     conv = list(CONV_ARGS) if spec.op == "conv2d" else []
     operands = ["a_desc", "b_desc"] if load_path else ["a_ptr", "b_ptr"]
     return [*operands, "c_ptr", "ws_ptr", "cnt_ptr", *ptrs, "M", "N", "K", "stride_ab", "stride_a",
-            "stride_bb", "stride_b", "stride_cb", "stride_cm", "stride_cn", *strides, *conv, "GROUP_M", "SPLIT_K"]
+            "stride_bb", "stride_b", "stride_cb", "stride_cm", "stride_cn", *strides, *conv, "GROUP_M", "SPLIT_K",
+            *(["b_raw"] if pdl else [])]
 
 
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET", "C_DESC",
               "EPI_SPLIT")
+PDL_CONSTEXPRS = ("PF_SPAN", "PF_LINE")  # columns of each B row prefetched before the wait, elements per line
 
 
 def _epilogue_calls(spec: KernelSpec, value: str) -> list[str]:
@@ -308,8 +312,9 @@ def _epilogue_calls(spec: KernelSpec, value: str) -> list[str]:
             "else:", "    " + whole]
 
 
-def kernel_source(spec: KernelSpec, load_path: int) -> str:
-    """The kernel's Triton source; `load_path` 1 = tensor-memory copies (TMA), 0 = pointer loads."""
+def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False) -> str:
+    """The kernel's Triton source; `load_path` 1 = tensor-memory copies (TMA), 0 = pointer loads;
+    `pdl` adds the programmatic-dependent prologue (without it the source is the same text as before)."""
     if load_path not in (0, 1):
         raise InvalidInput("load path L", load_path, (0, 1))
     if load_path == 1 and spec.op == "conv2d":
@@ -319,6 +324,8 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
             "pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, "
             "BLOCK_M, BLOCK_N, BLOCK_K)",
             "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)"]
+    if pdl:
+        body += gemm_prologue(spec.lb == "col" and spec.op != "conv2d")
     if load_path == 0:
         body += ["k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)", *_pointer_setup(spec)]
         body += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "for k in range(k_lo, k_hi, BLOCK_K):"]
@@ -340,7 +347,8 @@ def kernel_source(spec: KernelSpec, load_path: int) -> str:
              *("        " + x for x in _epilogue_calls(spec, "total")),
              "else:",
              *("    " + x for x in _epilogue_calls(spec, "acc"))]
-    params = ", ".join([*kernel_params(spec, load_path), *(f"{c}: tl.constexpr" for c in CONSTEXPRS)])
+    consts = CONSTEXPRS + (PDL_CONSTEXPRS if pdl else ())
+    params = ", ".join([*kernel_params(spec, load_path, pdl), *(f"{c}: tl.constexpr" for c in consts)])
     dont = ["M", "N", "K", "GROUP_M", "SPLIT_K"] + (list(CONV_ARGS) if spec.op == "conv2d" else [])
     return "\n".join([f"@triton.jit(do_not_specialize={dont!r})", f"def {spec.name}({params}):",
                       *("    " + b for b in body)])
@@ -379,12 +387,14 @@ def _softplus(x, beta, threshold):
     return tl.where(x * beta > threshold, x, tl.log(1.0 + tl.exp(x * beta)) / beta)'''
 
 
-def module_source(spec: KernelSpec, load_path: int, *, header: Sequence[str] = ()) -> str:
-    """The whole emitted module: imports, helpers, the epilogue and the main kernel."""
+def module_source(spec: KernelSpec, load_path: int, *, header: Sequence[str] = (), pdl: bool = False) -> str:
+    """The whole emitted module: imports, helpers, the epilogue and the main kernel (`pdl`: with the
+    programmatic-dependent prologue; without it, the text is the same as before PDL existed)."""
     lines = [f"# {h}" for h in header]
     lines += ["import triton", "import triton.language as tl", "",
               "from formloop.library.gemm_dot import _dot",
-              "from formloop.library.gemm_tiling_kernel import _split_arrive, _split_total, _tile_of, _tma_mainloop",
-              "", "",
-              HELPERS, "", "", epilogue_source(spec), "", "", kernel_source(spec, load_path), ""]
+              "from formloop.library.gemm_tiling_kernel import _split_arrive, _split_total, _tile_of, _tma_mainloop"]
+    if pdl:
+        lines += ["from formloop.library.pdl import l2_prefetch, pdl_launch_dependents, pdl_wait"]
+    lines += ["", "", HELPERS, "", "", epilogue_source(spec), "", "", kernel_source(spec, load_path, pdl), ""]
     return "\n".join(lines)

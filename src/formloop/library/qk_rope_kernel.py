@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
+from formloop.library.pdl import launch_options, pdl_launch_dependents, pdl_wait
 from formloop.library.qk_rope import HEAD_DIMS
 from formloop.library.rowwise_kernel import DTYPE_OF, TORCH_DTYPES
 
@@ -46,7 +47,10 @@ def rope_tables(max_pos: int, head_dim: int, theta: float = 1e6, device="cpu") -
 @triton.jit
 def _qk_rope_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, qo_ptr, kc_ptr, vc_ptr,
                     Hq, Hkv, st_q, sh_q, st_k, sh_k, st_v, sh_v, st_o, sh_o, Lc, sb_k, sl_k, sh_kc, sb_v, sl_v, sh_vc,
-                    s_cs, eps, D: tl.constexpr, HP: tl.constexpr):
+                    s_cs, eps, D: tl.constexpr, HP: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:  # launched as a programmatic dependent (formloop.library.pdl): everything after the wait
+        pdl_launch_dependents()
+        pdl_wait()
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * HP + tl.arange(0, HP)
     ok = h < Hq + Hkv
@@ -103,10 +107,10 @@ def _cache_strides(name: str, cache: torch.Tensor, hkv: int, d: int, heads_first
 class QkRopeProgram:
     """One instance: a config and the dtype of q, k, v and the caches."""
 
-    def __init__(self, config: QkRopeConfig, dtype: str = "bf16"):
+    def __init__(self, config: QkRopeConfig, dtype: str = "bf16", pdl: bool = False):
         if dtype not in TORCH_DTYPES:
             raise InvalidInput("dtype", dtype, sorted(TORCH_DTYPES))
-        self.config, self.dtype = config, dtype
+        self.config, self.dtype, self.pdl = config, dtype, pdl
 
     def __call__(self, q, k, v, q_weight, k_weight, cos, sin, positions, slots, k_cache, v_cache, *,
                  eps: float = 1e-6, heads_first: bool = False, q_out: torch.Tensor | None = None) -> torch.Tensor:
@@ -147,7 +151,7 @@ class QkRopeProgram:
                               slots.contiguous(), out, k_cache, v_cache, Hq, Hkv, q.stride(0), q.stride(1),
                               k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1), Lc,
                               sbk, slk, shk, sbv, slv, shv, cos.stride(0), float(eps), D=D, HP=cfg.HP,
-                              num_warps=cfg.W)
+                              num_warps=cfg.W, **launch_options(self.pdl))
         return out
 
 

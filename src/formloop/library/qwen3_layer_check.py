@@ -38,9 +38,13 @@ KIND_OF = {"qkv": "gemm", "oproj": "gemm", "oproj_add": "gemm", "gateup": "gemm"
            "add2": "ew", "silu_mul": "ew", "rope": "rope", "relayout": "relayout"}
 
 
-def tiny_designs(sc: Scenario) -> dict[str, dict[str, int]]:
+def tiny_designs(sc: Scenario, pdl: bool = False) -> dict[str, dict[str, int]]:
+    """The small designs; with `pdl`, decode attention merges in a second kernel (MG = 0), so the chain's
+    dependent merge launch is exercised too."""
     out = {p: dict(TINY_DESIGNS[k]) for p, k in KIND_OF.items()}
     out["attn"] = dict(TINY_DESIGNS["prefill" if sc.kind == "prefill" else "decode"])
+    if pdl and sc.kind == "decode":
+        out["attn"]["MG"] = 0
     return out
 
 
@@ -84,8 +88,8 @@ def check_all(model: str = "tiny", scenarios=CHECK_SCENARIOS, fusions=None) -> l
     out = []
     for text in scenarios:
         sc = parse_scenario(text)
-        for fu in fusions or all_fusions():
-            out.append(check_fusion(cfg, sc, fu, tiny_designs(sc)))
+        for fu in fusions or all_fusions((0, 1)):
+            out.append(check_fusion(cfg, sc, fu, tiny_designs(sc, bool(fu.PD))))
     return out
 
 

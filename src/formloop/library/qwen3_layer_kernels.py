@@ -13,6 +13,7 @@ importing this module to run on the CPU (small shapes)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 import triton
@@ -61,18 +62,18 @@ def gateup_weight(w_gate: torch.Tensor, w_up: torch.Tensor, interleaved: bool) -
     return torch.cat([w_gate, w_up], dim=0).contiguous()
 
 
-def _gemm(design: Mapping[str, int], M: int, N: int, K: int, chain: str = "") -> EpiloguePlan:
+def _gemm(design: Mapping[str, int], M: int, N: int, K: int, chain: str = "", pdl: bool = False) -> EpiloguePlan:
     spec = KernelSpec(ab="bf16", c="bf16", lb="col", chain=parse_chain_text(chain), name="qwen3_gemm")
-    return EpiloguePlan(spec, TileConfig.from_assignment(design), Shape(M, N, K))
+    return EpiloguePlan(spec, TileConfig.from_assignment(design), Shape(M, N, K), pdl=pdl)
 
 
 class RopeKV:
     """qk-norm-rope-kv over the QKV GEMM's output: q heads to `q_out` [T, Hq, D] (any token and head
     strides), k and v to the head-major caches at positions history.. (slot = position, batch 1)."""
 
-    def __init__(self, design: Mapping[str, int], cfg: Qwen3Config, sc: Scenario, device):
+    def __init__(self, design: Mapping[str, int], cfg: Qwen3Config, sc: Scenario, device, pdl: bool = False):
         self.cfg = cfg
-        self.prog = QkRopeProgram(QkRopeConfig.from_assignment(design), "bf16")
+        self.prog = QkRopeProgram(QkRopeConfig.from_assignment(design), "bf16", pdl=pdl)
         self.cos, self.sin = rope_half_tables(sc.kv_len, cfg.head_dim, cfg.rope_theta, device=device)
         self.pos = torch.arange(sc.history, sc.kv_len, device=device, dtype=torch.int32)
 
@@ -86,11 +87,15 @@ class RopeKV:
 
 
 class LayerKernels:
-    """One scenario's layer, ready to run: `designs` maps part name -> design (the plan's)."""
+    """One scenario's layer, ready to run: `designs` maps part name -> design (the plan's). `pdl`
+    (the fusion's PD): the norms, GEMMs, the rope kernel and decode attention are launched as
+    programmatic dependents (formloop.library.pdl); the element-wise kernels, the relayout and
+    prefill attention are launched plainly (the stream then orders them fully)."""
 
     def __init__(self, cfg: Qwen3Config, sc: Scenario, fusion: Fusion, designs: Mapping[str, Mapping[str, int]],
-                 weights: Mapping[str, torch.Tensor], device):
+                 weights: Mapping[str, torch.Tensor], device, pdl: bool | None = None):
         self.cfg, self.sc, self.fusion = cfg, sc, fusion
+        self.pdl = pdl = bool(fusion.PD) if pdl is None else bool(pdl)
         T, H, I = sc.tokens, cfg.hidden, cfg.intermediate
         self.prefill = sc.kind == "prefill"
         self.parts = fusion.parts(self.prefill)
@@ -103,23 +108,23 @@ class LayerKernels:
             return torch.empty(shape, device=device, dtype=dtype)
 
         g = {}
-        g["qkv"] = _gemm(designs["qkv"], T, cfg.qkv_width, H)
+        g["qkv"] = _gemm(designs["qkv"], T, cfg.qkv_width, H, pdl=pdl)
         g["oproj"] = _gemm(designs["oproj_add" if fusion.R1 == 1 else "oproj"], T, H, cfg.q_width,
-                           ADD if fusion.R1 == 1 else "")
+                           ADD if fusion.R1 == 1 else "", pdl=pdl)
         g["gateup"] = _gemm(designs["gateup_glu" if fusion.GL else "gateup"], T, 2 * I, H,
-                            "glu(act=silu)" if fusion.GL else "")
-        g["down"] = _gemm(designs["down_add" if fusion.R2 else "down"], T, H, I, ADD if fusion.R2 else "")
+                            "glu(act=silu)" if fusion.GL else "", pdl=pdl)
+        g["down"] = _gemm(designs["down_add" if fusion.R2 else "down"], T, H, I, ADD if fusion.R2 else "", pdl=pdl)
         self.gemms = g
         self.ws = {k: p.new_workspace(device) for k, p in g.items()}
-        self.norm1 = RowwiseProgram("rmsnorm", RowConfig.from_assignment(designs["norm1"]), T, H, "bf16")
+        self.norm1 = RowwiseProgram("rmsnorm", RowConfig.from_assignment(designs["norm1"]), T, H, "bf16", pdl=pdl)
         op2 = "rmsnorm-residual" if fusion.R1 == 2 else "rmsnorm"
         self.norm2 = RowwiseProgram(op2, RowConfig.from_assignment(designs["addnorm2" if fusion.R1 == 2 else "norm2"]),
-                                    T, H, "bf16")
+                                    T, H, "bf16", pdl=pdl)
         self.add1 = ElementwiseProgram(ADD, EwConfig.from_assignment(designs["add1"])) if fusion.R1 == 0 else None
         self.add2 = ElementwiseProgram(ADD, EwConfig.from_assignment(designs["add2"])) if not fusion.R2 else None
         self.silu = ElementwiseProgram(SILU_MUL, EwConfig.from_assignment(designs["silu_mul"])) if not fusion.GL \
             else None
-        self.rope = RopeKV(designs["rope"], cfg, sc, device)
+        self.rope = RopeKV(designs["rope"], cfg, sc, device, pdl=pdl)
         wl = {"B": 1, "Hq": cfg.heads, "Hkv": cfg.kv_heads, "D": cfg.head_dim, "L": sc.kv_len}
         if self.prefill:
             self.attn = PrefillPlan.of(PrefillConfig.from_assignment(designs["attn"]), wl, "bf16")
@@ -127,7 +132,7 @@ class LayerKernels:
             self.q = buf(1, cfg.heads, T, cfg.head_dim)
             self.o_heads = buf(1, cfg.heads, T, cfg.head_dim)
         else:
-            self.attn = DecodePlan.of(DecodeConfig.from_assignment(designs["attn"]), wl, "bf16")
+            self.attn = replace(DecodePlan.of(DecodeConfig.from_assignment(designs["attn"]), wl, "bf16"), chain_pdl=pdl)
             self.attn_ws = self.attn.new_workspace(device)
             self.q = buf(1, cfg.heads, cfg.head_dim)
             self.o_heads = self.q.new_empty(1, cfg.heads, cfg.head_dim)

@@ -9,6 +9,7 @@ from typing import Any
 from formloop.hw.chips import get_chip
 from formloop.library.qwen3_layer import new_state, new_weights, reference
 from formloop.library.qwen3_layer_check import KV_TOLERANCE, OUT_TOLERANCE, rel_err
+from formloop.library.qwen3_layer_pdl import check_compiled
 from formloop.library.qwen3_layer_plan import LayerPlan, part_floor_us
 from formloop.measure.timer import TimingPolicy, operand_sets_for, time_launches
 
@@ -62,8 +63,14 @@ def measure(plan: LayerPlan, device: str = "cuda", chip: str = "h200", parts: bo
     layer = LayerKernels(cfg, sc, plan.fusion, designs, w, device)
     check = correctness(plan, layer, w, device)
     out: dict[str, Any] = {"check": check, "fusion": plan.fusion.as_dict(), "source": "gpu", "unit": "us"}
+    if check["ok"] and layer.pdl:  # the PDL rules on the PTX Triton compiled for this run's kernels
+        ptx = check_compiled(layer)
+        out["pdl_ptx"] = ptx
+        # None: no compiled PDL kernel found in Triton's cache to read (the source check still holds)
+        check["pdl_rules_ok"] = all(r["ok"] for r in ptx) if ptx else None
+        check["ok"] = check["pdl_rules_ok"] is not False
     if not check["ok"]:
-        out["note"] = "not timed: the output or the KV cache is wrong"
+        out["note"] = "not timed: the output or the KV cache is wrong, or a PDL kernel breaks the rules (pdl_ptx)"
         return out
     sets = operand_sets(plan, device, chip_spec)
     launch = lambda i: layer(*sets[i])  # noqa: E731
@@ -85,3 +92,49 @@ def measure(plan: LayerPlan, device: str = "cuda", chip: str = "h200", parts: bo
         out["parts"] = rows
         out["parts_sum_us"] = sum(r["gpu_us"] for r in rows)
     return out
+
+
+def attention_in_context(plan: LayerPlan, designs: list, device: str = "cuda", weights=None) -> list[dict]:
+    """Decode attention designs timed alone in the layer's context (graph, us gpu): the layer (PD off)
+    runs once, then each design reads its q and KV cache and writes a fresh output, checked against
+    the plan's design's output (same math: rel. error <= 1e-2) before it is timed, over copies of the
+    KV cache that together exceed the L2 (in a decode step a layer's cache is cold). The plan's own
+    design comes first. How the benchmark tells a plan choice from the layer's context."""
+    import torch
+
+    from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan  # noqa: PLC0415 (triton)
+    from formloop.library.qwen3_layer_kernels import LayerKernels  # noqa: PLC0415 (triton)
+
+    cfg, sc = plan.cfg, plan.scenario
+    w = weights if weights is not None else new_weights(cfg, device=device, seed=0)
+    layer = LayerKernels(cfg, sc, plan.fusion.with_pdl(False), {n: p.design for n, p in plan.parts.items()}, w,
+                         device)
+    x, kc, vc, out = operand_sets(plan, device, get_chip("h200"))[0]
+    layer(x, kc, vc, out)
+    ref = layer.o_heads.clone()
+    n = min(8, operand_sets_for(kc.numel() * kc.element_size() * 2, get_chip("h200").l2_bytes))
+    caches = [(kc, vc)] + [(kc.clone(), vc.clone()) for _ in range(n - 1)]
+    wl = {"B": 1, "Hq": cfg.heads, "Hkv": cfg.kv_heads, "D": cfg.head_dim, "L": sc.kv_len}
+    rows = []
+    for d in [plan.parts["attn"].design, *designs]:
+        d = {k: int(v) for k, v in d.items()}
+        if any(r["design"] == d for r in rows):
+            continue
+        try:
+            p = DecodePlan.of(DecodeConfig.from_assignment(d), wl, "bf16")
+            ws = p.new_workspace(device)
+            o = torch.full_like(ref, float("nan"))
+            p.launch(layer.q, kc, vc, o, ws)
+            torch.cuda.synchronize()
+            err = rel_err(o, ref)
+            row = {"design": d, "rel_err_vs_plan": err}
+            if err <= 1e-2:
+                wss = [ws] + [p.new_workspace(device) for _ in caches[1:]]
+                t = time_launches(lambda i, p=p, o=o, wss=wss: p.launch(layer.q, *caches[i], o, wss[i]), len(caches),
+                                  device=device, mode="graph", policy=PART_POLICY)
+                row["gpu_us"] = t.timing.seconds * 1e6
+                row["cache_copies"] = len(caches)
+        except Exception as exc:  # noqa: BLE001 (a design that fails here is recorded, not chosen)
+            row = {"design": d, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        rows.append(row)
+    return rows

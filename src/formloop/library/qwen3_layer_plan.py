@@ -15,7 +15,7 @@ from typing import Any
 from formloop.hw.chips import get_chip
 from formloop.library import attention_service, elementwise, gemm_epilogue, get_template, rowwise
 from formloop.library.qwen3_layer import Qwen3Config, Scenario, check_config
-from formloop.library.qwen3_layer_template import NAME, PARTS, Fusion, all_fusions, stream_us
+from formloop.library.qwen3_layer_template import NAME, PARTS, PDL_FIXED, T_PDL_PRIOR, Fusion, all_fusions, stream_us
 from formloop.solve import enumerate_designs, solve_milp
 
 E = 2  # bf16 bytes
@@ -153,20 +153,23 @@ def solve_parts(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", workers: int
     return plan_many(cfg, [sc], chip, workers=workers)[0].parts
 
 
-def solve_layer(parts: Mapping[str, PartPlan], model: str = "qwen3-8b") -> dict:
-    """The fusion choice (HiGHS over qwen3-layer), with every choice's cost by enumeration."""
+def solve_layer(parts: Mapping[str, PartPlan], model: str = "qwen3-8b", t_pdl: float = T_PDL_PRIOR) -> dict:
+    """The fusion choice (HiGHS over qwen3-layer), with every choice's cost by enumeration; `t_pdl` the
+    saving per PDL hand-over (us, the template's prior unless measured)."""
     t = get_template(NAME, model=model)
-    f = t.formulate({f"t_{n}": p.time_us for n, p in parts.items()})
+    prefill = parts["attn"].detail.get("template") == "attention-prefill"
+    f = t.formulate({**{f"t_{n}": p.time_us for n, p in parts.items()}, "t_pdl": t_pdl,
+                     "n_pdl_fixed": PDL_FIXED[prefill]})
     s = solve_milp(f)
     e = enumerate_designs(f)
     costs = []
-    for fu in all_fusions():
+    for fu in all_fusions((1, 0)):
         v = t.evaluate_terms(fu.as_dict(), f.params)["cost"]
         costs.append({"fusion": fu.as_dict(), "model_us": v})
     costs.sort(key=lambda r: r["model_us"])
     return {"fusion": Fusion.of(s.assignment).as_dict(), "model_us": float(s.objective), "bound_us": float(s.bound),
             "solver": s.solver, "status": s.status.value, "enumerated_us": float(e.objective),
-            "ties": len(e.ties) if e.ties is not None else None, "choices": costs,
+            "ties": len(e.ties) if e.ties is not None else None, "choices": costs, "t_pdl_us": t_pdl,
             "template": NAME, "template_hash": t.content_hash}
 
 
@@ -186,7 +189,10 @@ class LayerPlan:
 
     @property
     def model_us(self) -> float:
-        return sum(self.parts[p].time_us for p in self.launched)
+        """The parts' model times, less the PDL saving with PD = 1 (us, model)."""
+        saving = self.layer.get("t_pdl_us", T_PDL_PRIOR) * self.fusion.handovers(self.scenario.kind == "prefill") \
+            if self.fusion.PD else 0.0
+        return sum(self.parts[p].time_us for p in self.launched) - saving
 
     def with_fusion(self, fusion: Fusion) -> "LayerPlan":
         return LayerPlan(self.cfg, self.scenario, fusion, self.parts, self.layer)

@@ -8,6 +8,9 @@ Decisions (each a fusion of two neighbouring operations into one kernel):
   GL  SiLU·mul: 1 = in the GateUp GEMM's epilogue (glu(silu) over interleaved gate/up columns; the
       GEMM writes half its width), 0 = GateUp writes gate and up, a kernel multiplies
   R2  residual add after the MLP: 1 = in the Down projection's epilogue, 0 = its own kernel
+  PD  programmatic dependent launch (formloop.library.pdl): 1 = the norms, the GEMMs, the rope kernel
+      and decode attention are launched as programmatic dependents (each may be scheduled while the
+      kernel before it finishes, weights prefetched into the L2 before its wait), 0 = plain launches
 Fixed parts: the input RMSNorm, the QKV GEMM, the q/k RMSNorm + RoPE fused with the KV-cache write,
 attention (attention-prefill or attention-decode), and for prefill the relayout of the attention
 output from head-major to token-major rows (the prefill kernel stores [heads, tokens, head_dim]).
@@ -16,11 +19,20 @@ Parameters: every part's time in us (workload parameters, >= 0), bound from the 
 `part_times`: the GEMMs solved as gemm-epilogue-gpu with their chains (HiGHS), attention solved by
 its template, the row-wise and element-wise parts as a stream (launch + bytes / (eta_bw · bw), the
 GEMM template's priors for both). Cost: the sum of the parts the choice launches (one stream, one
-kernel at a time, so times add).
+kernel at a time, so times add), less, with PD = 1, t_pdl for every hand-over between two
+programmatic-dependent kernels (the next one's launch and ramp overlap the previous one's tail; a
+plainly launched kernel -- the element-wise adds, SiLU·mul, the relayout, prefill attention -- breaks
+the overlap on both of its sides). Every branch starts with a PDL kernel, so the count is a sum per
+decision: n_pdl_fixed (4 in decode: norm1 -> qkv -> rope -> attention -> O-proj; 2 in prefill) plus
+PDL_HANDOVERS below, the last counting the hand-over to the next layer's norm. t_pdl's prior (0.5 us)
+is conservative: an in-graph launch gap on the H200 is 1-3 us; the benchmark's A/B measures it.
 
-Obligation: every fusion choice computes the layer. It is checked, not proved: qwen3_layer_check
-runs each choice's kernels (Triton interpreter without a GPU) at the tiny config on prefill and
-decode and compares output and KV cache with the fp32 reference."""
+Obligations: every fusion choice computes the layer, with PD on and off. It is checked, not proved:
+qwen3_layer_check runs each choice's kernels (Triton interpreter without a GPU) at the tiny config on
+prefill and decode and compares output and KV cache with the fp32 reference. And every kernel the
+layer launches as a programmatic dependent keeps pdl.py's rules (no store, no read of a buffer an
+earlier kernel writes, before an unconditional wait): qwen3_layer_pdl checks its source (here) and,
+on a GPU, its compiled PTX (pdl_check)."""
 from __future__ import annotations
 
 import itertools
@@ -35,6 +47,7 @@ from dataclasses import dataclass
 from formloop.expr import decision, param, where
 from formloop.library import register_template
 from formloop.library.gemm_tiling_gpu import PRIORS
+from formloop.library.qwen3_layer_pdl import check_sources
 from formloop.template import Constraint, Template
 from formloop.verify.certificate import ProofPlan
 from formloop.verify.outcome import ObligationResult, Verdict
@@ -43,7 +56,12 @@ NAME = "qwen3-layer"
 R1 = decision("R1", (1, 2, 0), doc="residual add after attention: 1 O-proj epilogue, 2 into the RMSNorm, 0 a kernel")
 GL = decision("GL", (1, 0), doc="SiLU·mul: 1 in the GateUp epilogue (glu), 0 its own kernel")
 R2 = decision("R2", (1, 0), doc="residual add after the MLP: 1 in the Down epilogue, 0 its own kernel")
-DECISIONS = (R1, GL, R2)
+PD = decision("PD", (1, 0), doc="programmatic dependent launch of the chain: 1 on, 0 plain launches")
+DECISIONS = (R1, GL, R2, PD)
+# hand-overs between two PDL kernels per branch value (R1 = 0: O-proj -> add1 and add1 -> norm2 are plain)
+PDL_HANDOVERS = {"R1": {1: 2, 2: 2, 0: 1}, "GL": {1: 1, 0: 0}, "R2": {1: 1, 0: 0}}
+T_PDL_PRIOR = 0.5  # us per hand-over (model prior)
+PDL_FIXED = {False: 4, True: 2}  # hand-overs among the fixed parts: decode, prefill (attention, relayout plain)
 
 PARTS = {
     "norm1": "RMSNorm of the layer input",
@@ -64,6 +82,9 @@ PARTS = {
     "add2": "residual add after the MLP (own kernel)",
 }
 T = {name: param(f"t_{name}", integer=False, lower=0, doc=f"{doc}, us (its model)") for name, doc in PARTS.items()}
+T_PDL = param("t_pdl", integer=False, lower=None, doc="saving per hand-over between two PDL kernels, us (prior "
+              f"{T_PDL_PRIOR}; negative if measured slower)")
+N_PDL_FIXED = param("n_pdl_fixed", integer=True, lower=0, doc="hand-overs among the fixed parts (decode 4, prefill 2)")
 
 ATTN_BRANCH = {1: ("oproj_add", "norm2"), 2: ("oproj", "addnorm2"), 0: ("oproj", "add1", "norm2")}
 MLP_BRANCH = {1: ("gateup_glu",), 0: ("gateup", "silu_mul")}
@@ -78,25 +99,36 @@ class Fusion:
     R1: int = 1
     GL: int = 1
     R2: int = 1
+    PD: int = 0
 
     @classmethod
     def of(cls, assignment: Mapping[str, int]) -> "Fusion":
-        return cls(int(assignment["R1"]), int(assignment["GL"]), int(assignment["R2"]))
+        return cls(int(assignment["R1"]), int(assignment["GL"]), int(assignment["R2"]), int(assignment.get("PD", 0)))
 
     def parts(self, prefill: bool = True) -> tuple[str, ...]:
         """The parts this choice launches, in order (the relayout only after a prefill)."""
         return FIXED[: 5 if prefill else 4] + ATTN_BRANCH[self.R1] + MLP_BRANCH[self.GL] + OUT_BRANCH[self.R2]
 
     def as_dict(self) -> dict[str, int]:
-        return {"R1": self.R1, "GL": self.GL, "R2": self.R2}
+        return {"R1": self.R1, "GL": self.GL, "R2": self.R2, "PD": self.PD}
+
+    def with_pdl(self, on: bool) -> "Fusion":
+        return Fusion(self.R1, self.GL, self.R2, int(bool(on)))
+
+    def handovers(self, prefill: bool) -> int:
+        """Hand-overs between two PDL kernels in one layer (and to the next layer's norm) with PD = 1."""
+        h = PDL_HANDOVERS
+        return PDL_FIXED[bool(prefill)] + h["R1"][self.R1] + h["GL"][self.GL] + h["R2"][self.R2]
 
     @property
     def text(self) -> str:
-        return f"R1={self.R1},GL={self.GL},R2={self.R2}"
+        return f"R1={self.R1},GL={self.GL},R2={self.R2},PD={self.PD}"
 
 
-def all_fusions() -> list[Fusion]:
-    return [Fusion(a, b, c) for a, b, c in itertools.product(R1.decision.menu, GL.decision.menu, R2.decision.menu)]
+def all_fusions(pdl: tuple[int, ...] = (0,)) -> list[Fusion]:
+    """Every fusion choice (with each PD value in `pdl`)."""
+    return [Fusion(a, b, c, d) for a, b, c, d in itertools.product(R1.decision.menu, GL.decision.menu,
+                                                                   R2.decision.menu, pdl)]
 
 
 def _branch(d, table: Mapping[int, tuple[str, ...]]):
@@ -105,6 +137,15 @@ def _branch(d, table: Mapping[int, tuple[str, ...]]):
     expr = sum((T[p] for p in table[values[-1]]), start=0.0)
     for v in reversed(values[:-1]):
         expr = where(d.eq(v), sum((T[p] for p in table[v]), start=0.0), expr)
+    return expr
+
+
+def _count(d, table: Mapping[int, int]):
+    """The count the decision's value selects, as a where() chain over its menu."""
+    values = list(table)
+    expr = table[values[-1]]
+    for v in reversed(values[:-1]):
+        expr = where(d.eq(v), table[v], expr)
     return expr
 
 
@@ -122,18 +163,20 @@ def qwen3_layer(model: str = "qwen3-8b") -> Template:
     attn_side = _branch(R1, ATTN_BRANCH)
     mlp_side = _branch(GL, MLP_BRANCH)
     out_side = _branch(R2, OUT_BRANCH)
+    n_handovers = N_PDL_FIXED + sum((_count(d, PDL_HANDOVERS[d.decision.name]) for d in (R1, GL, R2)), start=0)
+    pdl_saving = where(PD.eq(1), T_PDL * n_handovers, 0.0)
     return Template(
         name=NAME,
         doc=__doc__.strip().splitlines()[0],
         decisions=DECISIONS,
-        params=tuple(T.values()),
+        params=(*T.values(), T_PDL, N_PDL_FIXED),
         scope=tuple(Constraint(f"{name}_time", T[name] >= 0, "scope", "part times are >= 0") for name in PARTS),
         constraints=(),
         preconditions=(),
-        cost=fixed + attn_side + mlp_side + out_side,
+        cost=fixed + attn_side + mlp_side + out_side - pdl_saving,
         unit="us",
         terms={"T_attention_side_us": attn_side, "T_mlp_us": mlp_side, "T_down_side_us": out_side,
-               "T_fixed_us": fixed},
+               "T_fixed_us": fixed, "T_pdl_saving_us": pdl_saving},
         tie_break=("T_attention_side_us",),
         obligations=lambda template: fusion_plan(),
         options={"model": model},
@@ -170,4 +213,10 @@ def check_fusions(run=None) -> list[ObligationResult]:
     if not out:
         out.append(ObligationResult("computes-layer", Verdict.UNRESOLVED, time.time() - t0,
                                     reason=f"the check did not run: {proc.stderr.strip()[-300:]}"))
+    for r in check_sources():  # PD = 1: each kernel's source keeps the PDL rules (its PTX: on a GPU, the benchmark)
+        out.append(ObligationResult(f"pdl-rules[{r['kernel']}]", Verdict.PROVED if r["ok"] else Verdict.COUNTEREXAMPLE,
+                                    time.time() - t0, solver="source check (pdl_check)",
+                                    witness=None if r["ok"] else r["violations"],
+                                    reason="no store and no read of an earlier kernel's buffer before an "
+                                           "unconditional wait", details=r))
     return out

@@ -17,6 +17,7 @@ import triton.language as tl
 
 from formloop.dtypes import torch_dtype
 from formloop.errors import InvalidInput
+from formloop.library.pdl import launch_options, pdl_launch_dependents, pdl_wait
 from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS, solved_design
 
 TORCH_DTYPES = {d: torch_dtype(d) for d in ("fp32", "bf16", "fp16")}
@@ -82,7 +83,10 @@ def _load_rows(x_ptr, r_ptr, ro_ptr, r64, cols, m, sx, sr, sro, RESIDUAL: tl.con
 
 @triton.jit
 def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sro, eps, G, CG, HW,
-                 OP: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, ONE: tl.constexpr):
+                 OP: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, ONE: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:  # launched as a programmatic dependent (formloop.library.pdl): everything after the wait
+        pdl_launch_dependents()
+        pdl_wait()
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     row_ok = rows < R
     r64 = rows.to(tl.int64)
@@ -265,12 +269,13 @@ class RowwiseProgram:
     """One instance: op, tile config, the workload's R and C (checked at call) and dtype."""
 
     def __init__(self, op: str, config: RowConfig, R: int | None = None, C: int | None = None,
-                 dtype: str | None = None):
+                 dtype: str | None = None, pdl: bool = False):
         if op not in ROW_OPS:
             raise InvalidInput("rowwise op", op, ROW_OPS)
         if dtype is not None and dtype not in DTYPES:
             raise InvalidInput("dtype", dtype, DTYPES)
         self.op, self.config, self.R, self.C, self.dtype = op, config, R, C, dtype
+        self.pdl = pdl and op in NORMS  # norms only: launched as a programmatic dependent (pdl.py)
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                  residual: torch.Tensor | None = None, eps: float = 1e-6, out: torch.Tensor | None = None,
@@ -307,7 +312,7 @@ class RowwiseProgram:
                 residual, ro = x, y
             _norm_kernel[grid](x, residual, w, b, y, ro, R, C, x.stride(0), residual.stride(0), y.stride(0),
                                ro.stride(0), float(eps), groups, C // hw, hw, OP=NORM_CODE[self.op], BC=cfg.BC,
-                               RP=cfg.RP, ONE=one, **launch)
+                               RP=cfg.RP, ONE=one, **launch, **launch_options(self.pdl))
             return (y, ro) if self.op == "rmsnorm-residual" else y
         if self.op in ("softmax", "log-softmax"):
             y = torch.empty_like(x) if out is None else out
