@@ -165,3 +165,25 @@ def test_the_optimizer_report_states_the_reference_math():
                      "settings": {"tolerance": "kernelbench"}, "problems": []})
     assert ("rule: kernelbench; reference for correctness: fp32 math (TF32 off); eager timing: PyTorch defaults "
             "(cuDNN TF32 on)") in text
+
+
+def test_verdicts_against_the_old_tf32_reference_do_not_force_fp32_operands(tmp_path):
+    """An incorrect attempt checked against the TF32 reference (its protocol has no reference_math:
+    the store of an earlier campaign call) does not switch the problem to fp32 operands; one checked
+    against fp32 math does."""
+    from formloop.optimize.engine import Settings, _operands
+    from formloop.optimize.store import OptimizeStore
+
+    def add(store, protocol):
+        store.add_attempt("conv", candidate="/x.py", origin="formloop", correct=False, accepted=False,
+                          verdict="incorrect: output 0: 5202724 of 12845056 elements fail torch.allclose",
+                          time_s=None, ref_s=None, time_source=None, sol_fraction=None,
+                          detail={"harness": {"protocol": protocol}})
+
+    settings = Settings(out=tmp_path)
+    with OptimizeStore(tmp_path / "population.db", "fp32/full") as s:
+        assert _operands(s, "conv", settings) == "auto"
+        add(s, {"tolerance": "kernelbench"})
+        assert _operands(s, "conv", settings) == "auto"
+        add(s, {"tolerance": "kernelbench", "reference_math": "fp32"})
+        assert _operands(s, "conv", settings) == "fp32"
