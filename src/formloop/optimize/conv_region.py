@@ -28,6 +28,7 @@ from formloop.optimize.capture import Captured
 from formloop.optimize.gemm_region import ALT_TILES, DTYPES, INTERPRETER_TILE, arg_of, chain_op
 from formloop.optimize.precision import check_option, decide
 from formloop.optimize.recognize import Implementer, Region, register
+from formloop.optimize.spec_memo import checked_spec, solver_of
 
 FUSED_OPS = ("relu", "tanh", "sigmoid", "silu", "mish", "gelu", "leaky_relu", "hardtanh", "clamp", "scale(by=")
 BN_TRAINING = ("training-mode BatchNorm2d: not folded into the conv kernel (its batch statistics over all N*P*Q "
@@ -165,8 +166,6 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
            tolerance: str = "kernelbench", **_: Any) -> dict[str, Any]:
     """The instance for `attempt` (0: the MILP's choice; k: tile ALT_TILES[k-1] pinned). A chain the
     template refuses is shortened from its end (bias and a folded BatchNorm are kept). Raises ValueError."""
-    from formloop.dsl.service import check_spec
-
     p = region.params
     ab = operand_type(p["dtype"], tier, fp32_operands, p["gemm"], tolerance, region.notes)
     tile = None if attempt == 0 else ALT_TILES[(attempt - 1) % len(ALT_TILES)]
@@ -174,7 +173,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     fixed = sum(1 for t in chain if "name=" in t)
     while True:
         text = spec_text(region, chain, ab=ab, tile=tile, interpreter=tier != "gpu")
-        out = check_spec(text=text)
+        out = checked_spec(text)
         if out.get("ok"):
             break
         if len(chain) <= fixed:
@@ -197,7 +196,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     return {"post": post, "post_config": post_config,
             "config": {k: int(v) for k, v in design["assignment"].items()}, "ab": ab, "via": p["via"],
             "chain": " >> ".join(chain), "spec": text, "predicted_us": design.get("predicted_us"),
-            "template_hash": design.get("template_hash"), "solver": (design.get("solve") or {}).get("solver", "pinned")}
+            "template_hash": design.get("template_hash"), "solver": solver_of(design)}
 
 
 def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
