@@ -187,3 +187,44 @@ def test_verdicts_against_the_old_tf32_reference_do_not_force_fp32_operands(tmp_
         assert _operands(s, "conv", settings) == "auto"
         add(s, {"tolerance": "kernelbench", "reference_math": "fp32"})
         assert _operands(s, "conv", settings) == "fp32"
+
+
+def test_the_assembled_modelnew_runs_leftover_pytorch_ops_without_tf32(tmp_path, defaults, monkeypatch):
+    """conv_transpose2d has no implementer: its ModelNew is the graph's own PyTorch code, which must
+    compute fp32 math like the reference for correctness (a cuDNN TF32 conv would miss the rule)."""
+    import importlib.util
+    from pathlib import Path
+
+    from formloop.optimize.assemble import assemble
+    from formloop.optimize.capture import capture
+    from formloop.optimize.recognize import recognize
+    from formloop.sol.problem import load_problem
+
+    path = Path(__file__).resolve().parents[1] / "problems" / "level1" / "conv_transpose2d.py"
+    problem = load_problem(str(path), small=True)
+    cap = capture(problem)
+    rec = recognize(cap)
+    assert rec.regions == [] and "ConvTranspose2d" in rec.fallbacks[0]["op"]
+    out = assemble(cap, rec, tier="interpreter", small=True)
+    target = tmp_path / "conv_transpose2d_a0.py"
+    target.write_text(out.source)
+    spec = importlib.util.spec_from_file_location("assembled_ct", target)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    real = nn.ConvTranspose2d.forward
+
+    def recording(self, *a, **k):
+        _flags("leftover conv")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(nn.ConvTranspose2d, "forward", recording)
+    torch.manual_seed(0)
+    model = mod.ModelNew(*problem.get_init_inputs())
+    ref = problem.Model(*problem.get_init_inputs())
+    ref.load_state_dict(model.state_dict())
+    x = problem.get_inputs()
+    with torch.no_grad():
+        got = model(*x)
+        torch.testing.assert_close(got, ref(*x))
+    assert CALLS[0] == ("leftover conv", False, False) and CALLS[1] == ("leftover conv", True, False)
+    assert tf32_flags() == {"cudnn.allow_tf32": True, "cuda.matmul.allow_tf32": False}   # restored
