@@ -3,7 +3,9 @@
 Correctness runs on several fresh input sets drawn on the device under a secret seed (reported, so
 a run can be replayed), never on zeros; every uninitialized allocation the candidate makes is
 poisoned (NaN) so stale memory cannot pass for a result; inputs must come back unchanged; outputs are
-compared with the reference and its float64 truth where they live (formloop.measure.compare). Timing
+compared with the reference and its float64 truth where they live (formloop.measure.compare). The
+reference for correctness is the problem's math in its declared precision (fp32: TF32 off,
+formloop.measure.mathmode); the timed reference runs under PyTorch's defaults (the notes say both). Timing
 is the one timer's (formloop.measure.timer): a CUDA graph over rotating operand sets on a GPU,
 labelled 'gpu'; host wall time labelled 'cpu' without one (Triton kernels then run in Triton's
 interpreter), never compared with a GPU speed-of-light floor. Two checks guard the timing itself:
