@@ -159,14 +159,18 @@ def test_fp32_operand_type_follows_the_engines_mode():
     notes: list[str] = []
     tf32_conv = torch.backends.cudnn.allow_tf32
     try:
-        torch.backends.cudnn.allow_tf32 = False   # an fp32 reference conv: the error-bound decision
-        assert operand_type("fp32", "gpu", "auto", [64 * 56 * 56, 64, 576], "kernelbench", notes) == "tf32x3"
-        assert notes and "tf32x3" in notes[0]
-        torch.backends.cudnn.allow_tf32 = True    # a TF32 reference conv (PyTorch's default): match it
-        assert operand_type("fp32", "gpu", "auto", [64 * 56 * 56, 64, 576], "kernelbench", notes) == "tf32"
-        assert "reference conv runs TF32" in notes[-1]
+        for flag in (False, True):   # the reference for correctness is fp32 math whatever cuDNN's flag says
+            torch.backends.cudnn.allow_tf32 = flag
+            assert operand_type("fp32", "gpu", "auto", [64 * 56 * 56, 64, 576], "kernelbench", notes) == "tf32x3"
+            assert "tf32x3 (auto: the fastest whose bound fits)" in notes[-1]
     finally:
         torch.backends.cudnn.allow_tf32 = tf32_conv
+    # vit's patch embedding (16x16 patches of 3 channels: K = 768, a plain GEMM) and resnet_bottleneck's
+    # 1x1 convs (K = 256 and 64) take the same error-bound path: tf32 misses the rule, tf32x3 fits
+    for gemm in ([6272, 768, 768], [200704, 64, 256], [200704, 256, 64]):
+        notes = []
+        assert operand_type("fp32", "gpu", "auto", gemm, "kernelbench", notes) == "tf32x3"
+        assert "the fastest whose bound fits" in notes[0] and "tf32 " in notes[0]
     assert operand_type("fp32", "interpreter") == "fp32" and operand_type("bf16", "gpu") == "bf16"
 
 

@@ -6,6 +6,7 @@
     compare    the one output checker: formloop's magnitude-aware rule, KernelBench's allclose and
                the evaluator's norm bound, computed where the tensors live, in blocks
     truth      the float64 truth of a reference, whole or in row blocks on the device
+    mathmode   the reference's math mode: fp32 with TF32 off for correctness, PyTorch's defaults for timing
     memory     poisoned allocations, settling, input snapshots
     session    loading a problem and a candidate; input sets on the device; poisoned calls
     harness    evaluate(problem, candidate): correctness, timing, timed-output and after-timing

@@ -3,7 +3,9 @@
 Correctness runs on several fresh input sets drawn on the device under a secret seed (reported, so
 a run can be replayed), never on zeros; every uninitialized allocation the candidate makes is
 poisoned (NaN) so stale memory cannot pass for a result; inputs must come back unchanged; outputs are
-compared with the reference and its float64 truth where they live (formloop.measure.compare). Timing
+compared with the reference and its float64 truth where they live (formloop.measure.compare). The
+reference for correctness is the problem's math in its declared precision (fp32: TF32 off,
+formloop.measure.mathmode); the timed reference runs under PyTorch's defaults (the notes say both). Timing
 is the one timer's (formloop.measure.timer): a CUDA graph over rotating operand sets on a GPU,
 labelled 'gpu'; host wall time labelled 'cpu' without one (Triton kernels then run in Triton's
 interpreter), never compared with a GPU speed-of-light floor. Two checks guard the timing itself:
@@ -24,6 +26,7 @@ from formloop.errors import InvalidInput
 from formloop.hw.chips import chip_for_device, chip_names
 from formloop.measure.compare import Comparison, flatten
 from formloop.measure.integrity import check_sol_ceiling, generous_floor_s
+from formloop.measure.mathmode import describe
 from formloop.measure.memory import changed_inputs, clone_all
 from formloop.measure.sandbox import phase
 from formloop.measure.session import PRECISIONS, Session
@@ -214,9 +217,17 @@ def evaluate(problem: Any, candidate: Any, *, sets: int = 3, seed: int | None = 
              chip: str | None = None, dtype: str | None = None, clock_mhz: float | None = None,
              rtol: float | None = None, precision: str | None = None, eval_mode: bool = False,
              tolerance: str = "formloop", timing_mode: str = "auto", policy: TimingPolicy | None = None,
-             overrides: Mapping[str, Any] | None = None, session: Session | None = None) -> HarnessResult:
+             overrides: Mapping[str, Any] | None = None, session: Session | None = None,
+             tf32_baseline: bool = False) -> HarnessResult:
     """Correctness on `sets` fresh input sets, input immutability, then timing, the timed-output and
-    after-timing checks, and the SOL fraction (with a warning when it exceeds physics)."""
+    after-timing checks, and the SOL fraction (with a warning when it exceeds physics).
+
+    The reference for correctness is the problem's math in its declared precision (fp32 with TF32
+    off, formloop.measure.mathmode); timing runs under PyTorch's defaults. `tf32_baseline` is for a
+    baseline timed as users run it (torch.compile of the reference, which runs convs on cuDNN TF32
+    like eager): when it fails the fp32 reference it is checked again against the reference under
+    PyTorch's defaults, and if it passes there it is timed, the fp32 verdict kept in the notes and
+    protocol. Candidates never get this."""
     if not isinstance(sets, int) or not 1 <= sets <= 100:
         raise InvalidInput("sets", sets, "an integer 1 ... 100")
     if timing_mode not in MODES:
@@ -232,7 +243,11 @@ def evaluate(problem: Any, candidate: Any, *, sets: int = 3, seed: int | None = 
         mutated += [{**m, "set": i} for m in changes]
     result = HarnessResult(s.name, s.candidate.name, s.device, s.seed, s.weights, comparisons, mutated)
     result.protocol = {"precision": str(s.precision or "as get_inputs"), "eval_mode": s.eval_mode,
-                       "tolerance": s.rule, "rtol": s.rtol, "no_grad": True, "timing_mode": timing_mode}
+                       "tolerance": s.rule, "rtol": s.rtol, "no_grad": True, "timing_mode": timing_mode,
+                       "reference_math": s.reference_math}
+    if tf32_baseline and not result.correct and not mutated and s.reference_math == "fp32":
+        _tf32_recheck(s, result, sets)
+    result.notes.append(describe(s.reference_math))
     if s.truth_model is None:
         result.notes.append("no float64 truth (the reference could not be copied): compared with the reference itself")
     elif s.truth_note:
@@ -244,6 +259,23 @@ def evaluate(problem: Any, candidate: Any, *, sets: int = 3, seed: int | None = 
         result.mutated += [{**m, "set": "after timing"} for m in late]
     _sol(s, result, chip, dtype, clock_mhz, timed=result.cand_time is not None)
     return result
+
+
+def _tf32_recheck(s: Session, result: HarnessResult, sets: int) -> None:
+    """A baseline that failed the fp32 reference, checked against the reference under PyTorch's
+    defaults (cuDNN TF32): passing there, it is kept (and timed), the fp32 failure named."""
+    failed = next(c for c in result.sets if not c.ok)
+    s.reference_math = "defaults"
+    again = [check_set(s, i)[0] for i in range(sets)]
+    if not all(c.ok for c in again):
+        s.reference_math = "fp32"
+        return
+    result.protocol["reference_math"] = "defaults"
+    result.protocol["fp32_reference"] = {"ok": False, "reason": failed.reason}
+    result.sets = again
+    result.notes.append("baseline: misses the rule against the fp32 reference (TF32 off) -- " + failed.reason
+                        + " -- and passes against the reference under PyTorch's defaults (cuDNN TF32): "
+                          "timed as users run it, its output carries TF32 error")
 
 
 def sol_warning(timing: Timing | None, floor_s: float | None, floor_note: str = "") -> str | None:

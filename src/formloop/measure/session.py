@@ -31,6 +31,7 @@ import torch
 from formloop.dtypes import DTYPES
 from formloop.errors import InvalidInput, StructureError
 from formloop.measure.compare import RULES, Comparison, compare_outputs, flatten
+from formloop.measure.mathmode import REFERENCE_MATH, reference_math as math_mode
 from formloop.measure.memory import POISON, clone_all, poisoned, settle
 from formloop.measure.sandbox import phase
 from formloop.measure.static import code_file
@@ -124,7 +125,10 @@ class Session:
 
     def __init__(self, problem: Any, candidate: Any, *, seed: int | None = None, device: str | None = None,
                  rtol: float | None = None, precision: str | None = None, eval_mode: bool = False,
-                 rule: str = "formloop", overrides: Mapping[str, Any] | None = None):
+                 rule: str = "formloop", overrides: Mapping[str, Any] | None = None,
+                 reference_math: str = "fp32"):
+        if reference_math not in REFERENCE_MATH:
+            raise InvalidInput("reference math", reference_math, REFERENCE_MATH)
         if precision is not None and precision not in PRECISIONS:
             raise InvalidInput("precision", precision, sorted(PRECISIONS))
         if rule not in RULES:
@@ -138,6 +142,7 @@ class Session:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.seed = secrets.randbits(31) if seed is None else int(seed)
         self.rtol, self.rule, self.eval_mode = rtol, rule, eval_mode
+        self.reference_math = reference_math   # the math mode of correctness references (measure.mathmode)
         self.precision = PRECISIONS[precision] if precision else None
         self.base_overrides = dict(overrides or {})
         self.name = problem_name(self.problem)
@@ -251,16 +256,17 @@ class Session:
         return (self.seed * 1_000_003 + 7919 * (i + 1)) % (2**31 - 1)
 
     def reference(self, inputs: list, *, truth: bool = True) -> tuple[Any, Any]:
-        """The reference output on copies of `inputs`, and its float64 truth (None when unavailable)."""
+        """The reference output on copies of `inputs`, and its float64 truth (None when unavailable),
+        computed under the session's reference math (default: fp32 with TF32 off, formloop.measure.mathmode)."""
         phase("problem", "reference forward")
-        with torch.no_grad():
+        with torch.no_grad(), math_mode(self.reference_math):
             try:
                 ref = self.ref_model(*clone_all(inputs))
             except Exception as exc:
                 raise StructureError(f"problem {self.name}: the reference raised {type(exc).__name__}: {exc}") from None
-        if not truth:
-            return ref, None
-        value, self.truth_note = truth_of(self.ref_model, self.truth_model, inputs, ref, self.device)
+            if not truth:
+                return ref, None
+            value, self.truth_note = truth_of(self.ref_model, self.truth_model, inputs, ref, self.device)
         return ref, value
 
     def call(self, inputs: list, *, fill: float = POISON, stale: list | None = None, poison: bool = True) -> Any:

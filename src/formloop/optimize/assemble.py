@@ -3,7 +3,10 @@
 The ModelNew builds the problem's own `Model` (same constructor, so the same parameters, the same
 initialization and the same state_dict keys) and takes over its submodules, parameters, buffers and
 plain attributes; its `forward` is the captured graph with every region replaced by the formloop
-kernel call of its implementer. What no implementer took stays the graph's PyTorch code."""
+kernel call of its implementer. What no implementer took stays the graph's PyTorch code, run with
+TF32 off (formloop.measure.mathmode.fp32_math): a leftover conv computes the problem's fp32 math, as
+the reference for correctness does, not cuDNN's default TF32 (formloop's kernels pick their own
+operand precision and read no flag)."""
 from __future__ import annotations
 
 import copy
@@ -22,6 +25,7 @@ Regions: {regions}. Fallbacks (PyTorch): {fallbacks}."""
 import operator  # noqa: F401
 import torch  # noqa: F401
 {imports}
+from formloop.measure.mathmode import fp32_math
 from formloop.sol.problem import load_problem
 
 PROBLEM = {path!r}
@@ -42,6 +46,10 @@ class ModelNew(torch.nn.Module):
         for name, v in vars(ref).items():
             if not name.startswith("_") and name != "training":
                 setattr(self, name, v)
+
+    def forward(self, *args):
+        with fp32_math():   # leftover PyTorch ops: the problem's fp32 math (cuDNN TF32 off)
+            return self._graph_forward(*args)
 
 '''
 
@@ -121,6 +129,7 @@ def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, sm
     header = HEADER.format(name=cap.problem.name, attempt=attempt, regions=summary, fallbacks=fb,
                            imports="\n".join(imports), path=str(Path(cap.problem.path).resolve()), small=small,
                            designs=designs)
-    body = "\n".join("    " + line if line.strip() else "" for line in src.strip("\n").splitlines())
+    src = src.strip("\n").replace("def forward(", "def _graph_forward(", 1)
+    body = "\n".join("    " + line if line.strip() else "" for line in src.splitlines())
     out.source = header + body + "\n"
     return out

@@ -28,6 +28,7 @@ from formloop.optimize.capture import Captured
 from formloop.optimize.gemm_region import ALT_TILES, DTYPES, INTERPRETER_TILE, arg_of, chain_op
 from formloop.optimize.precision import check_option, decide
 from formloop.optimize.recognize import Implementer, Region, register
+from formloop.optimize.spec_memo import checked_spec, solver_of
 
 FUSED_OPS = ("relu", "tanh", "sigmoid", "silu", "mish", "gelu", "leaky_relu", "hardtanh", "clamp", "scale(by=")
 BN_TRAINING = ("training-mode BatchNorm2d: not folded into the conv kernel (its batch statistics over all N*P*Q "
@@ -42,7 +43,9 @@ def operand_type(dtype: str, tier: str, fp32_operands: str = "auto", gemm: list[
     """The operand type of the conv's dot products: the model's dtype, except fp32 models on the GPU
     tier, which take `fp32_operands` (the engine's fp32 compute mode; auto: the GEMM region's error-bound
     decision, formloop.optimize.precision, at the implicit GEMM's M x N x K = `gemm`, weights at
-    PyTorch's default init); the interpreter runs fp32 operands as they are."""
+    PyTorch's default init); the interpreter runs fp32 operands as they are. The reference a candidate
+    is checked against is fp32 math (cuDNN TF32 off, formloop.measure.mathmode), so the bound is held
+    against the problem's math, never against a TF32 reference conv."""
     check_option(fp32_operands)
     if dtype != "fp32":
         return dtype
@@ -50,14 +53,6 @@ def operand_type(dtype: str, tier: str, fp32_operands: str = "auto", gemm: list[
         return "fp32"
     if fp32_operands != "auto":
         return fp32_operands
-    if torch.backends.cudnn.allow_tf32:
-        # the reference conv itself runs on TF32 tensor cores (PyTorch's default for cuDNN), and the
-        # KernelBench rule compares with that reference: an fp32-accurate result differs from it by
-        # the reference's own TF32 error (measured on the H200: 40 % of conv2d_3x3's elements)
-        if notes is not None:
-            notes.append("fp32 operands as tf32 (auto: the reference conv runs TF32, "
-                         "torch.backends.cudnn.allow_tf32 is True; the candidate matches its precision)")
-        return "tf32"
     m, n, k = gemm
     d = decide("auto", K=k, N=n, outputs=m * n, rms_ab=1 / math.sqrt(3 * k), rule=tolerance)
     if notes is not None:
@@ -171,8 +166,6 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
            tolerance: str = "kernelbench", **_: Any) -> dict[str, Any]:
     """The instance for `attempt` (0: the MILP's choice; k: tile ALT_TILES[k-1] pinned). A chain the
     template refuses is shortened from its end (bias and a folded BatchNorm are kept). Raises ValueError."""
-    from formloop.dsl.service import check_spec
-
     p = region.params
     ab = operand_type(p["dtype"], tier, fp32_operands, p["gemm"], tolerance, region.notes)
     tile = None if attempt == 0 else ALT_TILES[(attempt - 1) % len(ALT_TILES)]
@@ -180,7 +173,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     fixed = sum(1 for t in chain if "name=" in t)
     while True:
         text = spec_text(region, chain, ab=ab, tile=tile, interpreter=tier != "gpu")
-        out = check_spec(text=text)
+        out = checked_spec(text)
         if out.get("ok"):
             break
         if len(chain) <= fixed:
@@ -203,7 +196,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     return {"post": post, "post_config": post_config,
             "config": {k: int(v) for k, v in design["assignment"].items()}, "ab": ab, "via": p["via"],
             "chain": " >> ".join(chain), "spec": text, "predicted_us": design.get("predicted_us"),
-            "template_hash": design.get("template_hash"), "solver": (design.get("solve") or {}).get("solver", "pinned")}
+            "template_hash": design.get("template_hash"), "solver": solver_of(design)}
 
 
 def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:

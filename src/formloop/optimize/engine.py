@@ -207,9 +207,16 @@ def _dtype(store: OptimizeStore, name: str) -> str:
     return ((store.problem(name) or {}).get("bootstrap") or {}).get("dtype", "fp32")
 
 
+def _tf32_reference(a: dict) -> bool:
+    protocol = ((a.get("detail") or {}).get("harness") or {}).get("protocol")
+    return protocol is not None and "reference_math" not in protocol
+
+
 def _operands(store: OptimizeStore, name: str, settings: Settings) -> str:
-    """fp32 GEMM operands once an attempt with the default (auto) was incorrect: tolerance first."""
-    wrong = any(a["verdict"].startswith("incorrect") for a in store.attempts(name) if a["origin"] == "formloop")
+    """fp32 GEMM operands once an attempt with the default (auto) was incorrect: tolerance first. A verdict
+    from before the fp32 reference (its protocol has no reference_math: checked against a TF32 conv) does not count."""
+    wrong = any(a["verdict"].startswith("incorrect") and not _tf32_reference(a)
+                for a in store.attempts(name) if a["origin"] == "formloop")
     return "fp32" if wrong else settings.fp32_operands
 
 

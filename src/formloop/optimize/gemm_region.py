@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from formloop.optimize.capture import Captured
 from formloop.optimize.precision import check_option, decide
 from formloop.optimize.recognize import Implementer, Region, register
+from formloop.optimize.spec_memo import checked_spec, solver_of
 
 # Tiles tried after the MILP's own choice (attempt 1, 2, ...): pinned, the MILP solves the rest.
 ALT_TILES = ((64, 64, 32), (128, 128, 32), (64, 128, 64), (128, 64, 64), (32, 64, 64), (128, 256, 64))
@@ -241,7 +242,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     ab = decision["precision"] if decision else p["dtype"]
     while True:   # the longest chain the template accepts (with the MILP's own tile)
         text = spec_text(region, chain, ab=ab, interpreter=tier != "gpu")
-        out = check_spec(text=text)
+        out = checked_spec(text)
         if out.get("ok"):
             break
         if len(chain) <= fixed:
@@ -252,7 +253,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
         region.nodes.pop()
     if tile is not None:   # attempt k > 0: another tile pinned, the MILP chooses the rest
         text = spec_text(region, chain, ab=ab, tile=tile, interpreter=tier != "gpu")
-        out = check_spec(text=text)
+        out = checked_spec(text)
         if not out.get("ok"):
             raise ValueError(f"tile {tile} refused for this region: " + "; ".join(out.get("lines", []))[:300])
     design = out["design"]
@@ -261,7 +262,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
         region.notes.append(decision["note"])
     return {"config": keep, "ab": ab, "chain": " >> ".join(chain), "spec": text,
             "predicted_us": design.get("predicted_us"), "template_hash": design.get("template_hash"),
-            "solver": (design.get("solve") or {}).get("solver", "pinned"),
+            "solver": solver_of(design),
             "tensors": [k for k in p["tensors"] if f"name={k}" in " ".join(chain)]}
 
 

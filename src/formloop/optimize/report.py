@@ -146,6 +146,8 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{_x(vc['median'])}, fast_p " + ", ".join(f"p={p}: {v:.0%}" for p, v in vc["fast_p"].items()))
     else:
         lines.append("vs torch.compile: not measured on this tier")
+    lines.append(f"rule: {report['settings'].get('tolerance')}; reference for correctness: fp32 math (TF32 off); "
+                 "eager timing: PyTorch defaults (cuDNN TF32 on)")
     lines.append(f"median SOL fraction of the chosen kernels: {_x(s['median_sol_fraction'], '')}")
     if s.get("phase_seconds"):
         lines.append("time per phase, all attempts (host wall s): " + ", ".join(
