@@ -224,3 +224,20 @@ def test_an_older_store_read_has_no_campaign_and_is_not_changed(tmp_path):
     with OptimizeStore(path, "fp32/full") as s:     # opened for writing: migrated to 5, then usable
         s.put_problem("x", path="/x.py", level=1, tier="gpu", status="ready")
         assert s.problem("x")["status"] == "ready"
+
+
+def test_a_larger_budget_reopens_an_exhausted_problem(tmp_path, monkeypatch):
+    from formloop import api
+    probs = tmp_path / "probs"
+    probs.mkdir()
+    (probs / "slow.py").write_text("# stand-in\n")
+    kw = dict(out=str(tmp_path / "out"), small=True, tier="interpreter", workers=1, progress=False,
+              store=str(tmp_path / "pop.db"), window=5)
+    calls = {"bootstrap": [], "measure": []}
+    _fake_steps(monkeypatch, calls)
+    report = api.optimize([str(probs)], budget=2, **kw)
+    assert calls["measure"] == ["slow_a0", "slow_a1"] and report["problems"][0]["status"] == "stopped:exhausted"
+    calls["measure"].clear()
+    report = api.optimize([str(probs)], budget=4, **kw)   # more attempts allowed now: it runs again
+    assert calls["measure"] == ["slow_a2", "slow_a3"]
+    assert report["problems"][0]["status"] == "stopped:exhausted" and report["problems"][0]["attempts"] == 4

@@ -219,9 +219,12 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
     ranked = []
     for name in by_name:
         rec = store.problem(name)
+        st = _state(store, name, settings.policy)
+        if rec["status"] == "stopped:exhausted" and st["n"] < settings.budget:
+            store.set_status(name, "ready")   # a later call with a larger budget re-opens it
+            rec = {**rec, "status": "ready"}
         if rec["status"] != "ready":
             continue
-        st = _state(store, name, settings.policy)
         why = _stop(st, rec["sol_floor_s"], tier, settings.policy)
         if why:
             store.set_status(name, f"stopped:{why}")
