@@ -1,8 +1,9 @@
 """One problem's steps, each a plain function of plain arguments (so a process pool or Ray can run
 them): bootstrap (load, dtype variant, SOL floor, capture, recognize), build (assemble attempt k's
 ModelNew file), measure (the harness, then the integrity battery on the harness's own timing, both
-in ONE sandboxed child: one interpreter start, one CUDA context, one timing per attempt) and the
-torch.compile baseline (the same harness on a ModelNew that is the compiled reference).
+in ONE sandboxed child: one interpreter start, one CUDA context, one timing per attempt). The
+torch.compile baseline (the same harness on `COMPILED`, a ModelNew that is the compiled reference)
+is formloop.optimize.compile_phase's.
 
 Each step returns its phase times (`phase_seconds`, host wall seconds): load, capture, recognize, solve
 (MILP + emission), child start, compile (Triton JIT compiles in the child, GPU tier), harness and
@@ -97,7 +98,11 @@ class ModelNew(torch.nn.Module):
         self._compiled = [torch.compile(ref)]   # shares the parameters above; a list keeps it out of state_dict
 
     def forward(self, *args):
-        return self._compiled[0](*args)
+        # The harness calls a candidate under its poisoned-allocation dispatch mode; TorchDynamo does not
+        # compile a frame under a dispatch mode (and then never compiles it): run torch.compile outside it.
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():
+            return self._compiled[0](*args)
 '''
 
 
@@ -296,20 +301,3 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
              if (c.get("details") or {}).get("severity") not in (None, "clean")]
     return {**row, "accepted": bool(r.get("accepted")) and bool(r.get("correct", True)),
             "verdict": str(r.get("verdict")), "integrity_flags": flags}
-
-
-def compile_baseline(path: str, problem: str, *, small: bool, out_dir: str, tolerance: str,
-                     limit_s: float | None = None, dtype: str = "fp32") -> dict[str, Any]:
-    """The reference under torch.compile, timed by the same harness (gpu tier only)."""
-    from formloop.measure.jobs import run_harness
-
-    target = Path(out_dir) / "baselines" / f"{Path(path).stem}_compiled.py"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(COMPILED.format(name=Path(path).stem, path=str(Path(path).resolve()), small=small))
-    try:
-        h = run_harness(problem, str(target), tolerance=tolerance, sets=1, limits=_limits(limit_s),
-                        **({"precision": dtype} if dtype != "fp32" else {}))
-    except Exception as exc:  # noqa: BLE001
-        return {"compile_s": None, "note": f"{type(exc).__name__}: {exc}"[:300]}
-    t = (h.get("candidate_time") or {}).get("seconds") if h.get("correct") else None
-    return {"compile_s": t, "note": "" if t else str(h.get("summary") or "torch.compile output incorrect")[:300]}
