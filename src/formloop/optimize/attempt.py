@@ -260,6 +260,13 @@ def _failed(verdict: str, phases: dict) -> dict[str, Any]:
             "time_source": None, "sol_fraction": None, "harness": None, "phase_seconds": phases}
 
 
+def _evidence(witness: Any) -> dict[str, Any]:
+    """The numbers behind a flag worth keeping in the store: where, the worst element, both errors
+    against the float64 truth."""
+    keep = ("variant", "region", "axis", "worst", "norm_rel_error", "candidate_vs_truth", "reference_vs_truth")
+    return {k: witness[k] for k in keep if isinstance(witness, dict) and k in witness}
+
+
 def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: str | None,
             integrity: bool = True, limit_s: float | None = None, dtype: str = "fp32") -> dict[str, Any]:
     """Harness, then (if correct) the integrity battery, in one sandboxed child of at most `limit_s`
@@ -297,7 +304,8 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
         return {**row, "verdict": "integrity not run", "accepted": False}
     r = v["integrity"] or {}
     flags = [{"check": c.get("obligation"), "severity": (c.get("details") or {}).get("severity"),
-              "reason": (c.get("reason") or "")[:200]} for c in r.get("checks", [])
+              "reason": (c.get("reason") or "")[:200], "evidence": _evidence(c.get("witness"))}
+             for c in r.get("checks", [])
              if (c.get("details") or {}).get("severity") not in (None, "clean")]
     return {**row, "accepted": bool(r.get("accepted")) and bool(r.get("correct", True)),
             "verdict": str(r.get("verdict")), "integrity_flags": flags}
