@@ -90,6 +90,25 @@ def test_scan_and_arg_reduction_match():
     assert torch.equal(col_argreduce("argmin", x, 0, config=cfg), x.argmin(0))
 
 
+def test_a_long_scan_is_the_exact_prefix_rounded_once():
+    """cumsum's fp32 rows on the GPU were off KernelBench's 1e-4 on 0.7% of a 32768 x 32768 problem:
+    fp32 sums drift by ~1e-4 over a long row. In fp64 every output is the float64 prefix rounded once
+    to fp32 (at most half an ulp off it), where an fp32 running sum (the old kernel's carry) is off by
+    many ulps."""
+    torch.manual_seed(4)
+    x = torch.randn(2, 16384)
+    truth = x.double().cumsum(-1)
+    y = row_scan(x, config={"BC": 1024, "RP": 2, "W": 4}).double()
+    half_ulp = torch.finfo(torch.float32).eps * truth.abs().clamp_min(2.0 ** -126) / 2
+    assert bool(((y - truth).abs() <= half_ulp * 1.0001).all())
+    acc, run = torch.zeros(2), torch.empty_like(x)   # an fp32 running sum (torch's CPU cumsum sums in double)
+    for j in range(x.shape[1]):
+        acc = acc + x[:, j]
+        run[:, j] = acc
+    naive = float((run.double() - truth).abs().max())
+    assert naive > 3e-5 and naive > 10 * float((y - truth).abs().max())   # fp32 sums' error is visible here
+
+
 @pytest.mark.parametrize("k,s,p,d", [(3, 2, 1, 1), (4, 4, 0, 1), ((2, 3), (1, 2), (1, 0), (2, 1))])
 def test_gathers_are_exact(k, s, p, d):
     torch.manual_seed(3)

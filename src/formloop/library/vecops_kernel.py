@@ -5,7 +5,10 @@ statistics of row chunks (rows are x's [N·C, HW] rows; each chunk's count, mean
 their combination per statistic (Chan's formula; batch norm also updates the running mean and the
 unbiased running variance in place), and the affine normalization. Statistic of row (n, c):
 n·G + c // (C/G) for group norm (instance norm: G = C), c for batch norm.
-row_scan: inclusive prefix sum along the last dim (fp32 carry across tiles).
+row_scan: inclusive prefix sum along the last dim, summed in fp64 within and across tiles (the fp32
+prefix of a 32768-long row of randn is off by ~1e-4 after fp32 sums, KernelBench's whole tolerance; in
+fp64 every output is the exact prefix rounded once to fp32; still memory-bound: a few fp64 adds per
+element, against the H200's fp64 rate).
 col_argreduce: argmax / argmin of [B, D1, D2] over D1 (first index of the extreme), int64 out.
 Designs are vecops.solved_design's (BC, RP, W, SPLIT)."""
 from __future__ import annotations
@@ -113,13 +116,13 @@ def _scan_kernel(x_ptr, y_ptr, R, C, BC: tl.constexpr, RP: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     row_ok = rows < R
     base = rows.to(tl.int64) * C
-    carry = tl.zeros([RP], tl.float32)
+    carry = tl.zeros([RP], tl.float64)
     for c0 in range(0, C, BC):
         cols = c0 + tl.arange(0, BC)
         m = row_ok[:, None] & (cols < C)[None, :]
         off = base[:, None] + cols[None, :]
-        x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
-        y = tl.cumsum(x, axis=1) + carry[:, None]
+        x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float64)   # fp64 sums: each output is the
+        y = tl.cumsum(x, axis=1) + carry[:, None]                     # exact prefix, rounded once
         tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
         # the carry is the tile's last prefix (masked lanes add 0); not `carry += tl.sum(x, 1)`, which crashes
         # Triton 3.6's thread-locality pass for some tiles

@@ -95,7 +95,8 @@ def _both(precision: str, **kw: Any) -> dict[str, Any]:
     judges the candidate on that input too (a row log-sum-exp's error grows like e^{s²/2})."""
     base = bound(precision, **kw)
     probe = bound(precision, **{**kw, "rms_ab": kw["rms_ab"] * SCALE_FACTOR})
-    return {**base, "fits": base["fits"] and probe["fits"], "fits_base": base["fits"], "probe": {k: probe[k] for k in ("worst_error", "allowed")}}
+    return {**base, "fits": base["fits"] and probe["fits"], "fits_base": base["fits"],
+            "probe": {k: probe[k] for k in ("worst_error", "allowed")}}
 
 
 def decide(fp32_operands: str, *, K: int, N: int, outputs: int, rms_ab: float, chain: list[str] | None = None,
