@@ -183,7 +183,7 @@ def test_tf32_before_a_log_sum_exp_fails_kernelbench_on_an_input_scaled_x4():
     w32 = (lin.weight.detach().contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32).double()
     worst = {}
     for scale in (1.0, 4.0):
-        a = torch.randn(8, K) * scale
+        a = torch.randn(4, K) * scale
         a32 = (a.view(torch.int32) & ~0x1FFF).view(torch.float32).double()
         exact = torch.logsumexp(a.double() @ w.T + bias, dim=1)
         got = torch.logsumexp(a32 @ w32.T + bias, dim=1)
