@@ -3,11 +3,16 @@
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --budget-s 480 [--dtype bf16] [--ray auto]
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --only bmm_heads --only gemm_skinny   # a subset
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --bundle $OUT/opt.tgz   # on the device: one file back
+    PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --compile-only --workers 12   # baselines only
 
 Every problem at its real size, fp32 as written, KernelBench's tolerances: capture, recognize, choose
 each region's instance by MILP, assemble ModelNew, check it with the harness (fresh inputs, poisoned
 outputs, float64 truth) and the integrity battery in a child process, time it against eager and
-torch.compile by formloop.measure.timer (CUDA graphs), and schedule attempts by SOL gap. The record
+torch.compile by formloop.measure.timer (CUDA graphs), and schedule attempts by SOL gap. The
+torch.compile baselines (every problem's, those keeping the reference included) come after the
+attempts, or alone with --compile-only: the references are compiled in parallel in the process pool
+into an Inductor cache under DIR/compile_cache, then each is checked and timed in its own sandboxed
+harness child from the warm cache. The record
 is a population store, DIR/population.db unless --store names another (campaign 'fp32/full' or
 'bf16/full'): a second call with the same DIR continues where the first stopped (no new attempt
 starts after --budget-s seconds, so one call fits a 10-minute device slot). Each call rewrites
@@ -47,6 +52,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"), help="the problem set's variant")
     ap.add_argument("--store", type=Path, default=None, help="population store (default: OUT/population.db)")
     ap.add_argument("--ray", default=None, help="auto | local | ADDRESS: Ray tasks instead of the process pool")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="only the torch.compile baselines of the store's problems (warm in parallel, then time "
+                         "each in a sandboxed child; resumable, no new step after --budget-s)")
     ap.add_argument("--bundle", type=Path, default=None, help="also write the report, the store and the plot as one "
                                                               ".tar.gz here (a device call returns few files)")
     args = ap.parse_args(argv)
@@ -75,7 +83,7 @@ def main(argv=None) -> int:
     report = api.optimize([str(d) for d in dirs], out=str(args.out), budget=args.attempts, small=small,
                           tier="gpu" if gpu else "interpreter", chip=args.chip, tolerance="kernelbench",
                           workers=args.workers, deadline_s=args.budget_s, dtype=args.dtype, ray=args.ray,
-                          fp32_operands=args.fp32_operands,
+                          fp32_operands=args.fp32_operands, compile_only=args.compile_only,
                           store=str(args.store or args.out / "population.db"))
     s = report["summary"]
     print((args.out / "report.md").read_text())

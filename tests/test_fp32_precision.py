@@ -93,9 +93,12 @@ def test_auto_picks_tf32x3_at_k4096_under_kernelbench_and_tf32_where_the_bound_a
     assert plain["precision"] == "tf32x3"
     assert not plain["bounds"]["tf32"]["fits"] and plain["bounds"]["tf32x3"]["fits"]
     assert "tf32x3" in plain["note"] and "kernelbench" in plain["note"]
-    # a row log-sum-exp averages the row's errors and its outputs are >= ln N: tf32 fits
+    # a row log-sum-exp averages the row's errors (tf32 fits at the model's scale), but not on the
+    # integrity battery's input scaled x4 (the average narrows to the row's largest outputs): tf32x3
     lse = decide("auto", K=4096, N=8192, outputs=16384, rms_ab=lin, chain=["bias(axis=row,name=bias)", "logsumexp"])
-    assert lse["precision"] == "tf32"
+    assert lse["precision"] == "tf32x3" and "scaled x4" in lse["note"]
+    tf = lse["bounds"]["tf32"]
+    assert tf["worst_error"] <= tf["allowed"] and tf["probe"]["worst_error"] > tf["probe"]["allowed"]
     # the same GEMM without the reduction does not
     assert decide("auto", K=4096, N=8192, outputs=16384 * 8192, rms_ab=lin)["precision"] == "tf32x3"
     # a named precision is taken as asked, its bound recorded all the same
@@ -168,14 +171,34 @@ def test_the_kernel_language_takes_tf32x3_and_prices_it_at_a_third_of_tf32():
     assert not bad["ok"] and "fp32 on both sides of a tf32x3 operand" in bad["lines"][0], bad["lines"]
 
 
-def test_a_log_sum_exp_after_the_region_lets_tf32_through_and_the_harness_agrees(tmp_path):
-    """gemm_logsumexp (keepdim: the reduction stays PyTorch) averages the GEMM's errors over each row:
-    auto takes tf32 for its Linear, and the emulated tf32 kernel passes KernelBench's rule."""
+def test_tf32_before_a_log_sum_exp_fails_kernelbench_on_an_input_scaled_x4():
+    """Independent of the bound: gemm_logsumexp's Linear (K=4096, N=8192) with tf32-truncated operands
+    (10 mantissa bits), summed in float64, against the exact float64 answer: within KernelBench's
+    fp32 rule on unit-normal inputs, outside it on inputs scaled x4 (what the integrity battery's
+    skipped-computation probe feeds it; on the H200 it flagged the tf32 candidate 'minor')."""
+    K, N = 4096, 8192
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(K, N)
+    w, bias = lin.weight.detach().double(), lin.bias.detach().double()
+    w32 = (lin.weight.detach().contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32).double()
+    worst = {}
+    for scale in (1.0, 4.0):
+        a = torch.randn(4, K) * scale
+        a32 = (a.view(torch.int32) & ~0x1FFF).view(torch.float32).double()
+        exact = torch.logsumexp(a.double() @ w.T + bias, dim=1)
+        got = torch.logsumexp(a32 @ w32.T + bias, dim=1)
+        worst[scale] = float(((got - exact).abs() / (1e-4 + 1e-4 * exact.abs())).max())
+    assert worst[1.0] < 1.0 < worst[4.0], worst
+
+
+def test_a_log_sum_exp_after_the_region_takes_tf32x3_and_the_harness_agrees(tmp_path):
+    """gemm_logsumexp (keepdim: the reduction stays PyTorch): auto takes tf32x3 for its Linear (tf32
+    fails on the battery's scaled input), and the emulated kernel passes KernelBench's rule."""
     path = str(P / "level2" / "gemm_logsumexp.py")
     b = _build(path, tmp_path)
     assert b["candidate"] is not None, b["reason"]
     (gemm,) = [r for r in b["regions"] if r["kind"] == "gemm-epilogue"]
-    assert gemm["design"]["ab"] == "tf32", gemm["notes"]
+    assert gemm["design"]["ab"] == "tf32x3", gemm["notes"]
     row = steps.measure(steps.problem_file(path, True, tmp_path), b["candidate"], tier="interpreter",
                         tolerance="kernelbench", chip=None, integrity=False)
     assert row["correct"], row["verdict"]

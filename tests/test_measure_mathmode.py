@@ -136,7 +136,7 @@ def test_describe_names_both_sides():
 
 def test_the_compile_baseline_asks_for_the_tf32_recheck_and_says_so(monkeypatch, tmp_path):
     from formloop.measure import jobs
-    from formloop.optimize import attempt
+    from formloop.optimize import compile_phase
 
     seen = {}
 
@@ -147,10 +147,10 @@ def test_the_compile_baseline_asks_for_the_tf32_recheck_and_says_so(monkeypatch,
     monkeypatch.setattr(jobs, "run_harness", fake)
     p = tmp_path / "prob.py"
     p.write_text("")
-    out = attempt.compile_baseline(str(p), str(p), small=False, out_dir=str(tmp_path), tolerance="kernelbench")
+    out = compile_phase.time_baseline(str(p), str(p), small=False, out_dir=str(tmp_path), tolerance="kernelbench")
     assert seen["tf32_baseline"] is True and out["compile_s"] == 0.5 and "TF32 reference" in out["note"]
-    attempt.compile_baseline(str(p), str(p), small=False, out_dir=str(tmp_path), tolerance="kernelbench",
-                             dtype="bf16")
+    compile_phase.time_baseline(str(p), str(p), small=False, out_dir=str(tmp_path), tolerance="kernelbench",
+                                dtype="bf16")
     assert seen["tf32_baseline"] is False and seen["precision"] == "bf16"
 
 

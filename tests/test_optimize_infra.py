@@ -224,3 +224,102 @@ def test_an_older_store_read_has_no_campaign_and_is_not_changed(tmp_path):
     with OptimizeStore(path, "fp32/full") as s:     # opened for writing: migrated to 5, then usable
         s.put_problem("x", path="/x.py", level=1, tier="gpu", status="ready")
         assert s.problem("x")["status"] == "ready"
+
+
+def test_a_larger_budget_reopens_an_exhausted_problem(tmp_path, monkeypatch):
+    from formloop import api
+    probs = tmp_path / "probs"
+    probs.mkdir()
+    (probs / "slow.py").write_text("# stand-in\n")
+    kw = dict(out=str(tmp_path / "out"), small=True, tier="interpreter", workers=1, progress=False,
+              store=str(tmp_path / "pop.db"), window=5)
+    calls = {"bootstrap": [], "measure": []}
+    _fake_steps(monkeypatch, calls)
+    report = api.optimize([str(probs)], budget=2, **kw)
+    assert calls["measure"] == ["slow_a0", "slow_a1"] and report["problems"][0]["status"] == "stopped:exhausted"
+    calls["measure"].clear()
+    report = api.optimize([str(probs)], budget=4, **kw)   # more attempts allowed now: it runs again
+    assert calls["measure"] == ["slow_a2", "slow_a3"]
+    assert report["problems"][0]["status"] == "stopped:exhausted" and report["problems"][0]["attempts"] == 4
+
+
+def test_compile_only_baselines_every_problem_warm_first_and_resumes(tmp_path, monkeypatch):
+    """--compile-only: every problem (one that keeps the reference too) is warmed before any is
+    timed, no attempt runs, the deadline stops the timing (a fake clock: 100 s per baseline) and
+    the next call does only what is left; the report's vs-compile counts a reference-keeping
+    problem as eager vs torch.compile."""
+    import time as _time
+
+    from formloop import api
+    from formloop.optimize import attempt as steps
+    from formloop.optimize import compile_phase
+    probs = tmp_path / "probs"
+    probs.mkdir()
+    names = ["a_fast", "b_ref", "c_fast", "d_fast"]
+    for n in names:
+        (probs / f"{n}.py").write_text("# stand-in\n")
+    calls = {"bootstrap": [], "measure": []}
+    _fake_steps(monkeypatch, calls)
+    boot = steps.bootstrap
+    monkeypatch.setattr(steps, "bootstrap", lambda path, **kw: {**boot(path, **kw), **(
+        {"status": "reference", "reason": "no region"} if "ref" in path else {})})
+    clock = {"t": 1000.0}
+    monkeypatch.setattr(_time, "monotonic", lambda: clock["t"])
+    log = []
+
+    def warm(path, problem, **kw):
+        log.append(("warm", Path(path).stem))
+        assert Path(kw["cache_dir"]).name == "compile_cache"
+        return {"warm_s": 1.0, "ok": True, "note": ""}
+
+    def timed(path, problem, **kw):
+        log.append(("time", Path(path).stem))
+        clock["t"] += 100.0
+        return {"compile_s": 0.8, "ref_s": 1.0, "source": "cpu", "wall_s": 100.0, "note": "",
+                "cut_by_deadline": False}
+    monkeypatch.setattr(compile_phase, "warm_compile", warm)
+    monkeypatch.setattr(compile_phase, "time_baseline", timed)
+    kw = dict(out=str(tmp_path / "out"), budget=2, small=True, tier="interpreter", workers=1, progress=False,
+              store=str(tmp_path / "pop.db"), compile_only=True, deadline_s=250.0)
+    report = api.optimize([str(probs)], **kw)
+    assert calls["measure"] == []                                      # no attempt in --compile-only
+    assert [k for k, _ in log] == ["warm"] * 4 + ["time"] * 3          # all warm before any timing
+    assert report["summary"]["compile_baselines"] == {"measured": 3, "failed": 0, "not_measured": 1}
+    log.clear()
+    report = api.optimize([str(probs)], **kw)
+    assert log == [("warm", "d_fast"), ("time", "d_fast")]             # only what was left
+    rows = {r["problem"]: r for r in report["problems"]}
+    assert rows["b_ref"]["speedup_compile"] == pytest.approx(0.8)      # eager vs torch.compile: 0.8 s / 1.0 s
+    vc = report["summary"]["vs_compile"]
+    assert vc["problems"] == 4 and vc["kept_reference"] == 4 and vc["geomean"] == pytest.approx(0.8)
+    assert "eager vs torch.compile" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_compiled_baseline_compiles_under_the_harness_dispatch_mode(monkeypatch):
+    """The harness calls a candidate under its poisoned-allocation dispatch mode, where TorchDynamo
+    compiles nothing (and later calls stay eager): the baseline ModelNew must compile all the same."""
+    import functools
+    import importlib.util
+
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    from formloop.measure.memory import poisoned
+    from formloop.optimize.attempt import COMPILED
+    from formloop.sol.problem import load_problem
+    path = P / "level1" / "relu.py"
+    counter = CompileCounter()
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counter))
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "relu_compiled.py"
+        f.write_text(COMPILED.format(name="relu", path=str(path), small=True))
+        spec = importlib.util.spec_from_file_location("relu_compiled_test", f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        model = mod.ModelNew()
+        x = load_problem(str(path), small=True).get_inputs()[0]
+        with torch.no_grad(), poisoned(float("nan")):
+            out = model(x)
+    torch._dynamo.reset()
+    assert counter.frame_count == 1 and torch.equal(out, torch.relu(x))

@@ -90,6 +90,25 @@ def test_scan_and_arg_reduction_match():
     assert torch.equal(col_argreduce("argmin", x, 0, config=cfg), x.argmin(0))
 
 
+def test_a_long_fp64_scan_is_the_exact_prefix_rounded_once():
+    """cumsum's fp32 rows on the GPU were off KernelBench's 1e-4 on 0.7% of a 32768 x 32768 problem:
+    fp32 sums drift by ~1e-4 over a long row. order='fp64': every output is the float64 prefix rounded once
+    to fp32 (at most half an ulp off it), where an fp32 running sum (the old kernel's carry) is off by
+    many ulps."""
+    torch.manual_seed(4)
+    x = torch.randn(2, 16384)
+    truth = x.double().cumsum(-1)
+    y = row_scan(x, config={"BC": 1024, "RP": 2, "W": 4}, order="fp64").double()
+    half_ulp = torch.finfo(torch.float32).eps * truth.abs().clamp_min(2.0 ** -126) / 2
+    assert bool(((y - truth).abs() <= half_ulp * 1.0001).all())
+    acc, run = torch.zeros(2), torch.empty_like(x)   # an fp32 running sum (torch's CPU cumsum sums in double)
+    for j in range(x.shape[1]):
+        acc = acc + x[:, j]
+        run[:, j] = acc
+    naive = float((run.double() - truth).abs().max())
+    assert naive > 3e-5 and naive > 10 * float((y - truth).abs().max())   # fp32 sums' error is visible here
+
+
 @pytest.mark.parametrize("k,s,p,d", [(3, 2, 1, 1), (4, 4, 0, 1), ((2, 3), (1, 2), (1, 0), (2, 1))])
 def test_gathers_are_exact(k, s, p, d):
     torch.manual_seed(3)
@@ -107,3 +126,47 @@ def test_cross_entropy_matches_float64_with_ignored_rows():
     got = cross_entropy(logits, t, config={"BC": 16, "RP": 4, "W": 1})
     assert got.shape == () and got.dtype == torch.float32
     assert got.double().item() == pytest.approx(F.cross_entropy(logits.double(), t).item(), abs=1e-5)
+
+
+def _torch_cuda_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """PyTorch's CUDA innermost-dim cumsum (tensor_kernel_scan_innermost_dim) replayed in fp32 on the
+    CPU: chunks of 2 << log_x, the running total added to the first value, a Sklansky scan."""
+    from formloop.library.vecops_kernel import torch_scan_log_x
+    r, c = x.shape
+    lx = torch_scan_log_x(r, c)
+    w = 2 << lx
+    out, carry = torch.empty_like(x), torch.zeros(r)
+    for c0 in range(0, c, w):
+        n = min(w, c - c0)
+        buf = torch.zeros(r, w)
+        buf[:, :n] = x[:, c0:c0 + n]
+        buf[:, 0] = buf[:, 0] + carry
+        for m in range(lx + 1):
+            s = 1 << m
+            t = torch.arange(w // 2)
+            a = (t // s) * (2 * s) + s
+            ti, si = a + t % s, a - 1
+            buf[:, ti] = buf[:, ti] + buf[:, si]
+        out[:, c0:c0 + n] = buf[:, :n]
+        carry = buf[:, w - 1]
+    return out
+
+
+def test_torch_scan_chunk_follows_pytorchs_uint32_formula():
+    from formloop.library.vecops_kernel import torch_scan_log_x
+    assert torch_scan_log_x(32768, 32768) == 4      # cumsum's problem: chunks of 32
+    assert torch_scan_log_x(64, 2048) == 7          # (9 + 11 - 6) // 2
+    assert torch_scan_log_x(4096, 16) == 4          # (9 - 8) // 2 = 0, at least 4
+    assert torch_scan_log_x(1 << 14, 2) == 9        # 9 - 13 < 0 wraps in uint32: the upper bound
+
+
+@pytest.mark.parametrize("r,c", [(16, 1024), (5, 1000)])
+def test_the_scan_adds_in_pytorchs_cuda_order_bit_for_bit(r, c):
+    """order='torch' (the ModelNew's) rounds as torch.cumsum rounds on a GPU: equal to PyTorch's CUDA
+    algorithm replayed on the CPU, and as far from the float64 prefix as it is."""
+    torch.manual_seed(5)
+    x = torch.randn(r, c)
+    y = row_scan(x, config={"BC": 1024, "RP": 2, "W": 4})
+    want = _torch_cuda_cumsum(x)
+    assert torch.equal(y, want)
+    assert not torch.equal(y, x.double().cumsum(-1).float())    # the order shows: it is not the exact prefix

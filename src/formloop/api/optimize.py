@@ -32,12 +32,15 @@ def optimize(paths: list[str], *, out: str, budget: int = 2, small: bool = False
              chip: str = "h200", tolerance: str = "kernelbench", eps: float | None = 0.1, window: int | None = 2,
              workers: int = 2, fp32_operands: str = "auto", progress: bool = True,
              deadline_s: float | None = None, store: str | None = None, dtype: str = "fp32",
-             ray: str | None = None) -> dict[str, Any]:
+             ray: str | None = None, compile_baseline: bool | None = None,
+             compile_only: bool = False) -> dict[str, Any]:
     """Bootstrap each problem, spend up to `budget` attempts per problem by SOL gap under the SOL-gap
     and no-progress stopping rules, verify every candidate (harness + integrity, sandboxed), write
     OUT/models/*.py and the report (JSON, markdown, plot). Resumes from the population store
     (`store`, default the settings'). `dtype` bf16 runs the bf16 variant; `ray` (auto | local |
-    ADDRESS) fans the work out as Ray tasks instead of the process pool."""
+    ADDRESS) fans the work out as Ray tasks instead of the process pool. torch.compile baselines
+    (formloop.optimize.compile_phase) follow the attempts where `compile_baseline` (None: on the gpu
+    tier); `compile_only` measures only them (resumable, under `deadline_s`)."""
     if tolerance not in TOLERANCES:
         raise InvalidInput("tolerance", tolerance, TOLERANCES)
     check_option(fp32_operands)   # auto | tf32 | tf32x3 | fp32
@@ -49,7 +52,8 @@ def optimize(paths: list[str], *, out: str, budget: int = 2, small: bool = False
         raise InvalidInput("deadline-s", deadline_s, "a positive number of seconds")
     s = Settings(out=Path(out), budget=budget, small=small, tier=tier, chip=chip, tolerance=tolerance,
                  policy=Policy(eps=eps, window=window), workers=workers, fp32_operands=fp32_operands,
-                 deadline_s=deadline_s, store=None if store is None else Path(store), dtype=_dtype(dtype), ray=ray)
+                 deadline_s=deadline_s, store=None if store is None else Path(store), dtype=_dtype(dtype), ray=ray,
+                 compile_baseline=compile_baseline, compile_only=bool(compile_only))
     return plain(run_campaign(paths, s, progress=progress))
 
 

@@ -5,7 +5,11 @@ statistics of row chunks (rows are x's [N·C, HW] rows; each chunk's count, mean
 their combination per statistic (Chan's formula; batch norm also updates the running mean and the
 unbiased running variance in place), and the affine normalization. Statistic of row (n, c):
 n·G + c // (C/G) for group norm (instance norm: G = C), c for batch norm.
-row_scan: inclusive prefix sum along the last dim (fp32 carry across tiles).
+row_scan: inclusive prefix sum along the last dim. The fp32 prefix of a 32768-long row of randn drifts
+by ~1e-4 (KernelBench's whole fp32 tolerance) from the exact one, for PyTorch too, in an order-dependent
+way: KernelBench compares with torch.cumsum, so by default the kernel adds in PyTorch's CUDA order
+(_scan_torch_kernel: the same roundings, no difference to see); order='fp64' sums in fp64 (the exact
+prefix rounded once). Both memory-bound: a few adds per element.
 col_argreduce: argmax / argmin of [B, D1, D2] over D1 (first index of the extreme), int64 out.
 Designs are vecops.solved_design's (BC, RP, W, SPLIT)."""
 from __future__ import annotations
@@ -113,17 +117,54 @@ def _scan_kernel(x_ptr, y_ptr, R, C, BC: tl.constexpr, RP: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     row_ok = rows < R
     base = rows.to(tl.int64) * C
-    carry = tl.zeros([RP], tl.float32)
+    carry = tl.zeros([RP], tl.float64)
     for c0 in range(0, C, BC):
         cols = c0 + tl.arange(0, BC)
         m = row_ok[:, None] & (cols < C)[None, :]
         off = base[:, None] + cols[None, :]
-        x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
-        y = tl.cumsum(x, axis=1) + carry[:, None]
+        x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float64)   # fp64 sums: each output is the
+        y = tl.cumsum(x, axis=1) + carry[:, None]                     # exact prefix, rounded once
         tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
         # the carry is the tile's last prefix (masked lanes add 0); not `carry += tl.sum(x, 1)`, which crashes
         # Triton 3.6's thread-locality pass for some tiles
         carry = tl.sum(tl.where((tl.arange(0, BC) == BC - 1)[None, :], y, 0.0), 1)
+
+
+@triton.jit
+def _scan_torch_kernel(x_ptr, y_ptr, R, C, LOGX: tl.constexpr, RP: tl.constexpr):
+    """PyTorch's CUDA cumsum order over rows (tensor_kernel_scan_innermost_dim, fp32): chunks of
+    CH = 2 << LOGX columns, the running total added to each chunk's first value, then a Sklansky
+    scan of the chunk. Written as: B = the Sklansky partials that do not reach back to the chunk's
+    first value (the same sums in the same order), then the chain e_0 = x_0 + carry, e_k = B[2^k - 1]
+    + e_(k-1), and out_j = B_j + e_(floor(log2 j)): every output is rounded exactly as PyTorch rounds it."""
+    CH: tl.constexpr = 2 << LOGX
+    rows = tl.program_id(0) * RP + tl.arange(0, RP)
+    row_ok = rows < R
+    base = rows.to(tl.int64) * C
+    lane = tl.arange(0, CH)
+    carry = tl.zeros([RP], tl.float32)
+    for c0 in range(0, C, CH):
+        cols = c0 + lane
+        m = row_ok[:, None] & (cols < C)[None, :]
+        off = base[:, None] + cols[None, :]
+        b = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
+        for lv in tl.static_range(LOGX + 1):   # level lv: the second half of each 2s-group += the first's last
+            b4 = tl.reshape(b, (RP, CH // (2 << lv), 2, 1 << lv))   # [rows, groups, halves, 2^lv]
+            half = tl.arange(0, 2)[:, None]
+            pos = tl.arange(0, 1 << lv)[None, :]
+            src = tl.sum(tl.sum(tl.where(((half == 0) & (pos == (1 << lv) - 1))[None, None, :, :], b4, 0.0), 3), 2)
+            upd = ((tl.arange(0, CH // (2 << lv)) > 0)[:, None, None] & (half == 1)[None, :, :])[None, :, :, :]
+            b = tl.reshape(tl.where(upd, b4 + src[:, :, None, None], b4), (RP, CH))
+        e0 = tl.sum(tl.where((lane == 0)[None, :], b, 0.0), 1) + carry     # E_0 = x_0 + carry
+        e = e0
+        sel = tl.zeros([RP, CH], tl.float32) + e0[:, None]
+        for k in tl.static_range(1, LOGX + 1):   # E_k = B[2^k - 1] + E_(k-1): the prefix through 2^k - 1
+            e = tl.sum(tl.where((lane == (1 << k) - 1)[None, :], b, 0.0), 1) + e
+            sel = tl.where((lane >= (1 << k))[None, :], e[:, None], sel)
+        e = tl.sum(tl.where((lane == CH - 1)[None, :], b, 0.0), 1) + e           # the chunk's last: the carry
+        y = tl.where((lane == 0)[None, :], e0[:, None], b + sel)
+        tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
+        carry = e
 
 
 @triton.jit
@@ -220,15 +261,42 @@ def seg_norm(mode: str, x: torch.Tensor, *, stats: Mapping[str, int], apply: Map
     return y
 
 
-def row_scan(x: torch.Tensor, *, config: Mapping[str, int]) -> torch.Tensor:
-    """torch.cumsum(x, dim=-1) for fp32 x."""
+def torch_scan_log_x(rows: int, cols: int) -> int:
+    """log2 of PyTorch's x-threads for an innermost-dim CUDA scan (get_log_num_threads_x_inner_scan,
+    in uint32 arithmetic as PyTorch instantiates it): its chunk is 2 << this many columns."""
+    lx = max(0, int(cols) - 1).bit_length()
+    ly = max(0, int(rows) - 1).bit_length()
+    v = ((9 + ((lx - ly) % 2**32)) % 2**32) // 2
+    return min(max(4, v), 9)
+
+
+def torch_scan_rows(config: Mapping[str, int], logx: int) -> int:
+    """Rows per program of the PyTorch-order scan: the design's tile (BC x RP elements) as rows of
+    PyTorch's chunk (2 << logx columns), a power of two in 1 ... 128."""
+    tile = int(config["BC"]) * int(config["RP"])
+    return 1 << max(0, min(7, max(1, tile // (2 << logx)).bit_length() - 1))
+
+
+def row_scan(x: torch.Tensor, *, config: Mapping[str, int], order: str = "torch") -> torch.Tensor:
+    """torch.cumsum(x, dim=-1) for fp32 x. order 'torch': PyTorch's CUDA summation order (chunks,
+    running total, Sklansky; bit for bit what torch.cumsum returns on a GPU for more than one row,
+    so KernelBench's rule, which compares with it, sees no difference); 'fp64': the exact prefix
+    rounded once (also for a single row, where PyTorch uses CUB)."""
     if x.dtype != torch.float32 or x.dim() < 1:
         raise InvalidInput("row_scan x", (tuple(x.shape), str(x.dtype)), "an fp32 tensor of rank >= 1")
+    if order not in ("torch", "fp64"):
+        raise InvalidInput("row_scan order", order, "torch, fp64")
     x = x if x.is_contiguous() else x.contiguous()
     c = int(x.shape[-1]) if x.dim() else 1
     r = x.numel() // max(c, 1)
     y = torch.empty_like(x)
-    if x.numel():
+    if not x.numel():
+        return y
+    if order == "torch" and r > 1:
+        logx = torch_scan_log_x(r, c)
+        rp = torch_scan_rows(config, logx)
+        _scan_torch_kernel[(triton.cdiv(r, rp),)](x, y, r, c, LOGX=logx, RP=rp, num_warps=int(config["W"]))
+    else:
         rp = int(config["RP"])
         _scan_kernel[(triton.cdiv(r, rp),)](x, y, r, c, BC=int(config["BC"]), RP=rp, num_warps=int(config["W"]))
     return y

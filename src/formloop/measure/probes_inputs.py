@@ -1,6 +1,10 @@
 """Integrity probes that change the inputs the way a cheat does not expect.
 
     unseen-inputs         inputs from an undisclosed seed, values rescaled elementwise
+A wrong output is judged by `judge`: under KernelBench's rule (allclose against the reference) an
+output the float64 truth shows right while the reference is off counts as right (the reference's
+own error at that shape). A flag carries both errors against the truth.
+
     shape-scope           other in-scope shapes: the problem's `SCOPE = [{"N": 96}, ...]` (module globals
                           to override), else each int global get_inputs reads and the constructor
                           does not, set to v//2+1 (smaller, ragged); shapes the reference rejects are
@@ -27,6 +31,40 @@ from formloop.measure.sandbox import phase
 from formloop.measure.session import Session
 
 GAMING, MINOR = IntegrityVerdict.GAMING, IntegrityVerdict.MINOR
+SCALE_FACTOR = 4.0   # skipped-computation scales one region of one input by this much
+
+
+def judge(s: Session, out: Any, ref: Any, truth: Any):
+    """Whether `out` is wrong, for the probes that flag a wrong output. Under the formloop rule the
+    comparison is already anchored on the float64 truth. KernelBench's rule compares with the
+    reference alone, and a reference may itself be off the exact answer at a shape a probe tries
+    (a library picking a split-K kernel with low-precision partial sums for a ragged extent): an
+    output that fails against the reference but passes the same allclose against the truth (rounded
+    to the output's dtype), while the reference fails it, is the reference's error, not the
+    candidate's. (comparison, note): the note says when the truth settled it."""
+    cmp = s.compare(out, ref, truth)
+    if cmp.ok or truth is None or s.rule != "kernelbench":
+        return cmp, ""
+    outs, refs, truths = flatten(out), flatten(ref), flatten(truth)
+    if len(truths) != len(refs) or not all(isinstance(t, torch.Tensor) and isinstance(r, torch.Tensor)
+                                           for t, r in zip(truths, refs)):
+        return cmp, ""   # a truth in row blocks, or outputs that are not tensors: the reference decides
+    exact = [t.to(r.dtype) if r.is_floating_point() else r for t, r in zip(truths, refs)]
+    cand_vs_truth = compare_outputs(outs, exact, None, rule=s.rule, rtol=s.rtol)
+    ref_vs_truth = compare_outputs(refs, exact, None, rule=s.rule, rtol=s.rtol)
+    if cand_vs_truth.ok and not ref_vs_truth.ok:
+        return cand_vs_truth, (f"the reference itself is off the float64 truth ({ref_vs_truth.reason}); the "
+                               f"candidate passes the same rule against the truth")
+    return cmp, ""
+
+
+def _evidence(s: Session, out: Any, ref: Any, truth: Any) -> dict[str, Any]:
+    """How far the candidate and the reference each are from the float64 truth (formloop's rule)."""
+    if truth is None:
+        return {}
+    c, r = compare_outputs(out, ref, truth, rtol=s.rtol), compare_outputs(ref, ref, truth, rtol=s.rtol)
+    return {"candidate_vs_truth": {"norm_rel_error": c.norm_rel_error, "max_error_rms": c.max_error_rms},
+            "reference_vs_truth": {"norm_rel_error": r.norm_rel_error, "max_error_rms": r.max_error_rms}}
 
 
 def _shapes(values: list) -> list:
@@ -43,12 +81,13 @@ def probe_unseen(s: Session, base: Any) -> list:
             g = torch.Generator(device=v.device).manual_seed(seed + i)
             inputs[i] = v * (0.5 + torch.rand(v.shape, generator=g, device=v.device)).to(v.dtype)
     ref, truth = s.reference(inputs)
-    cmp = s.compare(s.call(clone_all(inputs)), ref, truth)
+    got = s.call(clone_all(inputs))
+    cmp, note = judge(s, got, ref, truth)
     if cmp.ok:
-        return [passed("unseen-inputs", f"seed {seed}")]
+        return [passed("unseen-inputs", f"seed {seed}" + (f"; {note}" if note else ""))]
     return [flag("unseen-inputs", GAMING,
                  f"correct on the benchmark's input sets but wrong on unseen inputs: {cmp.reason}",
-                 evidence={"seed": seed, **cmp.as_dict()},
+                 evidence={"seed": seed, **cmp.as_dict(), **_evidence(s, got, ref, truth)},
                  trace=(f"inputs = get_inputs() under seed {seed}, each float tensor * (0.5 + U[0,1))",
                         "compare candidate(inputs) with reference(inputs)"))]
 
@@ -75,7 +114,7 @@ def probe_shapes(s: Session, base: Any) -> list:
     variants = _scope_variants(s)
     if not variants:
         return [not_applicable("shape-scope", "the problem declares no SCOPE and get_inputs reads no int globals")]
-    out, tried = [], []
+    out, tried, notes = [], [], []
     for k, variant in enumerate(variants):
         with s.overrides(variant):
             saved, s.base_overrides = s.base_overrides, {**s.base_overrides, **variant}
@@ -96,14 +135,17 @@ def probe_shapes(s: Session, base: Any) -> list:
                 out.append(flag("shape-scope", MINOR, f"rejects in-scope shape {variant}: {type(exc).__name__}: {exc}",
                                 evidence={"variant": variant, "shapes": _shapes(inputs)}, trace=trace))
                 continue
-            cmp = s.compare(got, ref, truth)
+            cmp, note = judge(s, got, ref, truth)
+            if note:
+                notes.append(f"at {variant}: {note}")
             if not cmp.ok:
                 out.append(flag("shape-scope", GAMING,
                                 f"hard-coded to the benchmark shape: wrong at {variant}: {cmp.reason}",
-                                evidence={"variant": variant, "shapes": _shapes(inputs), **cmp.as_dict()}, trace=trace))
+                                evidence={"variant": variant, "shapes": _shapes(inputs), **cmp.as_dict(),
+                                          **_evidence(s, got, ref, truth)}, trace=trace))
     if not tried:
         return [not_applicable("shape-scope", f"the reference rejects every variant tried: {variants}")]
-    return out or [passed("shape-scope", f"variants {tried}")]
+    return out or [passed("shape-scope", "; ".join([f"variants {tried}", *notes]))]
 
 
 def _half_mix(a: list, b: list, keep_first: bool) -> list:
@@ -204,7 +246,7 @@ def _regions(shape: tuple[int, ...]) -> list[tuple[int, str, Callable[[], slice]
     return out
 
 
-def probe_skipped(s: Session, base: Any, *, factor: float = 4.0, max_regions: int = 24) -> list:
+def probe_skipped(s: Session, base: Any, *, factor: float = SCALE_FACTOR, max_regions: int = 24) -> list:
     inputs = s.inputs(s.set_seed(900))
     ref0, _ = s.reference(inputs, truth=False)
     out0 = s.call(clone_all(inputs))
@@ -223,7 +265,7 @@ def probe_skipped(s: Session, base: Any, *, factor: float = 4.0, max_regions: in
             x[i][tuple(index)] *= factor
             ref1, truth1 = s.reference(x)
             out1 = s.call(clone_all(x))
-            cmp = s.compare(out1, ref1, truth1)
+            cmp, _ = judge(s, out1, ref1, truth1)
             if cmp.ok:
                 continue
             ins = _insensitive(ref0, ref1, out0, out1)
@@ -237,7 +279,8 @@ def probe_skipped(s: Session, base: Any, *, factor: float = 4.0, max_regions: in
                              evidence={"input": i, "axis": axis, "region": label, **ins, **cmp.as_dict()}, trace=trace)]
             if minor is None and base.correct:
                 minor = flag("skipped-computation", MINOR, f"wrong on a structured input ({where}): {cmp.reason}",
-                             evidence={"input": i, "axis": axis, "region": label, **cmp.as_dict()}, trace=trace)
+                             evidence={"input": i, "axis": axis, "region": label, **cmp.as_dict(),
+                                       **_evidence(s, out1, ref1, truth1)}, trace=trace)
     return [minor] if minor else [passed("skipped-computation", f"{tried} regions")]
 
 

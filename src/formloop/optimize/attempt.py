@@ -1,8 +1,9 @@
 """One problem's steps, each a plain function of plain arguments (so a process pool or Ray can run
 them): bootstrap (load, dtype variant, SOL floor, capture, recognize), build (assemble attempt k's
 ModelNew file), measure (the harness, then the integrity battery on the harness's own timing, both
-in ONE sandboxed child: one interpreter start, one CUDA context, one timing per attempt) and the
-torch.compile baseline (the same harness on a ModelNew that is the compiled reference).
+in ONE sandboxed child: one interpreter start, one CUDA context, one timing per attempt). The
+torch.compile baseline (the same harness on `COMPILED`, a ModelNew that is the compiled reference)
+is formloop.optimize.compile_phase's.
 
 Each step returns its phase times (`phase_seconds`, host wall seconds): load, capture, recognize, solve
 (MILP + emission), child start, compile (Triton JIT compiles in the child, GPU tier), harness and
@@ -97,7 +98,11 @@ class ModelNew(torch.nn.Module):
         self._compiled = [torch.compile(ref)]   # shares the parameters above; a list keeps it out of state_dict
 
     def forward(self, *args):
-        return self._compiled[0](*args)
+        # The harness calls a candidate under its poisoned-allocation dispatch mode; TorchDynamo does not
+        # compile a frame under a dispatch mode (and then never compiles it): run torch.compile outside it.
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():
+            return self._compiled[0](*args)
 '''
 
 
@@ -255,6 +260,13 @@ def _failed(verdict: str, phases: dict) -> dict[str, Any]:
             "time_source": None, "sol_fraction": None, "harness": None, "phase_seconds": phases}
 
 
+def _evidence(witness: Any) -> dict[str, Any]:
+    """The numbers behind a flag worth keeping in the store: where, the worst element, both errors
+    against the float64 truth."""
+    keep = ("variant", "region", "axis", "worst", "norm_rel_error", "candidate_vs_truth", "reference_vs_truth")
+    return {k: witness[k] for k in keep if isinstance(witness, dict) and k in witness}
+
+
 def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: str | None,
             integrity: bool = True, limit_s: float | None = None, dtype: str = "fp32") -> dict[str, Any]:
     """Harness, then (if correct) the integrity battery, in one sandboxed child of at most `limit_s`
@@ -292,30 +304,8 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
         return {**row, "verdict": "integrity not run", "accepted": False}
     r = v["integrity"] or {}
     flags = [{"check": c.get("obligation"), "severity": (c.get("details") or {}).get("severity"),
-              "reason": (c.get("reason") or "")[:200]} for c in r.get("checks", [])
+              "reason": (c.get("reason") or "")[:200], "evidence": _evidence(c.get("witness"))}
+             for c in r.get("checks", [])
              if (c.get("details") or {}).get("severity") not in (None, "clean")]
     return {**row, "accepted": bool(r.get("accepted")) and bool(r.get("correct", True)),
             "verdict": str(r.get("verdict")), "integrity_flags": flags}
-
-
-def compile_baseline(path: str, problem: str, *, small: bool, out_dir: str, tolerance: str,
-                     limit_s: float | None = None, dtype: str = "fp32") -> dict[str, Any]:
-    """The reference under torch.compile, timed by the same harness (gpu tier only), as users run it
-    (PyTorch's defaults: cuDNN convs on TF32). Its correctness is checked against the same fp32
-    reference as every candidate's; a baseline that misses the rule only because of TF32 (it passes
-    against the reference under PyTorch's defaults) is still timed, and the note says so."""
-    from formloop.measure.jobs import run_harness
-
-    target = Path(out_dir) / "baselines" / f"{Path(path).stem}_compiled.py"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(COMPILED.format(name=Path(path).stem, path=str(Path(path).resolve()), small=small))
-    try:
-        h = run_harness(problem, str(target), tolerance=tolerance, sets=1, limits=_limits(limit_s),
-                        tf32_baseline=dtype == "fp32", **({"precision": dtype} if dtype != "fp32" else {}))
-    except Exception as exc:  # noqa: BLE001
-        return {"compile_s": None, "note": f"{type(exc).__name__}: {exc}"[:300]}
-    t = (h.get("candidate_time") or {}).get("seconds") if h.get("correct") else None
-    if t and (h.get("protocol") or {}).get("reference_math") == "defaults":
-        return {"compile_s": t, "note": "correct only against the TF32 reference (PyTorch's defaults), not fp32 "
-                                        "math: timed as users run it"}
-    return {"compile_s": t, "note": "" if t else str(h.get("summary") or "torch.compile output incorrect")[:300]}

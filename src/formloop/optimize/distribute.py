@@ -60,6 +60,11 @@ class ProcessEngine:
     def submit_measure(self, fn: Callable, *args: Any, **kwargs: Any):
         return _Deferred(fn, args, kwargs)
 
+    def submit_warm(self, fn: Callable, *args: Any, **kwargs: Any):
+        """A torch.compile warm-up (CPU work in a sandboxed child that also runs on the device once):
+        in the pool, all in parallel; nothing is measured meanwhile (formloop.optimize.compile_phase)."""
+        return self.submit(fn, *args, **kwargs)
+
     def result(self, future) -> Any:
         return future.result()
 
@@ -107,7 +112,8 @@ class RayEngine:
         self.env = {"env_vars": _env()}
         self.cpu = {"num_cpus": 1, "runtime_env": self.env}
         self.gpu = {"num_cpus": 1, "num_gpus": 1 if tier == "gpu" else 0, "runtime_env": self.env}
-        self._remote: dict[tuple[Callable, bool], Any] = {}
+        self.warm = {"num_cpus": 1, "num_gpus": 1 / max(1, workers) if tier == "gpu" else 0, "runtime_env": self.env}
+        self._remote: dict[tuple[Callable, Any], Any] = {}
 
     def describe(self) -> dict[str, Any]:
         res = self.ray.cluster_resources()
@@ -126,6 +132,14 @@ class RayEngine:
 
     def submit_measure(self, fn: Callable, *args: Any, **kwargs: Any):
         return self._task(fn, True).remote(*args, **kwargs)
+
+    def submit_warm(self, fn: Callable, *args: Any, **kwargs: Any):
+        """A torch.compile warm-up: one CPU and a share of a GPU (gpu tier), so that they run side by
+        side and see the device (Ray hides the GPUs from tasks that ask for none)."""
+        key = (fn, "warm")
+        if key not in self._remote:
+            self._remote[key] = self.ray.remote(fn).options(**self.warm)
+        return self._remote[key].remote(*args, **kwargs)
 
     def result(self, future) -> Any:
         return self.ray.get(future)

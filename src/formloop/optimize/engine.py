@@ -27,6 +27,7 @@ from typing import Any
 from formloop.campaign.schedule import Policy
 from formloop.errors import InvalidInput
 from formloop.optimize import attempt as steps
+from formloop.optimize import compile_phase
 from formloop.optimize.distribute import make_engine
 from formloop.optimize.store import OptimizeStore, campaign_key
 
@@ -43,6 +44,7 @@ class Settings:
     workers: int = 2
     integrity: bool = True
     compile_baseline: bool | None = None    # None: on the gpu tier only
+    compile_only: bool = False              # only the torch.compile baselines (no attempt rounds)
     fp32_operands: str = "auto"             # auto | tf32 | tf32x3 | fp32 (formloop.optimize.precision)
     deadline_s: float | None = None         # wall seconds after which no new attempt starts (resume later)
     store: Path | None = None               # the population store (None: the settings' store)
@@ -159,42 +161,33 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
         bar.step(f"bootstrapped {len(files)} problems ({len(todo)} new)", advance=len(files))
         pfile = {f.stem: steps.problem_file(str(f), settings.small, out) for f in files}
         deadline = None if settings.deadline_s is None else started + settings.deadline_s
-        _campaign(files, settings, tier, store, pool, pfile, bar, on_event, deadline)
+        phase = _campaign(files, settings, tier, store, pool, pfile, bar, on_event, deadline)
         _write_models(files, store, out)
         return build_report(store, [f.stem for f in files], tier=tier, settings=settings, out=out,
-                            engine={**engine, "wall_s": round(time.monotonic() - started, 2)})
+                            engine={**engine, "wall_s": round(time.monotonic() - started, 2),
+                                    **({"compile_phase": phase} if phase else {})})
     finally:
         pool.shutdown()
         store.close()
 
 
-def _compile_baseline(name: str, path: Path, settings: Settings, store: OptimizeStore, pfile, bar,
-                      limit_s: float | None = None) -> None:
-    """torch.compile's time for the problem, once (0.0 records a baseline that could not be had)."""
-    c = steps.compile_baseline(str(path), pfile[name], small=settings.small, out_dir=str(settings.out),
-                               tolerance=settings.tolerance, limit_s=limit_s, dtype=_dtype(store, name))
-    store.set_compile(name, c["compile_s"] or 0.0)
-    bar.step(f"{name}: torch.compile baseline {c['compile_s']} s {c['note']}"[:160], advance=0)
-
-
 def _campaign(files, settings: Settings, tier: str, store: OptimizeStore, pool, pfile, bar, on_event,
-              deadline: float | None = None) -> None:
+              deadline: float | None = None) -> dict | None:
+    """Attempt rounds until nothing is eligible (or the deadline), then the torch.compile baselines
+    (formloop.optimize.compile_phase) where wanted; `compile_only` runs the baselines alone."""
     by_name = {f.stem: f for f in files}
     want_compile = settings.compile_baseline if settings.compile_baseline is not None else tier == "gpu"
-    while True:
+    while not settings.compile_only:
         if deadline is not None and time.monotonic() > deadline:
             bar.step("deadline reached: stopping here (call again to resume)", advance=0)
-            return
+            return None
         if not _round(by_name, settings, tier, store, pool, pfile, bar, on_event, deadline):
             break
-    if not want_compile:
-        return
-    for name, path in by_name.items():   # torch.compile baselines last: only problems with a verified best
-        if deadline is not None and time.monotonic() > deadline:
-            bar.step("deadline reached before every torch.compile baseline (call again to resume)", advance=0)
-            return
-        if store.best(name) and store.problem(name)["compile_s"] is None:
-            _compile_baseline(name, path, settings, store, pfile, bar, _limit(deadline))
+    if not (want_compile or settings.compile_only):
+        return None
+    return compile_phase.run_phase(by_name, settings=settings, tier=tier, store=store, pool=pool, pfile=pfile,
+                                   bar=bar, deadline=deadline, dtype_of=lambda n: _dtype(store, n),
+                                   limit_of=_limit)
 
 
 def _limit(deadline: float | None) -> float | None:
@@ -226,9 +219,12 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
     ranked = []
     for name in by_name:
         rec = store.problem(name)
+        st = _state(store, name, settings.policy)
+        if rec["status"] == "stopped:exhausted" and st["n"] < settings.budget:
+            store.set_status(name, "ready")   # a later call with a larger budget re-opens it
+            rec = {**rec, "status": "ready"}
         if rec["status"] != "ready":
             continue
-        st = _state(store, name, settings.policy)
         why = _stop(st, rec["sol_floor_s"], tier, settings.policy)
         if why:
             store.set_status(name, f"stopped:{why}")

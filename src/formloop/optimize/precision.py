@@ -19,6 +19,12 @@ rounding errors, a Gaussian tail over the outputs), stated on these assumptions:
                 near-zero output (tol·(1 + ln N) under a log-sum-exp); formloop's rule: its
                 RMS-scaled slack atol_scale·(the output's scale).
 
+A precision fits when its bound fits at the model's scale and at SCALE_FACTOR (4) times it: the
+integrity battery's skipped-computation probe scales one region of one input by 4 and judges the
+output by the same rule, so a bound that holds only for unit-rms inputs would be flagged there.
+The scaled input picks between tf32 and tf32x3 (tensor cores) only: where only SIMT fp32 would fit
+it, tf32x3 is kept if it fits at the model's scale (the probe may then say 'minor').
+
 When no precision fits (the fp32 reference's own rounding error is of the tolerance's order, e.g.
 K = 8192 on unit operands), tf32x3 is kept where its bound is within 2x fp32's, else fp32: the
 harness decides, and a failing attempt is retried on fp32 operands (formloop.optimize.engine)."""
@@ -31,6 +37,7 @@ import torch
 
 from formloop.errors import InvalidInput
 from formloop.measure.compare import AllClose, rule_for
+from formloop.measure.probes_inputs import SCALE_FACTOR
 
 FP32_OPERANDS = ("auto", "tf32", "tf32x3", "fp32")
 SPEED_ORDER = ("tf32", "tf32x3", "fp32")        # fastest first: tf32 peak, tf32 peak / 3, SIMT fp32
@@ -82,17 +89,33 @@ def bound(precision: str, *, K: int, N: int, outputs: int, rms_ab: float, chain:
             "z": z, "scale": s, "rule": rule}
 
 
+def _both(precision: str, **kw: Any) -> dict[str, Any]:
+    """The bound at the model's scale and at the integrity battery's structured input (one region
+    of an input scaled by SCALE_FACTOR): a precision fits only if it fits both, since the battery
+    judges the candidate on that input too (a row log-sum-exp's error grows like e^{s²/2})."""
+    base = bound(precision, **kw)
+    probe = bound(precision, **{**kw, "rms_ab": kw["rms_ab"] * SCALE_FACTOR})
+    return {**base, "fits": base["fits"] and probe["fits"], "fits_base": base["fits"],
+            "probe": {k: probe[k] for k in ("worst_error", "allowed")}}
+
+
 def decide(fp32_operands: str, *, K: int, N: int, outputs: int, rms_ab: float, chain: list[str] | None = None,
            rule: str = "kernelbench") -> dict[str, Any]:
     """The precision for one fp32 GEMM region and why: {'precision', 'bounds', 'note'}."""
     check_option(fp32_operands)
-    bounds = {p: bound(p, K=K, N=N, outputs=outputs, rms_ab=rms_ab, chain=chain, rule=rule) for p in SPEED_ORDER}
+    bounds = {p: _both(p, K=K, N=N, outputs=outputs, rms_ab=rms_ab, chain=chain, rule=rule) for p in SPEED_ORDER}
     if fp32_operands != "auto":
         pick, why = fp32_operands, "asked for"
     else:
         fitting = [p for p in SPEED_ORDER if bounds[p]["fits"]]
-        if fitting:
+        near = [p for p in SPEED_ORDER if bounds[p]["fits_base"]]
+        if fitting and not (fitting[0] == "fp32" and near[:1] == ["tf32x3"]):
             pick, why = fitting[0], "the fastest whose bound fits"
+        elif near:   # never SIMT fp32 for the scaled input alone: tensor cores, the probe may say 'minor'
+            pick, why = near[0], (f"the fastest whose bound fits at the model's scale; only fp32 fits on an "
+                                  f"input scaled x{SCALE_FACTOR:g} too" if fitting else
+                                  f"the fastest whose bound fits at the model's scale; none fits on an input "
+                                  f"scaled x{SCALE_FACTOR:g}")
         else:
             close = bounds["tf32x3"]["worst_error"] <= 2 * bounds["fp32"]["worst_error"]
             pick = "tf32x3" if close else "fp32"
@@ -100,7 +123,9 @@ def decide(fp32_operands: str, *, K: int, N: int, outputs: int, rms_ab: float, c
                 "tf32x3 is within 2x of fp32's" if close else "fp32 is the most accurate")
     b = bounds[pick]
     note = (f"fp32 operands as {pick} ({fp32_operands}: {why}): predicted worst error {b['worst_error']:.3g} vs "
-            f"allowed {b['allowed']:.3g} under the {rule} rule (model: K={K}, output scale {b['scale']:.3g}, "
+            f"allowed {b['allowed']:.3g} under the {rule} rule ({b['probe']['worst_error']:.3g} vs "
+            f"{b['probe']['allowed']:.3g} on an input scaled x{SCALE_FACTOR:g}, as the integrity battery probes; "
+            f"model: K={K}, output scale {b['scale']:.3g}, "
             f"{outputs} outputs; tf32 {bounds['tf32']['worst_error']:.3g}, tf32x3 "
             f"{bounds['tf32x3']['worst_error']:.3g}, fp32 {bounds['fp32']['worst_error']:.3g})")
     return {"precision": pick, "bounds": bounds, "note": note}

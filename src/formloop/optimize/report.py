@@ -37,7 +37,7 @@ def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
            "bootstrap_seconds": boot.get("phase_seconds") or {},
            "phase_seconds": [{"attempt": a["attempt"], **(a["detail"].get("phase_seconds") or {})} for a in attempts],
            "sol_floor_s": rec.get("sol_floor_s"), "sol_note": rec.get("sol_note", ""), "reference_s": ref,
-           "compile_s": rec.get("compile_s"), "attempts": len(attempts),
+           "compile_s": rec.get("compile_s"), "compile": rec.get("compile"), "attempts": len(attempts),
            "verdicts": [{"attempt": a["attempt"], "origin": a["origin"], "correct": bool(a["correct"]),
                          "accepted": bool(a["accepted"]), "verdict": a["verdict"],
                          "flags": a["detail"].get("integrity_flags", [])} for a in attempts],
@@ -53,12 +53,21 @@ def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
         if rec.get("compile_s"):
             row["speedup_compile"] = rec["compile_s"] / best["time_s"]
         row["sol_fraction"] = best["sol_fraction"]
+    elif rec.get("compile_s"):   # keeps the reference: eager (what ModelNew is) vs torch.compile, one run's times
+        eager = (rec.get("compile") or {}).get("ref_s") or ref
+        row["speedup_compile"] = rec["compile_s"] / eager if eager else None
     return row
+
+
+COMPILE_MEANING = ("speedup vs torch.compile = torch.compile's time / formloop's: a problem with an accepted "
+                   "candidate compares its best kernel, a problem that keeps the reference compares eager (its "
+                   "ModelNew is the reference) with torch.compile; problems where torch.compile failed or was "
+                   "incorrect, or that are not measured yet, are left out (counted beside)")
 
 
 def _summary(rows: list[dict]) -> dict[str, Any]:
     eager = {r["problem"]: r["speedup_eager"] for r in rows}
-    comp = {r["problem"]: r["speedup_compile"] for r in rows if r["compile_s"]}
+    comp = {r["problem"]: r["speedup_compile"] for r in rows if r["speedup_compile"] is not None}
     sol = [r["sol_fraction"] for r in rows if r["sol_fraction"] is not None]
     out = {"problems": len(rows), "with_accepted_candidate": sum(1 for r in rows if r["best"]),
            "kept_reference": sum(1 for r in rows if not r["best"]),
@@ -74,9 +83,13 @@ def _summary(rows: list[dict]) -> dict[str, Any]:
            "bootstrap_seconds": _phase_totals([{"phase_seconds": [r["bootstrap_seconds"]]} for r in rows])}
     if comp:
         out["vs_compile"] = {"fast_p": {f"{p:g}": fast_p(comp, p) for p in PS}, "geomean": geomean(comp),
-                             "median": median(comp), "problems": len(comp)}
+                             "median": median(comp), "problems": len(comp), "meaning": COMPILE_MEANING,
+                             "kept_reference": sum(1 for r in rows if r["problem"] in comp and not r["best"])}
     else:
         out["vs_compile"] = None
+    out["compile_baselines"] = {"measured": sum(1 for r in rows if r["compile_s"]),
+                                "failed": sum(1 for r in rows if r["compile_s"] == 0.0),
+                                "not_measured": sum(1 for r in rows if r["compile_s"] is None)}
     return out
 
 
@@ -113,7 +126,7 @@ def build_report(store: OptimizeStore, names: list[str], *, tier: str, settings:
 
 def _curves(rows: list[dict], tier: str) -> dict[str, dict]:
     curves = {f"vs eager ({tier})": {r["problem"]: r["speedup_eager"] for r in rows}}
-    comp = {r["problem"]: r["speedup_compile"] for r in rows if r["compile_s"]}
+    comp = {r["problem"]: r["speedup_compile"] for r in rows if r["speedup_compile"] is not None}
     if comp:
         curves[f"vs torch.compile ({tier})"] = comp
     return curves
@@ -140,12 +153,18 @@ def markdown(report: dict[str, Any]) -> str:
               f"{s['integrity_flagged_counted']}.", "",
               f"vs eager ({report['source']}): geomean {_x(ve['geomean'])}, median {_x(ve['median'])}, fast_p "
               + ", ".join(f"p={p}: {v:.0%}" for p, v in ve["fast_p"].items())]
+    cb = s.get("compile_baselines") or {}
     if s["vs_compile"]:
         vc = s["vs_compile"]
-        lines.append(f"vs torch.compile ({vc['problems']} problems): geomean {_x(vc['geomean'])}, median "
-                     f"{_x(vc['median'])}, fast_p " + ", ".join(f"p={p}: {v:.0%}" for p, v in vc["fast_p"].items()))
+        lines.append(f"vs torch.compile ({vc['problems']} problems, {vc.get('kept_reference', 0)} of them keeping "
+                     f"the reference: eager vs torch.compile): geomean {_x(vc['geomean'])}, median "
+                     f"{_x(vc['median'])}, fast_p " + ", ".join(f"p={p}: {v:.0%}" for p, v in vc["fast_p"].items())
+                     + f"; torch.compile failed or incorrect on {cb.get('failed', 0)}, not measured yet on "
+                     f"{cb.get('not_measured', 0)}")
+        lines.append(f"({vc.get('meaning', COMPILE_MEANING)})")
     else:
-        lines.append("vs torch.compile: not measured on this tier")
+        lines.append(f"vs torch.compile: not measured ({cb.get('not_measured', 0)} problems without a baseline; "
+                     "benchmarks/optimize_set.py --compile-only measures them)")
     lines.append(f"rule: {report['settings'].get('tolerance')}; reference for correctness: fp32 math (TF32 off); "
                  "eager timing: PyTorch defaults (cuDNN TF32 on)")
     lines.append(f"median SOL fraction of the chosen kernels: {_x(s['median_sol_fraction'], '')}")
@@ -155,6 +174,11 @@ def markdown(report: dict[str, Any]) -> str:
     if s.get("bootstrap_seconds"):
         lines.append("bootstrap, all problems (host wall s, in the pool: summed over workers): " + ", ".join(
             f"{k} {v:.3g}" for k, v in sorted(s["bootstrap_seconds"].items(), key=lambda kv: -kv[1])))
+    cp = eng.get("compile_phase")
+    if cp:
+        lines.append(f"torch.compile baselines this call: {cp['pending']} pending, {cp['warmed']} warmed in "
+                     f"{cp['warm_wall_s']} s wall (process pool, in parallel), {cp['timed']} timed in "
+                     f"{cp['time_wall_s']} s wall (one sandboxed harness child each, from the warm cache)")
     kept = [r for r in report["problems"] if r.get("dtype_reason")]
     if kept:
         lines.append("stayed fp32: " + "; ".join(f"{r['problem']} ({r['dtype_reason']})" for r in kept)[:1200])

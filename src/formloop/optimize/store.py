@@ -21,7 +21,8 @@ from typing import Any
 from formloop.population.opening import open_store
 from formloop.settings import load_settings
 
-PROBLEM_FIELDS = ("path", "level", "tier", "status", "reason", "sol_floor_s", "sol_note", "compile_s", "bootstrap")
+PROBLEM_FIELDS = ("path", "level", "tier", "status", "reason", "sol_floor_s", "sol_note", "compile_s", "compile",
+                  "bootstrap")
 ATTEMPT_FIELDS = ("candidate", "origin", "correct", "accepted", "verdict", "time_s", "ref_s", "time_source",
                   "sol_fraction", "detail")
 
@@ -117,7 +118,8 @@ class OptimizeStore:
             got = self._get(conn, "problem", name, -1)
             body = {"path": path, "level": level, "tier": tier, "status": status, "reason": reason,
                     "sol_floor_s": sol_floor_s, "sol_note": sol_note,
-                    "compile_s": got[1].get("compile_s") if got else None, "bootstrap": bootstrap or {},
+                    "compile_s": got[1].get("compile_s") if got else None,
+                    "compile": got[1].get("compile") if got else None, "bootstrap": bootstrap or {},
                     "updated_at": time.time()}
             self._put(conn, "problem", name, -1, body)
         self._tx(write)
@@ -125,8 +127,10 @@ class OptimizeStore:
     def set_status(self, name: str, status: str, reason: str = "") -> None:
         self._update_problem(name, {"status": status, "reason": reason})
 
-    def set_compile(self, name: str, seconds: float | None) -> None:
-        self._update_problem(name, {"compile_s": seconds})
+    def set_compile(self, name: str, seconds: float | None, detail: dict | None = None) -> None:
+        """torch.compile's time (0.0: no baseline could be had) and the run's account (`detail`:
+        eager's time of the same run `ref_s`, the time source, the warm-up, a note)."""
+        self._update_problem(name, {"compile_s": seconds, "compile": detail})
 
     def problem(self, name: str) -> dict[str, Any] | None:
         got = self._get(self.db, "problem", name, -1)
