@@ -162,7 +162,7 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
         pfile = {f.stem: steps.problem_file(str(f), settings.small, out) for f in files}
         deadline = None if settings.deadline_s is None else started + settings.deadline_s
         phase = _campaign(files, settings, tier, store, pool, pfile, bar, on_event, deadline)
-        _write_models(files, store, out)
+        _write_models(files, store, out, tier)
         return build_report(store, [f.stem for f in files], tier=tier, settings=settings, out=out,
                             engine={**engine, "wall_s": round(time.monotonic() - started, 2),
                                     **({"compile_phase": phase} if phase else {})})
@@ -297,14 +297,21 @@ def _record(name: str, number: int, b: dict, measure, pool, store: OptimizeStore
     return True
 
 
-def _write_models(files, store: OptimizeStore, out: Path) -> None:
-    """OUT/models/NAME.py: each problem's best accepted ModelNew (none where it keeps the reference)."""
+def _write_models(files, store: OptimizeStore, out: Path, tier: str = "gpu") -> None:
+    """OUT/models/NAME.py: each problem's best accepted ModelNew; none where it keeps the reference, and on
+    the gpu tier none where that best measured slower than the reference (the reference is what a user
+    should run there; the report keeps both views)."""
     models = out / "models"
     models.mkdir(exist_ok=True)
     for f in files:
         best = store.best(f.stem)
         target = models / f"{f.stem}.py"
-        if best and Path(best["candidate"]).is_file():
+        if best and Path(best["candidate"]).is_file() and not (tier == "gpu" and slower(best)):
             shutil.copyfile(best["candidate"], target)
         elif target.exists():
             target.unlink()
+
+
+def slower(best: dict) -> bool:
+    """A best attempt measured slower than the reference in the same run."""
+    return bool(best.get("time_s") and best.get("ref_s") and best["time_s"] >= best["ref_s"])

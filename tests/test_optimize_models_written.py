@@ -1,0 +1,44 @@
+"""OUT/models: on the gpu tier a best kernel measured slower than eager keeps the reference (no ModelNew
+written), and the report shows that view beside the candidates' own geomean."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from formloop.optimize.engine import _write_models
+from formloop.optimize.report import _summary
+from formloop.optimize.store import OptimizeStore
+
+
+def _store(tmp_path: Path) -> OptimizeStore:
+    store = OptimizeStore(tmp_path / "p.db", "fp32/full")
+    for name, t, ref in (("fast", 1.0, 2.0), ("slow", 4.0, 1.0)):
+        cand = tmp_path / f"{name}_a0.py"
+        cand.write_text(f"# {name}\n")
+        store.put_problem(name, path=str(tmp_path / f"{name}.py"), level=1, tier="gpu", status="ready")
+        store.add_attempt(name, candidate=str(cand), origin="formloop", correct=True, accepted=True,
+                          verdict="clean", time_s=t, ref_s=ref, time_source="gpu", sol_fraction=0.5, detail={})
+    return store
+
+
+def test_a_slower_best_keeps_the_reference_on_the_gpu_tier(tmp_path):
+    store = _store(tmp_path)
+    files = [tmp_path / "fast.py", tmp_path / "slow.py"]
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "slow.py").write_text("stale")
+    _write_models(files, store, tmp_path, "gpu")
+    assert (tmp_path / "models" / "fast.py").read_text() == "# fast\n"
+    assert not (tmp_path / "models" / "slow.py").exists()
+    _write_models(files, store, tmp_path, "interpreter")   # interpreter times say nothing about kernels
+    assert (tmp_path / "models" / "slow.py").read_text() == "# slow\n"
+    store.close()
+
+
+def test_the_summary_has_both_geomeans():
+    rows = [{"problem": n, "speedup_eager": s, "speedup_compile": None, "sol_fraction": None, "best": b,
+             "status": "ready", "attempts": 1, "dtype": "fp32", "phase_seconds": [], "bootstrap_seconds": {},
+             "compile_s": None}
+            for n, s, b in (("fast", 2.0, {}), ("slow", 0.25, {}), ("none", None, None))]
+    ve = _summary(rows)["vs_eager"]
+    assert math.isclose(ve["geomean"], (2.0 * 0.25 * 1.0) ** (1 / 3))
+    assert math.isclose(ve["geomean_models"], (2.0 * 1.0 * 1.0) ** (1 / 3))
