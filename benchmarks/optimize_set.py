@@ -55,6 +55,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-only", action="store_true",
                     help="only the torch.compile baselines of the store's problems (warm in parallel, then time "
                          "each in a sandboxed child; resumable, no new step after --budget-s)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rebuild DIR's report from the store, nothing measured (any machine; the store's tier)")
     ap.add_argument("--bundle", type=Path, default=None, help="also write the report, the store and the plot as one "
                                                               ".tar.gz here (a device call returns few files)")
     args = ap.parse_args(argv)
@@ -72,6 +74,8 @@ def main(argv=None) -> int:
         dirs = [found[n] for n in args.only]
     gpu = torch.cuda.is_available()
     small = args.small or not gpu
+    if args.report_only:
+        return report_only(args, problem_files(dirs))
     if args.dry_run:
         from formloop.optimize.attempt import bootstrap
         for f in problem_files(dirs):
@@ -92,6 +96,30 @@ def main(argv=None) -> int:
     pending = [r["problem"] for r in report["problems"] if r["status"] == "ready" and r["attempts"] < args.attempts]
     print(f"{len(pending)} problems still have attempts left" + (": call again with the same --out to resume"
                                                                 if pending else " (campaign complete)"))
+    if args.bundle:
+        bundle(args.out, report, args.bundle)
+    return 0
+
+
+def report_only(args, files) -> int:
+    """The report of the store's campaign over `files`, built as a measuring call builds it."""
+    from formloop.optimize.engine import Settings
+    from formloop.optimize.report import build_report
+    from formloop.optimize.store import OptimizeStore
+
+    path = args.store or args.out / "population.db"
+    if not Path(path).is_file():
+        raise SystemExit(f"--report-only: no store at {path}")
+    campaign = f"{args.dtype}/{'small' if args.small else 'full'}"
+    with OptimizeStore(path, campaign, mode="read") as store:
+        tiers = {(store.problem(f.stem) or {}).get("tier") for f in files} - {None}
+        tier = "gpu" if "gpu" in tiers else "interpreter"
+        settings = Settings(out=args.out, budget=args.attempts, chip=args.chip, tolerance="kernelbench",
+                            workers=args.workers, dtype=args.dtype, fp32_operands=args.fp32_operands)
+        args.out.mkdir(parents=True, exist_ok=True)
+        report = build_report(store, [f.stem for f in files], tier=tier, settings=settings, out=args.out,
+                              engine={"engine": "none (--report-only: nothing measured)"})
+    print((args.out / "report.md").read_text())
     if args.bundle:
         bundle(args.out, report, args.bundle)
     return 0

@@ -42,3 +42,23 @@ def test_the_summary_has_both_geomeans():
     ve = _summary(rows)["vs_eager"]
     assert math.isclose(ve["geomean"], (2.0 * 0.25 * 1.0) ** (1 / 3))
     assert math.isclose(ve["geomean_models"], (2.0 * 1.0 * 1.0) ** (1 / 3))
+
+
+def test_report_only_rebuilds_the_report_from_a_store(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("optimize_set", Path(__file__).parent.parent / "benchmarks" /
+                                                  "optimize_set.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    root = tmp_path / "problems"
+    root.mkdir()
+    for name in ("fast", "slow"):
+        (root / f"{name}.py").write_text("")
+    _store(tmp_path).close()
+    out = tmp_path / "out"
+    assert bench.main(["--out", str(out), "--root", str(root), "--store", str(tmp_path / "p.db"),
+                       "--report-only"]) == 0
+    text = (out / "report.md").read_text()
+    assert "# formloop optimize (gpu, fp32)" in text and "nothing measured" in text
+    assert "| fast |" in text and "| slow |" in text and "geomean 1x" not in text
