@@ -27,18 +27,19 @@ driver.set_active(TargetOnly())
 """
 
 
-def has_ptxas() -> bool:
-    """Found without importing triton here (the kernel tests import it in interpreter mode first)."""
+def has_ptxas(tool: str = "ptxas") -> bool:
+    """The wheel's `tool` (ptxas, cuobjdump), found without importing triton here (the kernel tests import it
+    in interpreter mode first)."""
     spec = importlib.util.find_spec("triton")
-    return spec is not None and any((Path(p) / "backends" / "nvidia" / "bin" / "ptxas").exists()
+    return spec is not None and any((Path(p) / "backends" / "nvidia" / "bin" / tool).exists()
                                     for p in spec.submodule_search_locations or ())
 
 
-def run_compile_script(body: str) -> Any:
-    """Run TARGET_ONLY + `body` in a fresh interpreter (no TRITON_INTERPRET); the JSON of its last stdout line."""
+def run_compile_script(body: str, *, prelude: str = TARGET_ONLY, timeout: float = 600) -> Any:
+    """Run `prelude` + `body` in a fresh interpreter (no TRITON_INTERPRET); the JSON of its last stdout line."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-c", TARGET_ONLY + body], capture_output=True, text=True, env=env,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, "-c", prelude + body], capture_output=True, text=True, env=env,
+                          timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -4,16 +4,11 @@ wheel's ptxas), and the designs the MILP picks at Qwen3-8B / KernelBench sizes d
 (the kernel tests import the modules in interpreter mode)."""
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.sm90 import has_ptxas, run_compile_script
+
 SCRIPT = r"""
 import json, os, re, subprocess, tempfile
 import triton
@@ -88,19 +83,9 @@ print(json.dumps(out))
 """
 
 
-def _ptxas() -> bool:
-    spec = importlib.util.find_spec("triton")
-    return spec is not None and any((Path(p) / "backends" / "nvidia" / "bin" / "cuobjdump").exists()
-                                    for p in spec.submodule_search_locations or ())
-
-
-@pytest.mark.skipif(not _ptxas(), reason="no ptxas/cuobjdump in the triton wheel")
+@pytest.mark.skipif(not has_ptxas("cuobjdump"), reason="no ptxas/cuobjdump in the triton wheel")
 def test_solved_designs_compile_for_sm90_without_spills():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT / "src")
-    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    rows = run_compile_script(SCRIPT, prelude="", timeout=900)
     assert len(rows) == 18
     spilled = [(name, regs, st) for name, regs, st in rows if st != 0]
     assert not spilled, spilled
