@@ -4,7 +4,6 @@ wheel's ptxas), and the designs the MILP picks at Qwen3-8B / KernelBench sizes d
 (the kernel tests import the modules in interpreter mode)."""
 from __future__ import annotations
 
-
 import pytest
 
 from tests.sm90 import has_ptxas, run_compile_script
