@@ -3,6 +3,7 @@
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --budget-s 480 [--dtype bf16] [--ray auto]
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --only bmm_heads --only gemm_skinny   # a subset
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --bundle $OUT/opt.tgz   # on the device: one file back
+    PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --report-only   # the report from DIR's store, anywhere
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --compile-only --workers 12   # baselines only
 
 Every problem at its real size, fp32 as written, KernelBench's tolerances: capture, recognize, choose
