@@ -255,19 +255,33 @@ def solve_milp(f: Formulation, *, time_limit: float | None = None, break_ties: b
         _hold(b, h, objective, b.objective.const, _exact(f.cost, b, h))
         stages = [(b.coefficients(term), term.const, expr) for (_, expr), (_, term) in
                   zip(f.tie_break_terms(), b.tie_terms)] + [(_lexicographic(b), None, None)]
+        held = list(h.getSolution().col_value)   # the last finished stage's design (cost-optimal)
         for coefs, const, expr in stages:
             b.set_objective(h, coefs)
             stage = _run(h)
             if stage is SolveStatus.TIME_LIMIT and h.getInfo().primal_solution_status:
                 # every stage holds the cost optimum: the incumbent is an optimal design, its tie unbroken
-                ties = "ties not fully broken (time limit in a tie-break stage)"
+                held, ties = list(h.getSolution().col_value), "ties not fully broken (time limit in a tie-break stage)"
+                break
+            if stage is SolveStatus.INFEASIBLE:
+                # a held stage value the linearization cannot meet again (an exact evaluation a few ulps
+                # below it): the previous stage's design is cost-optimal; its remaining ties stay unbroken
+                ties = (f"ties not fully broken ({'lexicographic' if expr is None else 'a tie-break'} stage "
+                        "infeasible under the held values; the previous stage's design kept)")
                 break
             if stage is not SolveStatus.OPTIMAL:
                 raise SolverFailure(f"{'lexicographic ' if expr is None else ''}tie-break stage failed on "
                                     f"{f.template.name}")
+            held = list(h.getSolution().col_value)
             if expr is not None:
                 _hold(b, h, coefs, const, _exact(expr, b, h))
-    assignment = b.assignment(h.getSolution().col_value)
+        assignment = b.assignment(held)
+    else:
+        assignment = b.assignment(h.getSolution().col_value)
+    return _solution(f, b, status, assignment, best, bound, gap, start, ties)
+
+
+def _solution(f: Formulation, b: MilpBuilder, status, assignment, best, bound, gap, start, ties) -> Solution:
     terms = f.template.evaluate_terms(assignment, f.params)
     return Solution(
         solver="milp", status=status, assignment=assignment, objective=terms["cost"], unit=f.unit,
