@@ -41,6 +41,7 @@ NAME = "rope"
 DTYPES = ("fp32", "bf16", "fp16")
 LIVE = 6      # fp32 values per pair a thread holds: x's two halves, cos and sin of each half
 OPS = 12      # per pair: 6 loads (x lo/hi, cos lo/hi, sin lo/hi), 4 multiply-adds, 2 stores
+MAX_D = 8192  # one row's pairs fit one program's registers at 16 warps (C1, C4 at RP = 1)
 US = 1e6
 
 RP = decision("RP", (1, 2, 4, 8, 16, 32, 64), doc="rows (of the head dim) per program")
@@ -90,6 +91,7 @@ def rope(dtype: str = "fp32", calibration: Mapping[str, float] | None = None, ca
         params=(R, HB, D, Q, e, *CHIP_PARAMS),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),
                Constraint("pairs", (2 * HB >= D) & (HB < D), "scope", "HB is D/2 rounded up to a power of two"),
+               Constraint("head_dim", D <= MAX_D, "scope", f"a head dim of at most {MAX_D}"),
                Constraint("int32_index", R * D <= ew.MAX_ELEMS, "scope", "numel <= 2^31-1")),
         constraints=(
             Constraint("C1", LIVE * per_thread <= regs, "capacity", "the fp32 pair tiles fit the registers"),
@@ -125,8 +127,8 @@ def pairs_block(d: int) -> int:
 
 
 def workload(rows: int, d: int, table_rows: int, dtype: str = "fp32") -> dict[str, int]:
-    if d < 2 or d % 2:
-        raise InvalidInput("rope head dim", d, "an even number >= 2")
+    if d < 2 or d % 2 or d > MAX_D:
+        raise InvalidInput("rope head dim", d, f"an even number from 2 to {MAX_D}")
     return {"R": int(rows), "HB": pairs_block(d), "D": int(d), "Q": int(table_rows), "e": dtype_bytes(dtype)}
 
 
