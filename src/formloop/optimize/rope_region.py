@@ -28,7 +28,7 @@ from formloop.optimize.recognize import Implementer, Refused, Region, register
 ADD = (operator.add, torch.add)
 MUL = (operator.mul, torch.mul)
 NEG = (operator.neg, torch.neg)
-DEPTH = 4   # from a compute node of the pattern to its add: neg -> cat -> mul -> add
+DEPTH = 5   # from a compute node of the pattern to its add: x.shape[-1] // 2 -> slice -> neg -> cat -> mul -> add
 
 
 def _is(node: Any, fns: tuple, method: str) -> bool:
@@ -36,14 +36,16 @@ def _is(node: Any, fns: tuple, method: str) -> bool:
                                           or (node.op == "call_method" and node.target == method))
 
 
-def _static_int(v: Any, cap: Captured) -> int | None:
-    """An int the graph computes from shapes only (x.shape[-1] // 2, x.size(-1)), or None."""
+def _static_int(v: Any, cap: Captured, nodes: list) -> int | None:
+    """An int the graph computes from shapes only (x.shape[-1] // 2, x.size(-1)), or None; the arithmetic
+    nodes (floordiv: a compute node to recognize) join `nodes`."""
     if isinstance(v, int) and not isinstance(v, bool):
         return v
     if not isinstance(v, fx.Node):
         return None
     if v.op == "call_function" and v.target is operator.floordiv:
-        a, b = (_static_int(u, cap) for u in v.args)
+        a, b = (_static_int(u, cap, nodes) for u in v.args)
+        nodes.append(v)
         return a // b if a is not None and b else None
     if v.op == "call_function" and v.target is operator.getitem and isinstance(v.args[1], int):
         src = v.args[0]
@@ -85,8 +87,8 @@ def _half(node: Any, cap: Captured, nodes: list) -> tuple[fx.Node, int] | None:
     if not (lead == (Ellipsis,) or (len(idx) == len(shape) and all(s == slice(None) for s in lead))):
         raise Refused(f"the halves slice {idx}, not x[..., :D/2] and x[..., D/2:]")
     sl, d = idx[-1], shape[-1]
-    lo, hi = _static_int(sl.start, cap) if sl.start is not None else 0, \
-        _static_int(sl.stop, cap) if sl.stop is not None else d
+    lo, hi = _static_int(sl.start, cap, nodes) if sl.start is not None else 0, \
+        _static_int(sl.stop, cap, nodes) if sl.stop is not None else d
     if sl.step is not None or d % 2 or (lo, hi) not in ((0, d // 2), (d // 2, d)):
         raise Refused(f"the slice {sl} of a last dim of {d} is not a half")
     nodes.append(node)
