@@ -111,7 +111,7 @@ def rope(dtype: str = "fp32", calibration: Mapping[str, float] | None = None, ca
         obligations=lambda template: proof_plan(template, dtype),
         options={"dtype": dtype, "calibration": calibration_id},
         descriptor={"algorithm": NAME, "reuse": "none (streaming)", "placement": "one program per RP rows",
-                    "resources": ("registers",), "calibrated": ew.CALIBRATED, "program": "triton",
+                    "resources": ("registers",), "program": "triton",
                     "shape": "R,D,Q", "chip": proof_chip().name},
     )
 
