@@ -170,3 +170,18 @@ def test_kernel_tables_tail_and_named_errors():
         RopeConfig(RP=3)
     with pytest.raises(InvalidInput, match="rope head dim"):
         workload(8, 9, 1)
+
+
+def test_gpu_design_is_the_milp_s_and_the_family_proves():
+    """At the problem's real size the instance is the MILP's design; K1, K3 and the row walk's index obligations
+    hold for every extent."""
+    from formloop.verify.certificate import prove_template
+    from formloop.verify.outcome import Verdict
+
+    cap = capture(load_problem(str(ROOT / "level2" / "rope.py"), small=False))
+    asm = assemble(cap, recognize(cap), tier="gpu")
+    (r,) = asm.regions
+    assert r["design"]["solver"] == "milp (HiGHS)"
+    assert r["design"]["config"] == solved_design(16 * 4096 * 32, 128, 4096, "fp32")
+    cert = prove_template(rope("fp32"))
+    assert cert.verdict is Verdict.PROVED, [(o.obligation, o.verdict) for o in cert.obligations]
