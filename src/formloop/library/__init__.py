@@ -13,6 +13,7 @@ _MODULES = ("formloop.library.gemm_tiling", "formloop.library.gemm_tiling_gpu", 
             "formloop.library.rowwise", "formloop.library.elementwise", "formloop.library.qk_rope",
             "formloop.library.vecops",
             "formloop.library.qwen3_layer_template")
+_MODULES = (*_MODULES, "formloop.library.rope")   # rotate-half RoPE over rows of the head dim
 
 
 def register_template(name: str):

@@ -62,9 +62,18 @@ class Implementer:
 _REGISTRY: list[Implementer] = []
 
 
-def register(impl: Implementer) -> Implementer:
-    """Add (or replace, by name) a region implementer."""
+class Refused(Exception):
+    """A matcher's named refusal: the node is part of a pattern the implementer knows, but a check failed
+    (the message says which); recorded as the implementer's reason, not as a matcher bug."""
+
+
+def register(impl: Implementer, before: str | None = None) -> Implementer:
+    """Add (or replace, by name) a region implementer; `before` puts it ahead of that implementer."""
     _REGISTRY[:] = [i for i in _REGISTRY if i.name != impl.name] + [impl]
+    names = [i.name for i in _REGISTRY]
+    if before is not None and before in names:
+        _REGISTRY.remove(impl)
+        _REGISTRY.insert(names.index(before), impl)
     return impl
 
 
@@ -73,6 +82,7 @@ def implementers() -> list[Implementer]:
     from formloop.optimize import vecops_regions  # noqa: F401 - norms, scan, arg-reductions, gathers, cross-entropy
     from formloop.optimize import attention_region  # noqa: F401 - SDPA and written-out attention (fp32)
     from formloop.optimize import conv_region  # noqa: F401 - the conv2d + epilogue implementer
+    from formloop.optimize import rope_region  # noqa: F401 - rotate-half RoPE (ahead of elementwise)
 
     return list(_REGISTRY)
 
@@ -129,6 +139,9 @@ def recognize(cap: Captured, registry: list[Implementer] | None = None) -> Recog
         for impl in impls:
             try:
                 region = impl.match(node, cap, taken)
+            except Refused as exc:
+                why.append(f"{impl.name}: {exc}")
+                continue
             except Exception as exc:  # noqa: BLE001 - a matcher bug must not stop the problem
                 why.append(f"{impl.name}: matcher raised {type(exc).__name__}: {exc}")
                 continue
