@@ -60,6 +60,37 @@ def _maxpool_kernel(x_ptr, y_ptr, ROWS, OH, OW, H, W, KH: tl.constexpr, KW: tl.c
 
 
 @triton.jit
+def _maxpool_rows_kernel(x_ptr, y_ptr, ROWS, OH, OW, H, W, KH: tl.constexpr, KW: tl.constexpr, SH,
+                         SW: tl.constexpr, PH, PW, DH, DW: tl.constexpr, Q: tl.constexpr, SWP: tl.constexpr,
+                         BC: tl.constexpr, RP: tl.constexpr):
+    """Window-row loads: for each input row of the window, Q contiguous [BC, SW] runs (output column ow reads
+    x[.., (ow + q)·SW − PW + s], s < SW), so a warp's lanes read consecutive addresses; the taps are the run
+    elements at offset q·SW + s = j·DW (j < KW), the others masked out of the max. Tiles are [BC, RP, SWP]
+    (columns first: Triton orders equally contiguous dims by index, so the lanes run along the columns)."""
+    rows = tl.program_id(0) * RP + tl.arange(0, RP)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
+    m_out = (cols < OW)[:, None] & (rows < ROWS)[None, :]
+    nc = rows // OH
+    oh = rows % OH
+    s = tl.arange(0, SWP)
+    acc = tl.full([BC, RP], float("-inf"), tl.float32)
+    for i in tl.static_range(KH):
+        ih = oh * SH - PH + i * DH
+        row_ok = m_out & ((ih >= 0) & (ih < H))[None, :]
+        base = (nc.to(tl.int64) * H + ih) * W
+        for q in tl.static_range(Q):
+            tap = q * SW + s
+            iw = (cols * SW + (q * SW) - PW)[:, None] + s[None, :]
+            col_ok = (iw >= 0) & (iw < W) & ((s < SW) & (tap % DW == 0) & (tap // DW < KW))[None, :]
+            ok = row_ok[:, :, None] & col_ok[:, None, :]
+            v = tl.load(x_ptr + base[None, :, None] + iw[:, None, :], mask=ok, other=float("-inf")).to(tl.float32)
+            vm = tl.max(v, 2)
+            acc = tl.where(vm > acc, vm, acc)
+    out = rows.to(tl.int64)[None, :] * OW + cols[:, None]
+    tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=m_out)
+
+
+@triton.jit
 def _xent_rows_kernel(x_ptr, t_ptr, loss_ptr, valid_ptr, R, C, IGNORE, BC: tl.constexpr, RP: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     row_ok = rows < R
