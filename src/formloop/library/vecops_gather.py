@@ -2,7 +2,9 @@
 
 unfold2d: F.unfold of x [N, C, H, W] (dilation, padding, stride), out [N, C·kh·kw, L]; the output viewed
 [N·C·kh·kw, L] is tiled [RP, BC]; each element reads its input (0 outside the padding).
-max_pool2d: F.max_pool2d (floor mode, no indices) of x [N, C, H, W]; the output viewed [N·C·OH, OW].
+max_pool2d: F.max_pool2d (floor mode, no indices) of x [N, C, H, W]; the output viewed [N·C·OH, OW]; design GL
+picks one load per window tap (GL 0) or window-row runs (GL 1: Q contiguous [BC, SW] runs per input row, lanes on
+consecutive addresses; vecops.pool_row_taps).
 cross_entropy: F.cross_entropy(logits [N, C], targets [N]) with reduction 'mean' and an ignore_index:
 one online log-sum-exp per row (rowwise logsumexp's design), the target's logit subtracted, then the mean
 over the rows kept (a second one-program launch, fixed order: deterministic)."""
@@ -169,7 +171,15 @@ def max_pool2d(x: torch.Tensor, kernel_size, *, config: Mapping[str, int], strid
                                               _pair(padding, "padding"), _pair(dilation, "dilation"))
     oh, ow = out_size(h, w, kernel_size, stride, padding, dilation)
     y = torch.empty(n, c, oh, ow, device=x.device, dtype=x.dtype)
-    if y.numel():
+    if y.numel() and int(config.get("GL", 0)):
+        bc, rp = int(config["BC"]), int(config["RP"])
+        rows = n * c * oh
+        q = -(-((kw - 1) * dw + 1) // sw)
+        swp = 1 << max(0, sw - 1).bit_length()
+        _maxpool_rows_kernel[(triton.cdiv(rows, rp), triton.cdiv(ow, bc))](x, y, rows, oh, ow, h, w, kh, kw, sh, sw,
+                                                                           ph, pw, dh, dw, Q=q, SWP=swp, BC=bc, RP=rp,
+                                                                           num_warps=int(config["W"]))
+    elif y.numel():
         bc, rp = int(config["BC"]), int(config["RP"])
         rows = n * c * oh
         _maxpool_kernel[(triton.cdiv(rows, rp), triton.cdiv(ow, bc))](x, y, rows, oh, ow, h, w, kh, kw, sh, sw, ph,
