@@ -139,3 +139,20 @@ def test_argmax_model_prefers_wider_runs_and_the_grid_still_fills_the_chip():
     told, tnew = _terms("colreduce", wl, OLD["argmax_dim"]), _terms("colreduce", wl, new)
     assert tnew["T_mem_us"] < told["T_mem_us"] and tnew["cost"] < told["cost"]
     assert tnew["waves"] >= 7 and tnew["programs"] >= 7 * 132
+
+
+def test_the_pool_region_gives_the_milp_its_taps():
+    """max_pool2d's region at the real size passes the window's 9 taps and 12 window-row elements: the instance
+    is the GL = 1 design (the old region priced one load per output and picked the per-tap tile)."""
+    from pathlib import Path
+
+    from formloop.optimize.assemble import assemble
+    from formloop.optimize.capture import capture
+    from formloop.optimize.recognize import recognize
+    from formloop.sol.problem import load_problem
+
+    path = Path(__file__).resolve().parents[1] / "problems" / "level1" / "max_pool2d.py"
+    cap = capture(load_problem(str(path), small=False))
+    d = assemble(cap, recognize(cap), tier="gpu").regions[0]["design"]
+    assert d["config"] == vecops.solved_design("gather", *POOL[:3], taps=9, row_taps=12)
+    assert d["config"]["GL"] == 1
