@@ -140,7 +140,7 @@ def make(kind: str, calibration: Mapping[str, float] | None = None, calibration_
         params=(R, C, Bt, K, KR, warps_sm, regs, regs_sm, n_sm, bw, *effs),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),),
         constraints=(
-            Constraint("C1", t["live"] * t["per_thread"] <= regs if "live" in t else LIVE[kind] * t["per_thread"] <= regs,
+            Constraint("C1", t.get("live", LIVE[kind]) * t["per_thread"] <= regs,
                        "capacity", "the live fp32 tiles fit the registers"),
             Constraint("C2", RP * BC > 32 * (W - 1), "capacity", "every warp holds at least one element"),
             Constraint("C3", ((BC < 2 * C) | BC.eq(BC.decision.menu[0])) & ((RP < 2 * R) | RP.eq(1)), "layout",

@@ -94,7 +94,7 @@ def _apply_kernel(x_ptr, y_ptr, smean_ptr, srstd_ptr, w_ptr, b_ptr, ROWS, HW, CH
     row_ok = rows < ROWS
     ch = rows % CH
     st = (rows // CH) * SN + ch // CG
-    # y = (x − mean)·(rstd·w) + b: subtracting first keeps a constant row exact (x·scale − mean·scale would leave
+    # y = (x − mean)·(rstd·w) + b: subtracting first keeps a constant row exact (x·scale − mean·scale leaves
     # an ulp of x·rstd, ~1e-4 at x = 7, rstd = 1/sqrt(eps)); one more add per element in a memory-bound pass
     mean = tl.load(smean_ptr + st, mask=row_ok, other=0.0)
     scale = tl.load(srstd_ptr + st, mask=row_ok, other=0.0)
