@@ -354,7 +354,8 @@ def norm_case(name, mode, N, C, HW, G, device, small):
 
 def pool_case(N, C, H, W, device, small):
     """F.max_pool2d(x, 3, 2, 1) of x [N, C, H, W] (max_pool2d): vecops-gather, one load per tap (GL 0) or
-    window-row runs (GL 1); the menu: the 2026-12-01 pick and the best designs per GL."""
+    window-row runs (GL 1); the menu: the 2026-12-01 pick, the best designs per GL and wider window-row tiles
+    (4 outputs per thread at 4-16 warps: the model's wave term prices small programs, this measures it)."""
     if small:
         N, C, H, W = 2, 3, 13, 11
     from formloop.library.vecops_gather import max_pool2d, out_size
@@ -372,7 +373,8 @@ def pool_case(N, C, H, W, device, small):
     def menu(k):
         old = OLD_VECOPS["max_pool2d"]
         out = [(old, _model(t, wl, old), run(old))]
-        return out + [m for m in _menu(t, wl, k, run, group="GL", distinct=("BC", "RP", "W", "GL"))
+        wider = [{"BC": 64, "RP": rp, "W": w, "SPLIT": 1, "GL": 1} for rp, w in ((8, 4), (16, 8), (32, 16))]
+        return out + [m for m in _menu(t, wl, k, run, group="GL", distinct=("BC", "RP", "W", "GL"), extra=wider)
                       if m[0] != old]
     return Case(f"max_pool2d-{N}x{C}x{H}x{W}-fp32", "vecops", "fp32", nbytes,
                 lambda gen: {"x": torch.randn(N, C, H, W, generator=gen, device=device)}, run(d),
