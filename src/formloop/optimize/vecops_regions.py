@@ -20,7 +20,7 @@ import torch
 from torch import fx, nn
 from torch.nn import functional as F
 
-from formloop.library.vecops import pool_row_taps
+from formloop.library.vecops import pool_row_taps, solved_design
 from formloop.optimize.capture import Captured
 from formloop.optimize.gemm_region import arg_of, fn_of
 from formloop.optimize.recognize import Implementer, Region, register
@@ -158,8 +158,6 @@ def match_xent(node: fx.Node, cap: Captured, taken: set) -> Region | None:
 
 
 def _milp(kind: str, rows: int, cols: int, nbytes: int, taps: int = 1, row_taps: int = 0) -> dict[str, int]:
-    from formloop.library.vecops import solved_design
-
     return solved_design(kind, rows, cols, nbytes, "h200", taps, row_taps)
 
 
