@@ -156,3 +156,18 @@ def test_the_pool_region_gives_the_milp_its_taps():
     d = assemble(cap, recognize(cap), tier="gpu").regions[0]["design"]
     assert d["config"] == vecops.solved_design("gather", *POOL[:3], taps=9, row_taps=12)
     assert d["config"]["GL"] == 1
+
+
+def test_batch_norm_model_sees_the_old_apply_grid_spill_into_a_second_wave():
+    """The old batch_norm apply ran 2048 programs of one warp at 158 registers (sm_90): 12 per SM, 1584 resident,
+    so a second wave 29% full streamed the last quarter of the tensor at a fraction of the rate. The model's SM
+    fill sees it (T_mem x 1.55); the new pick's many short programs fill the chip (x <= 1.1)."""
+    n, c, hw = NORMS["batch_norm"]
+    wl = vecops.workload(n * c, hw, 2 * n * c * hw * E)
+    old = _terms("norm-apply", wl, OLD["batch_norm"])
+    new = _terms("norm-apply", wl, vecops.solved_design("norm-apply", n * c, hw, 2 * n * c * hw * E))
+    cp = vecops.rw.chip_params(get_chip("h200"), None)
+    rate = cp["bw"] * cp["eta_bw"]   # the template's streaming rate
+    ideal = 2 * n * c * hw * E / rate * 1e6
+    assert old["programs"] == 2048 and old["waves"] == 2
+    assert old["T_mem_us"] > 1.5 * ideal and new["T_mem_us"] < 1.1 * ideal
