@@ -7,7 +7,10 @@ torch eager and torch.compile, at Qwen3-8B and KernelBench-like sizes, on one GP
 
 --set runs the problem set's single vector ops instead (problems/level1, fp32, KernelBench sizes: relu,
 silu, mish, gelu, hardtanh, leaky_relu, residual_add, row_sum, row_max, softmax_rows, log_softmax,
-logsumexp, argmax_dim). --menu also times the model's top designs per case (elementwise: the k best of
+logsumexp, argmax_dim, batch_norm, group_norm, instance_norm, max_pool2d). The vecops five, old designs (the
+2026-12-01 picks) vs the current pick beside torch.compile:
+    PYTHONPATH=src python3 benchmarks/vector_ops.py --set --menu --menu-budget-s 900 --budget-s 900 \
+        --cases argmax_dim,batch_norm,group_norm,instance_norm,max_pool2d --out $OUT        # H200, ~5-8 min --menu also times the model's top designs per case (elementwise: the k best of
 each layout, 2D and flat, and the pick's other eviction hint; rowwise: the best per tile width (2k)
 and per warp count from 4 warps; vecops
 colreduce: the k best per run width RP), each checked first, so one call shows the pick vs the best
@@ -272,10 +275,110 @@ def colarg_case(B, D1, D2, device, small):
     def run(a):
         return lambda o: col_argreduce("argmax", o["x"], 1, config=a)
 
-    menu = lambda k: _menu(t, wl, k, run, group="RP", distinct=("BC", "RP", "W"))  # noqa: E731
+    def menu(k):   # the 2026-12-01 pick first, then the k best per run width RP
+        old = OLD_VECOPS["argmax_dim"] if not small else {"BC": 16, "RP": 8, "W": 1, "SPLIT": 1, "GL": 0}
+        return [(old, _model(t, wl, old), run(old))] + [m for m in _menu(t, wl, k, run, group="RP",
+                                                                         distinct=("BC", "RP", "W")) if m[0] != old]
     return Case(f"argmax_dim-{B}x{D1}x{D2}-fp32", "vecops", "fp32", nbytes,
                 lambda gen: {"x": torch.randn(B, D1, D2, generator=gen, device=device)}, run(d),
                 lambda o: torch.argmax(o["x"], 1), lambda o: [torch.argmax(o["x"].double(), 1)],
+                lambda o, res: [res], _model(t, wl, d), d, menu)
+
+
+# the vecops picks on main on 2026-12-01 (measured on the H200, CUDA graph: batch_norm 4.52 ms, group_norm 7.05 ms,
+# instance_norm 7.09 ms, max_pool2d 0.133 ms, argmax_dim 2.97 ms): timed beside the current pick by --menu
+OLD_VECOPS = {"batch_norm": {"BC": 128, "RP": 8, "W": 1, "SPLIT": 4, "GL": 0},
+              "group_norm": {"BC": 128, "RP": 8, "W": 1, "SPLIT": 16, "GL": 0},
+              "instance_norm": {"BC": 128, "RP": 8, "W": 1, "SPLIT": 16, "GL": 0},
+              "max_pool2d": {"BC": 64, "RP": 128, "W": 16, "SPLIT": 1, "GL": 0},
+              "argmax_dim": {"BC": 16, "RP": 128, "W": 4, "SPLIT": 1, "GL": 0}}
+
+
+def norm_case(name, mode, N, C, HW, G, device, small):
+    """batch_norm (training: batch statistics, running stats updated), group_norm, instance_norm of x [N, C, HW]
+    (problems/level1 sizes): vecops norm-stats + combine + norm-apply. The design is {stats, apply}; the menu
+    is the 2026-12-01 pick, the current pick, and the best apply per tile width beside the picked stats."""
+    if small:
+        N, C, HW, G = 2, 8, 45, 4
+    from formloop.library.vecops_kernel import seg_norm
+
+    g = C if mode == "instance" else G
+    rows, nbytes = N * C, N * C * HW * 4
+    ts, ta = vecops.make("norm-stats"), vecops.make("norm-apply")
+    ws, wa = vecops.workload(rows, HW, nbytes), vecops.workload(rows, HW, 2 * nbytes)
+    if small:
+        d = {"stats": {"BC": 16, "RP": 2, "W": 1, "SPLIT": 2}, "apply": {"BC": 32, "RP": 1, "W": 1, "SPLIT": 2}}
+    else:
+        d = {"stats": vecops.solved_design("norm-stats", rows, HW, nbytes),
+             "apply": vecops.solved_design("norm-apply", rows, HW, 2 * nbytes)}
+
+    def model(dd):
+        return _model(ts, ws, dd["stats"]) + _model(ta, wa, dd["apply"])
+
+    def make(gen):
+        return {"x": torch.randn(N, C, HW, generator=gen, device=device) * 2 + 1,
+                "w": torch.rand(C, generator=gen, device=device) + 0.5, "b": torch.randn(C, generator=gen, device=device),
+                "rm": torch.zeros(C, device=device), "rv": torch.ones(C, device=device)}
+
+    def run(dd):
+        def fn(o):
+            aff = {} if mode == "instance" else {"weight": o["w"], "bias": o["b"]}
+            run_stats = {"running_mean": o["rm"], "running_var": o["rv"]} if mode == "batch" else {}
+            return seg_norm(mode, o["x"], stats=dd["stats"], apply=dd["apply"], groups=g, **aff, **run_stats)
+        return fn
+
+    torch_fn = {"batch": lambda o: F.batch_norm(o["x"], o["rm"], o["rv"], o["w"], o["b"], True, 0.1, 1e-5),
+                "group": lambda o: F.group_norm(o["x"], g, o["w"], o["b"], 1e-5),
+                "instance": lambda o: F.instance_norm(o["x"], eps=1e-5)}[mode]
+
+    def ref(o):   # float64 on the operands' device; batch statistics (the running stats are not compared)
+        x = o["x"].double()
+        if mode == "batch":
+            return [F.batch_norm(x, None, None, o["w"].double(), o["b"].double(), True, 0.1, 1e-5)]
+        if mode == "group":
+            return [F.group_norm(x, g, o["w"].double(), o["b"].double(), 1e-5)]
+        return [F.instance_norm(x, eps=1e-5)]
+
+    def menu(k):
+        old = OLD_VECOPS[name]
+        out = [({"stats": old, "apply": old}, model({"stats": old, "apply": old}), run({"stats": old, "apply": old})),
+               (d, model(d), run(d))]
+        for a, _ in ranked_designs(ta.formulate(wa, get_chip("h200")), 1, group="BC", distinct=("BC", "RP", "W")):
+            alt = {"stats": d["stats"], "apply": a}
+            if alt != d and len(out) < 2 + 2 * k:
+                out.append((alt, model(alt), run(alt)))
+        return out
+    return Case(f"{name}-{N}x{C}x{HW}-fp32", "vecops", "fp32", 2 * nbytes, make, run(d), torch_fn, ref,
+                lambda o, res: [res], model(d), d, menu)
+
+
+def pool_case(N, C, H, W, device, small):
+    """F.max_pool2d(x, 3, 2, 1) of x [N, C, H, W] (max_pool2d): vecops-gather, one load per tap (GL 0) or
+    window-row runs (GL 1); the menu: the 2026-12-01 pick, the best designs per GL and wider window-row tiles
+    (4 outputs per thread at 4-16 warps: the model's wave term prices small programs, this measures it)."""
+    if small:
+        N, C, H, W = 2, 3, 13, 11
+    from formloop.library.vecops_gather import max_pool2d, out_size
+
+    oh, ow = out_size(H, W, 3, 2, 1, 1)
+    rows, nbytes = N * C * oh, (N * C * oh * ow + N * C * H * W) * 4
+    q, kr = vecops.pool_row_taps((3, 3), 2, 1)
+    t, wl = vecops.make("gather"), vecops.workload(rows, ow, nbytes, 9, kr)
+    d = vecops.solved_design("gather", rows, ow, nbytes, taps=9, row_taps=kr) if not small else \
+        {"BC": 8, "RP": 4, "W": 1, "SPLIT": 1, "GL": 1}
+
+    def run(a):
+        return lambda o: max_pool2d(o["x"], 3, config=a, stride=2, padding=1)
+
+    def menu(k):
+        old = OLD_VECOPS["max_pool2d"]
+        out = [(old, _model(t, wl, old), run(old))]
+        wider = [{"BC": 64, "RP": rp, "W": w, "SPLIT": 1, "GL": 1} for rp, w in ((8, 4), (16, 8), (32, 16))]
+        return out + [m for m in _menu(t, wl, k, run, group="GL", distinct=("BC", "RP", "W", "GL"), extra=wider)
+                      if m[0] != old]
+    return Case(f"max_pool2d-{N}x{C}x{H}x{W}-fp32", "vecops", "fp32", nbytes,
+                lambda gen: {"x": torch.randn(N, C, H, W, generator=gen, device=device)}, run(d),
+                lambda o: F.max_pool2d(o["x"], 3, 2, 1), lambda o: [F.max_pool2d(o["x"].double(), 3, 2, 1)],
                 lambda o, res: [res], _model(t, wl, d), d, menu)
 
 
@@ -298,6 +401,10 @@ def set_cases(device, small):
             row_case("log-softmax", 4096, 393216, "fp32", device, small, "log_softmax"),
             row_case("logsumexp", 16384, 65536, "fp32", device, small)]
     out.append(colarg_case(128, 4096, 4095, device, small))
+    out += [norm_case("batch_norm", "batch", 64, 64, 512 * 512, 1, device, small),
+            norm_case("group_norm", "group", 112, 64, 512 * 512, 8, device, small),
+            norm_case("instance_norm", "instance", 112, 64, 512 * 512, 64, device, small),
+            pool_case(64, 64, 112, 112, device, small)]
     return out
 
 

@@ -83,6 +83,9 @@ for name in ("group_norm", "instance_norm", "batch_norm", "cumsum", "argmax_dim"
             sig = dict(x_ptr=P, y_ptr=P, ROWS=I, OH=I, OW=I, H=I, W=I, **geo)
             fn = vg._maxpool_kernel
         kk = {"KH": 16, "KW": 16} if name == "unfold_patches" else {"KH": 3, "KW": 3}
+        if name == "max_pool2d" and c.get("GL"):   # window-row loads: the 3x3/2 pool's SW, DW, Q, SWP as constants
+            sig = {k: v for k, v in sig.items() if k not in ("SW", "DW")}
+            fn, kk = vg._maxpool_rows_kernel, {**kk, "SW": 2, "DW": 1, "Q": 2, "SWP": 2}
         out.append([f"{name} {c}", *stack(fn, sig, {**kk, **tile}, c["W"])])
 print(json.dumps(out))
 """

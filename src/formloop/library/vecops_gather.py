@@ -2,7 +2,9 @@
 
 unfold2d: F.unfold of x [N, C, H, W] (dilation, padding, stride), out [N, C·kh·kw, L]; the output viewed
 [N·C·kh·kw, L] is tiled [RP, BC]; each element reads its input (0 outside the padding).
-max_pool2d: F.max_pool2d (floor mode, no indices) of x [N, C, H, W]; the output viewed [N·C·OH, OW].
+max_pool2d: F.max_pool2d (floor mode, no indices) of x [N, C, H, W]; the output viewed [N·C·OH, OW]; design GL
+picks one load per window tap (GL 0) or window-row runs (GL 1: Q contiguous [BC, SW] runs per input row, lanes on
+consecutive addresses; vecops.pool_row_taps).
 cross_entropy: F.cross_entropy(logits [N, C], targets [N]) with reduction 'mean' and an ignore_index:
 one online log-sum-exp per row (rowwise logsumexp's design), the target's logit subtracted, then the mean
 over the rows kept (a second one-program launch, fixed order: deterministic)."""
@@ -57,6 +59,37 @@ def _maxpool_kernel(x_ptr, y_ptr, ROWS, OH, OW, H, W, KH: tl.constexpr, KW: tl.c
             v = tl.load(x_ptr + src, mask=ok, other=float("-inf")).to(tl.float32)
             acc = tl.where(v > acc, v, acc)
     tl.store(y_ptr + rows.to(tl.int64)[:, None] * OW + cols[None, :], acc.to(y_ptr.dtype.element_ty), mask=m_out)
+
+
+@triton.jit
+def _maxpool_rows_kernel(x_ptr, y_ptr, ROWS, OH, OW, H, W, KH: tl.constexpr, KW: tl.constexpr, SH,
+                         SW: tl.constexpr, PH, PW, DH, DW: tl.constexpr, Q: tl.constexpr, SWP: tl.constexpr,
+                         BC: tl.constexpr, RP: tl.constexpr):
+    """Window-row loads: for each input row of the window, Q contiguous [BC, SW] runs (output column ow reads
+    x[.., (ow + q)·SW − PW + s], s < SW), so a warp's lanes read consecutive addresses; the taps are the run
+    elements at offset q·SW + s = j·DW (j < KW), the others masked out of the max. Tiles are [BC, RP, SWP]
+    (columns first: Triton orders equally contiguous dims by index, so the lanes run along the columns)."""
+    rows = tl.program_id(0) * RP + tl.arange(0, RP)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
+    m_out = (cols < OW)[:, None] & (rows < ROWS)[None, :]
+    nc = rows // OH
+    oh = rows % OH
+    s = tl.arange(0, SWP)
+    acc = tl.full([BC, RP], float("-inf"), tl.float32)
+    for i in tl.static_range(KH):
+        ih = oh * SH - PH + i * DH
+        row_ok = m_out & ((ih >= 0) & (ih < H))[None, :]
+        base = (nc.to(tl.int64) * H + ih) * W
+        for q in tl.static_range(Q):
+            tap = q * SW + s
+            iw = (cols * SW + (q * SW) - PW)[:, None] + s[None, :]
+            col_ok = (iw >= 0) & (iw < W) & ((s < SW) & (tap % DW == 0) & (tap // DW < KW))[None, :]
+            ok = row_ok[:, :, None] & col_ok[:, None, :]
+            v = tl.load(x_ptr + base[None, :, None] + iw[:, None, :], mask=ok, other=float("-inf")).to(tl.float32)
+            vm = tl.max(v, 2)
+            acc = tl.where(vm > acc, vm, acc)
+    out = rows.to(tl.int64)[None, :] * OW + cols[:, None]
+    tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=m_out)
 
 
 @triton.jit
@@ -138,7 +171,15 @@ def max_pool2d(x: torch.Tensor, kernel_size, *, config: Mapping[str, int], strid
                                               _pair(padding, "padding"), _pair(dilation, "dilation"))
     oh, ow = out_size(h, w, kernel_size, stride, padding, dilation)
     y = torch.empty(n, c, oh, ow, device=x.device, dtype=x.dtype)
-    if y.numel():
+    if y.numel() and int(config.get("GL", 0)):
+        bc, rp = int(config["BC"]), int(config["RP"])
+        rows = n * c * oh
+        q = -(-((kw - 1) * dw + 1) // sw)
+        swp = 1 << max(0, sw - 1).bit_length()
+        _maxpool_rows_kernel[(triton.cdiv(rows, rp), triton.cdiv(ow, bc))](x, y, rows, oh, ow, h, w, kh, kw, sh, sw,
+                                                                           ph, pw, dh, dw, Q=q, SWP=swp, BC=bc, RP=rp,
+                                                                           num_warps=int(config["W"]))
+    elif y.numel():
         bc, rp = int(config["BC"]), int(config["RP"])
         rows = n * c * oh
         _maxpool_kernel[(triton.cdiv(rows, rp), triton.cdiv(ow, bc))](x, y, rows, oh, ow, h, w, kh, kw, sh, sw, ph,

@@ -94,14 +94,15 @@ def _apply_kernel(x_ptr, y_ptr, smean_ptr, srstd_ptr, w_ptr, b_ptr, ROWS, HW, CH
     row_ok = rows < ROWS
     ch = rows % CH
     st = (rows // CH) * SN + ch // CG
+    # y = (x − mean)·(rstd·w) + b: subtracting first keeps a constant row exact (x·scale − mean·scale leaves
+    # an ulp of x·rstd, ~1e-4 at x = 7, rstd = 1/sqrt(eps)); one more add per element in a memory-bound pass
     mean = tl.load(smean_ptr + st, mask=row_ok, other=0.0)
     scale = tl.load(srstd_ptr + st, mask=row_ok, other=0.0)
-    shift = -mean * scale
+    shift = tl.zeros([RP], tl.float32)
     if AFFINE:
         w = tl.load(w_ptr + ch, mask=row_ok, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + ch, mask=row_ok, other=0.0).to(tl.float32)
+        shift = tl.load(b_ptr + ch, mask=row_ok, other=0.0).to(tl.float32)
         scale = scale * w
-        shift = shift * w + b
     base = rows.to(tl.int64) * HW
     c0 = s * CHUNK
     for k in range(0, CHUNK, BC):
@@ -109,7 +110,8 @@ def _apply_kernel(x_ptr, y_ptr, smean_ptr, srstd_ptr, w_ptr, b_ptr, ROWS, HW, CH
         m = row_ok[:, None] & ((cols < HW) & (cols < c0 + CHUNK))[None, :]
         off = base[:, None] + cols[None, :]
         x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
-        tl.store(y_ptr + off, (x * scale[:, None] + shift[:, None]).to(y_ptr.dtype.element_ty), mask=m)
+        tl.store(y_ptr + off, ((x - mean[:, None]) * scale[:, None] + shift[:, None]).to(y_ptr.dtype.element_ty),
+                 mask=m)
 
 
 @triton.jit

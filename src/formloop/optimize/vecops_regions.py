@@ -20,6 +20,7 @@ import torch
 from torch import fx, nn
 from torch.nn import functional as F
 
+from formloop.library.vecops import pool_row_taps, solved_design
 from formloop.optimize.capture import Captured
 from formloop.optimize.gemm_region import arg_of, fn_of
 from formloop.optimize.recognize import Implementer, Region, register
@@ -125,7 +126,17 @@ def match_gather(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     rows, cols = math.prod(out[:-1]), out[-1]
     # bytes: the output once and the input once (the windows overlap in the L2 when they share inputs)
     nbytes = (math.prod(out) + math.prod(shape)) * E
-    return _region("gather", node, {"x": node.args[0], **a, "rows": rows, "cols": cols, "bytes": nbytes})
+    taps = row_taps = 0
+    if a["op"] == "max_pool2d":   # loads per output: the window's taps, or the window-row runs' elements
+        k = _pair(a["kernel_size"])
+        taps = k[0] * k[1]
+        row_taps = pool_row_taps(k, _pair(a["stride"] or a["kernel_size"])[1], _pair(a["dilation"])[1])[1]
+    return _region("gather", node, {"x": node.args[0], **a, "rows": rows, "cols": cols, "bytes": nbytes,
+                                    "taps": max(taps, 1), "row_taps": row_taps})
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v[0]), int(v[1])) if isinstance(v, (list, tuple)) else (int(v), int(v))
 
 
 def match_xent(node: fx.Node, cap: Captured, taken: set) -> Region | None:
@@ -146,10 +157,8 @@ def match_xent(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     return _region("xent", node, {"x": x, "targets": t, "ignore_index": ignore, "rows": shape[0], "cols": shape[1]})
 
 
-def _milp(kind: str, rows: int, cols: int, nbytes: int) -> dict[str, int]:
-    from formloop.library.vecops import solved_design
-
-    return solved_design(kind, rows, cols, nbytes, "h200")
+def _milp(kind: str, rows: int, cols: int, nbytes: int, taps: int = 1, row_taps: int = 0) -> dict[str, int]:
+    return solved_design(kind, rows, cols, nbytes, "h200", taps, row_taps)
 
 
 def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str, Any]:
@@ -167,7 +176,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str
     else:
         nbytes = {"scan": 2 * p["rows"] * p["cols"] * E, "colreduce": p.get("numel", 0) * E + p["rows"] * 8,
                   "gather": p.get("bytes", 0)}[kind]
-        d["config"] = _milp(kind, p["rows"], p["cols"], nbytes)
+        d["config"] = _milp(kind, p["rows"], p["cols"], nbytes, p.get("taps", 1), p.get("row_taps", 0))
         d["template"] = f"vecops-{kind}"
     if tier != "gpu":   # the interpreter runs programs one by one: few coarse tiles (correctness only)
         for key in ("stats", "apply", "config"):
