@@ -19,8 +19,11 @@ demo: $(STAMP)
 	$(BIN)/formloop run gemm --shape 4096,4096,4096 --shape 64,4096,4096 --shape 1000,1000,1000
 	$(BIN)/formloop optimize problems/level2/linear_bias_relu.py problems/level2/gemm_scale_clamp.py problems/level1/cumsum.py --small --budget 1 --workers 2 --out .formloop/demo-optimize
 
+# One torch thread per worker (two workers on two cores: more threads only contend); a file's tests in one
+# worker, so a module-scoped fixture (an end-to-end campaign) is built once; files go out in tests/conftest.py's
+# order (longest first), not xdist's (most tests first).
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q tests
 
 clean:
 	rm -rf $(VENV) .formloop
