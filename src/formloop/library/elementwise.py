@@ -101,9 +101,7 @@ def _terms(ops: tuple[EpilogueOp, ...], dtype: str, out: str):
     # resident programs: the expected registers ((x, the operand, one temporary) per element + addresses); the wall
     # C1 keeps the conservative `live` count against spills
     expect = (2 + facts.tiles) * per_thread + 32
-    occupancy = maximum(1, minimum(floordiv(warps_sm, W), floordiv(regs_sm, threads * expect), 32))
-    active = maximum(1, minimum(programs, n_sm * occupancy))
-    waves = ceildiv(programs, n_sm * occupancy)
+    _, active, waves = rw.resident(programs, W, expect)
     bytes_ = M * N * (e + eo) + M * N * facts.tile_bytes + N * facts.vec_row_bytes + M * facts.vec_col_bytes
     idx = where(flat, where(mod(M * N, BF).eq(0), 0, IDX_OPS_FLAT), IDX_OPS_2D)
     t_prog = t_block + t_elem * per_thread * (max(facts.ops, 1.0) + idx) / 4  # one program's issue time, s

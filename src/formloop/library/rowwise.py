@@ -115,17 +115,21 @@ def sol_bytes(op: str, rows, cols, elem):
     return x + rows * (INDEX_BYTES if op in ("argmax", "argmin") else elem)
 
 
+def resident(programs, warps, regs_per_thread):
+    """The streaming families' wave terms: (programs resident per SM (warps and the register file, at most
+    32), programs active at once, waves). `regs_per_thread`: live values per thread plus ~32 registers of
+    addresses. Expressions (or numbers) in, expressions out."""
+    occupancy = maximum(1, minimum(floordiv(warps_sm, warps), floordiv(regs_sm, 32 * warps * regs_per_thread), 32))
+    return occupancy, maximum(1, minimum(programs, n_sm * occupancy)), ceildiv(programs, n_sm * occupancy)
+
+
 def _terms(op: str):
     tiles = ceildiv(C, BC)
     programs = ceildiv(R, RP)
     threads = 32 * W
     per_thread = ceildiv(RP * BC, threads)
     looped = tiles > 1
-    # resident programs: warps, and the register file (live tiles plus ~32 registers of addresses per thread)
-    occupancy = maximum(1, minimum(floordiv(warps_sm, W), floordiv(regs_sm, threads * (LIVE[op] * per_thread + 32)),
-                                   32))
-    active = maximum(1, minimum(programs, n_sm * occupancy))
-    waves = ceildiv(programs, n_sm * occupancy)
+    _, active, waves = resident(programs, W, LIVE[op] * per_thread + 32)   # live tiles + addresses per thread
     bytes_ = sol_bytes(op, R, C, e)
     in_flight = RP * BC * e * where(looped, maximum(S - 1, 1), 1)
     pull = active * in_flight / lat_m

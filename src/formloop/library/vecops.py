@@ -88,10 +88,7 @@ def _terms(kind: str):
     else:
         programs = ceildiv(R, RP) * ceildiv(C, BC)
         steps = 1
-    occupancy = maximum(1, minimum(floordiv(warps_sm, W), floordiv(regs_sm, threads * (live * per_thread + 32)),
-                                   32))
-    active = maximum(1, minimum(programs, n_sm * occupancy))
-    waves = ceildiv(programs, n_sm * occupancy)
+    occupancy, active, waves = rw.resident(programs, W, live * per_thread + 32)
     # bytes a tile element has in flight: a gather's element pulls its share of the workload's bytes (a 3x3/2 pool
     # reads 4 input elements per output: 20 B), the streaming kinds 4 B
     pull = active * RP * BC * (Bt / (R * C) if kind == "gather" else 4) / lat_m
