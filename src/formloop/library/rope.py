@@ -120,8 +120,13 @@ def chip_params(chip, calibration: Mapping[str, float] | None = None) -> dict[st
     return {k: v for k, v in ew.chip_params(chip, calibration).items() if k in names}
 
 
+def pow2(n: int) -> int:
+    """The least power of two >= n (1 for n <= 1)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
 def pairs_block(d: int) -> int:
-    return 1 << max(0, d // 2 - 1).bit_length()
+    return pow2(d // 2)
 
 
 def workload(rows: int, d: int, table_rows: int, dtype: str = "fp32") -> dict[str, int]:

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
+from formloop.library.vecops import pool_row_taps
 
 
 @triton.jit
@@ -174,7 +175,7 @@ def max_pool2d(x: torch.Tensor, kernel_size, *, config: Mapping[str, int], strid
     if y.numel() and int(config.get("GL", 0)):
         bc, rp = int(config["BC"]), int(config["RP"])
         rows = n * c * oh
-        q = -(-((kw - 1) * dw + 1) // sw)
+        q = pool_row_taps((kh, kw), sw, dw)[0]
         swp = 1 << max(0, sw - 1).bit_length()
         _maxpool_rows_kernel[(triton.cdiv(rows, rp), triton.cdiv(ow, bc))](x, y, rows, oh, ow, h, w, kh, kw, sh, sw,
                                                                            ph, pw, dh, dw, Q=q, SWP=swp, BC=bc, RP=rp,

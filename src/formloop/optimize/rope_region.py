@@ -173,18 +173,14 @@ def match_rope(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     return None
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 def choose_rope(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str, Any]:
-    from formloop.library.rope import pairs_block, solved_design
+    from formloop.library.rope import pairs_block, pow2, solved_design
 
     p = region.params
     cfg = solved_design(p["rows"], p["d"], p["q"], p["dtype"], "h200")
     solver = "milp (HiGHS)"
     if tier != "gpu":   # the interpreter runs programs one by one: a few tall tiles (correctness only)
-        cfg = {**cfg, "RP": max(1, min(_pow2(p["rows"]), 4096 // pairs_block(p["d"]), 64)), "W": 4}
+        cfg = {**cfg, "RP": max(1, min(pow2(p["rows"]), 4096 // pairs_block(p["d"]), 64)), "W": 4}
         solver = "interpreter tile"
         region.notes.append(f"interpreter tier: tile {cfg} instead of the MILP's (correctness only)")
     return {"config": cfg, "solver": solver, "template": "rope"}
