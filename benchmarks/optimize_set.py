@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent / "problems"
 def main(argv=None) -> int:
     # Every attempt and baseline runs in a fresh child that imports torch (and Inductor) again; where the
     # interpreter's site-packages are read-only (the GPU image), their bytecode is never cached and each
-    # child compiles those sources anew (measured on the H200: a torch.compile baseline's child 23 s,
-    # the same harness in-process 6.4 s). A shared bytecode cache for the children, unless one is set.
+    # child compiles those sources anew (RESULTS.md, torch.compile baselines: the timing children's wall times
+    # before and after). A shared bytecode cache for the children, unless one is set.
     os.environ.setdefault("PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir()) / "formloop-pycache"))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
