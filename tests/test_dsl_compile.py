@@ -51,3 +51,36 @@ def test_the_epilogue_in_halves_holds_fewer_registers_on_sm90():
     assert halves["spill_stores"] == 0 and halves["regs"] < whole["regs"], (whole, halves)
     assert whole["spill_stores"] > 0 or whole["regs"] >= 240, whole  # the reason the halves exist
     assert halves["shared"] <= 227 * 1024
+
+
+CONV_SCRIPT = r"""
+import json, re
+import torch
+from formloop.library.gemm_epilogue_emit import Conv2d, KernelSpec, Shape
+from formloop.library.gemm_epilogue_kernel import EpiloguePlan, new_inputs, new_output
+from formloop.library.gemm_epilogue_ops import make_op
+from formloop.library.gemm_tiling_kernel import TileConfig
+
+spec = KernelSpec(op="conv2d", ab="tf32x3", lb="col", c="fp32", chain=(make_op("bias", ["row", "fp32"]),),
+                  name="compile_conv")
+out = []
+for c in (64, 60):   # 64: every K block of 32 inside one filter tap; 60: blocks straddle taps
+    plan = EpiloguePlan(spec, TileConfig(128, 128, 32, S=3, W=8, KS=1, G=8, L=0),
+                        Shape.of_conv(Conv2d(2, 8, 8, c, 64, 3, 3, pad=(1, 1))))
+    args, options = plan.call_args(new_inputs(plan, "cpu", torch.Generator().manual_seed(0)),
+                                   new_output(plan, "cpu"), None)
+    ptx = plan.kernel.warmup(*args, grid=plan.grid, **options).asm["ptx"]
+    out.append({"tap": options["TAP_BLOCKS"], "copies16": len(re.findall(r"cp\.async\.cg\.shared\.global", ptx)),
+                "copies4": len(re.findall(r"cp\.async\.ca\.shared\.global", ptx))})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not has_ptxas(), reason="no ptxas in the triton wheel")
+def test_conv_tap_blocks_load_a_in_16_byte_copies_on_sm90():
+    # the conv2d_3x3 problem's design (C = 64, Tk = 32): A's tile is 128 runs of 32 channels, copied 16 bytes at a
+    # time; with blocks straddling taps (C = 60) every element finds its own (r, s, c): 4-byte copies
+    tap, element = run_compile_script(CONV_SCRIPT)
+    assert tap["tap"] and not element["tap"], (tap, element)
+    assert tap["copies4"] == 0 and tap["copies16"] > 0, tap
+    assert element["copies4"] > 0, element

@@ -111,6 +111,8 @@ def test_conv2d_nhwc_implicit_gemm(geometry):
                       name="conv")
     shape = Shape.of_conv(Conv2d(2, 7, 6, 8, 24, **geometry))
     assert _check(spec, TileConfig(16, 32, 32, KS=2, L=0), shape).passed
+    # 32 channels: every K block of 32 inside one filter tap (TAP_BLOCKS), split-K across taps
+    assert _check(spec, TileConfig(16, 32, 32, KS=2, L=0), Shape.of_conv(Conv2d(2, 7, 6, 32, 24, **geometry))).passed
 
 
 def test_conv2d_refuses_the_copy_engine():

@@ -42,7 +42,10 @@ def _close(y: torch.Tensor, ref: torch.Tensor) -> bool:
 CASES = [(2, 5, 9, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1)),
          (1, 3, 11, 10, 18, 3, 2, (2, 1), (2, 0), (2, 1)),
          (2, 4, 8, 8, 20, 1, 1, (1, 1), (0, 0), (1, 1)),
-         (1, 6, 7, 9, 5, 5, 5, (2, 3), (3, 1), (1, 1))]
+         (1, 6, 7, 9, 5, 5, 5, (2, 3), (3, 1), (1, 1)),
+         # C a multiple of Tk: each K block inside one filter tap (the kernel's TAP_BLOCKS loads)
+         (2, 16, 9, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1)),
+         (1, 32, 7, 6, 9, 3, 2, (2, 1), (2, 0), (2, 1))]
 
 
 @pytest.mark.parametrize("case", CASES)

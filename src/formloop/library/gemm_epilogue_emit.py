@@ -118,6 +118,8 @@ def aligned_extents(spec: KernelSpec, shape: Shape) -> dict[str, int]:
     them for densely stored operands): K (the k-tail mask); M when A is stored by columns and N
     when B is stored by rows (their wrapped indices are hinted contiguous)."""
     out = {"K": shape.K}
+    if spec.op == "conv2d":   # A's rows are runs of C channels (the tap-block loads' hint)
+        out["C"] = shape.conv.c
     if spec.op != "conv2d" and spec.la == "col":
         out["M"] = shape.M
     if spec.op != "conv2d" and spec.lb == "row":
@@ -260,10 +262,21 @@ def _pointer_setup(spec: KernelSpec) -> list[str]:
 def _pointer_loads(spec: KernelSpec) -> list[str]:
     lines = ["k_ok = (k + rk) < k_hi"]
     if spec.op == "conv2d":
-        lines += ["kk = k + rk", "c_i = kk % C", "s_i = (kk // C) % FS", "r_i = kk // (C * FS)",
-                  "h = h0[:, None] + (r_i * DH)[None, :]", "w = w0[:, None] + (s_i * DW)[None, :]",
-                  "a_ok = k_ok[None, :] & (h >= 0) & (h < H) & (w >= 0) & (w < W)",
-                  "a = tl.load(a_ptr + x_row[:, None] + ((h * W + w) * C + c_i[None, :]), mask=a_ok, other=0.0)"]
+        # TAP_BLOCKS (C % BLOCK_K == 0): a K block lies inside one filter tap (r, s), so its A tile is BLOCK_M
+        # contiguous runs of BLOCK_K channels: the tap and the row masks are computed per row, the loads
+        # vectorize (ALIGN divides C). Else every element finds its own (r, s, c).
+        lines += ["if TAP_BLOCKS:",
+                  "    tap = k // C",
+                  "    h = h0 + (tap // FS) * DH",
+                  "    w = w0 + (tap % FS) * DW",
+                  "    row_ok = (h >= 0) & (h < H) & (w >= 0) & (w < W)",
+                  "    a_row = tl.multiple_of(x_row + (h * W + w) * C + k % C, ALIGN)",
+                  "    a = tl.load(a_ptr + a_row[:, None] + rk[None, :], mask=row_ok[:, None], other=0.0)",
+                  "else:",
+                  "    kk = k + rk", "    c_i = kk % C", "    s_i = (kk // C) % FS", "    r_i = kk // (C * FS)",
+                  "    h = h0[:, None] + (r_i * DH)[None, :]", "    w = w0[:, None] + (s_i * DW)[None, :]",
+                  "    a_ok = k_ok[None, :] & (h >= 0) & (h < H) & (w >= 0) & (w < W)",
+                  "    a = tl.load(a_ptr + x_row[:, None] + ((h * W + w) * C + c_i[None, :]), mask=a_ok, other=0.0)"]
     else:
         lines += ["a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)"]
     lines += ["b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)"]
@@ -288,6 +301,7 @@ def kernel_params(spec: KernelSpec, load_path: int = 0, pdl: bool = False) -> li
 
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET", "C_DESC",
               "EPI_SPLIT")
+CONV_CONSTEXPRS = ("TAP_BLOCKS",)  # conv2d: every K block inside one filter tap (C % BLOCK_K == 0)
 PDL_CONSTEXPRS = ("PF_SPAN", "PF_LINE")  # columns of each B row prefetched before the wait, elements per line
 
 
@@ -347,7 +361,7 @@ def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False) -> str:
              *("        " + x for x in _epilogue_calls(spec, "total")),
              "else:",
              *("    " + x for x in _epilogue_calls(spec, "acc"))]
-    consts = CONSTEXPRS + (PDL_CONSTEXPRS if pdl else ())
+    consts = CONSTEXPRS + (PDL_CONSTEXPRS if pdl else ()) + (CONV_CONSTEXPRS if spec.op == "conv2d" else ())
     params = ", ".join([*kernel_params(spec, load_path, pdl), *(f"{c}: tl.constexpr" for c in consts)])
     dont = ["M", "N", "K", "GROUP_M", "SPLIT_K"] + (list(CONV_ARGS) if spec.op == "conv2d" else [])
     return "\n".join([f"@triton.jit(do_not_specialize={dont!r})", f"def {spec.name}({params}):",

@@ -184,6 +184,8 @@ class EpiloguePlan:
                        TO_WORKSPACE=split, WIDEN=INTERPRETED and spec.ab in ("bf16", "fp16"), INTERPRET=INTERPRETED,
                        C_DESC=c_desc, EPI_SPLIT=self.epi_split, num_warps=cfg.W,
                        num_stages=cfg.S)
+        if spec.op == "conv2d":
+            options["TAP_BLOCKS"] = s.conv.c % cfg.Tk == 0
         if self.pdl:
             args.append(b)
             options.update(self._pdl_options(b), launch_pdl=True)
