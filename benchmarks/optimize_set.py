@@ -53,6 +53,9 @@ def main(argv=None) -> int:
     ap.add_argument("--level", type=int, action="append", default=[], help="only these levels (repeatable)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME",
                     help="only the problem NAME (file stem, e.g. bmm_heads; repeatable)")
+    ap.add_argument("--restart", action="append", default=[], metavar="NAME",
+                    help="retire NAME's attempts (kept in the store as 'retired', no longer counted) and start it "
+                         "again from the MILP's design: after its kernels changed (repeatable)")
     ap.add_argument("--fp32-operands", default="auto", help="GEMM operands of fp32 problems: auto | tf32 | tf32x3 | "
                                                            "fp32 (auto: the fastest whose error bound fits)")
     ap.add_argument("--small", action="store_true", help="SMALL sizes (forced without CUDA)")
@@ -92,6 +95,8 @@ def main(argv=None) -> int:
             print(f"{f.stem}: {b['status']} {b['dtype']} {regions or ''} {b['reason'][:120]} {b['dtype_reason'][:80]}",
                   flush=True)
         return 0
+    if args.restart:
+        restart(args, small)
     report = api.optimize([str(d) for d in dirs], out=str(args.out), budget=args.attempts, small=small,
                           tier="gpu" if gpu else "interpreter", chip=args.chip, tolerance="kernelbench",
                           workers=args.workers, deadline_s=args.budget_s, dtype=args.dtype, ray=args.ray,
@@ -107,6 +112,16 @@ def main(argv=None) -> int:
     if args.bundle:
         bundle(args.out, report, args.bundle)
     return 0
+
+
+def restart(args, small: bool) -> None:
+    from formloop.optimize.store import OptimizeStore
+
+    campaign = f"{args.dtype}/{'small' if small else 'full'}"
+    with OptimizeStore(args.store or args.out / "population.db", campaign) as store:
+        for name in args.restart:
+            n = store.retire_attempts(name, "--restart: its kernels changed since they were measured")
+            print(f"{name}: {n} attempts retired, starts again from the MILP's design", flush=True)
 
 
 def report_only(args, files) -> int:

@@ -50,6 +50,27 @@ def test_campaign_record_lives_in_the_population_store(tmp_path):
         assert pop.counts()["templates"] == 0
 
 
+def test_retired_attempts_are_kept_aside_and_the_problem_starts_over(tmp_path):
+    with OptimizeStore(tmp_path / "s.db", "fp32/full") as s:
+        for name in ("p", "q"):
+            s.put_problem(name, path="/x.py", level=1, tier="gpu", status="ready")
+            _attempt(s, name, accepted=True, time_s=1.0)
+            _attempt(s, name, accepted=True, time_s=0.5)
+        s.set_compile("p", 0.7)
+        s.set_status("p", "stopped:exhausted")
+        assert s.retire_attempts("p", "kernel changed") == 2
+        assert s.attempts("p") == [] and s.next_attempt("p") == 0 and s.best("p") is None
+        assert s.problem("p")["status"] == "ready" and s.problem("p")["compile_s"] == 0.7   # the baseline stays
+        assert [a["time_s"] for a in s.attempts("q")] == [1.0, 0.5]                          # others untouched
+        _attempt(s, "p", accepted=True, time_s=2.0)
+        assert s.retire_attempts("p", "again") == 1      # a second retirement keeps the first's rows
+        retired = [r[3] for r in s._rows(s.db, "retired", "p")]
+        assert [(r["attempt"], r["time_s"], r["retired_for"]) for r in retired] == [
+            (0, 1.0, "kernel changed"), (1, 0.5, "kernel changed"), (0, 2.0, "again")]
+        with pytest.raises(KeyError):
+            s.retire_attempts("nope", "x")
+
+
 def test_problem_names_do_not_bleed_into_each_other(tmp_path):
     with OptimizeStore(tmp_path / "s.db", "fp32/small") as s:
         for name in ("a", "a|b", "ab"):

@@ -164,6 +164,25 @@ class OptimizeStore:
         return [{"id": rowid, "problem": name, "attempt": number, **body}
                 for rowid, name, number, body in self._rows(self.db, "attempt", problem) if name == problem]
 
+    def retire_attempts(self, problem: str, reason: str) -> int:
+        """Set `problem`'s attempts aside (kept under 'retired' with `reason`, no longer counted) and make it
+        ready again: after its kernels changed, it starts over from attempt 0 (the MILP's design). Returns
+        how many were retired."""
+        if self.problem(problem) is None:
+            raise KeyError(f"problem {problem} is not in campaign {self.campaign}")
+
+        def write(conn):
+            rows = [r for r in self._rows(conn, "attempt", problem) if r[1] == problem]
+            base = max((r[2] for r in self._rows(conn, "retired", problem) if r[1] == problem), default=-1) + 1
+            for i, (rowid, _, number, body) in enumerate(rows):
+                self._put(conn, "retired", problem, base + i, {**body, "attempt": number, "retired_for": reason,
+                                                                "retired_at": time.time()})
+                conn.execute("DELETE FROM optimize_log WHERE rowid = ?", (rowid,))
+            return len(rows)
+        n = self._tx(write)
+        self.set_status(problem, "ready", "")
+        return n
+
     def best(self, problem: str) -> dict[str, Any] | None:
         """The fastest correct, integrity-accepted attempt (None if there is none)."""
         ok = [a for a in self.attempts(problem) if a["accepted"] and a["time_s"] is not None]
