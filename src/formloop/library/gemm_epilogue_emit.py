@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from formloop.errors import InvalidInput
+from formloop.library import gemm_epilogue_conv as conv2d
 from formloop.library.gemm_epilogue_ops import TL_DTYPES, EpilogueOp
 from formloop.library.pdl_check import gemm_prologue
 
@@ -23,7 +24,6 @@ OPERATIONS = ("gemm", "batched_gemm", "conv2d")
 LAYOUTS = ("row", "col")
 OPERAND_DTYPES = ("bf16", "fp16", "tf32", "tf32x3", "fp32")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
-CONV_ARGS = ("H", "W", "C", "P", "Q", "FR", "FS", "SH", "SW", "PH", "PW", "DH", "DW")
 
 
 @dataclass(frozen=True)
@@ -240,8 +240,7 @@ def epilogue_source(spec: KernelSpec) -> str:
 def _pointer_setup(spec: KernelSpec) -> list[str]:
     lines = ["rk = tl.arange(0, BLOCK_K)"]
     if spec.op == "conv2d":
-        lines += ["rmw = rm % M", "q_i = rmw % Q", "p_i = (rmw // Q) % P", "n_i = rmw // (Q * P)",
-                  "h0 = p_i * SH - PH", "w0 = q_i * SW - PW", "x_row = n_i.to(tl.int64) * (H * W * C)"]
+        lines += conv2d.SETUP
     elif spec.la == "row":
         lines += ["ram = rm % M", "a_ptrs = a_ptr + bid64 * stride_ab + tl.multiple_of(ram * stride_a, ALIGN)[:, None]"
                   " + (k_lo + rk)[None, :]"]
@@ -262,21 +261,7 @@ def _pointer_setup(spec: KernelSpec) -> list[str]:
 def _pointer_loads(spec: KernelSpec) -> list[str]:
     lines = ["k_ok = (k + rk) < k_hi"]
     if spec.op == "conv2d":
-        # TAP_BLOCKS (C % BLOCK_K == 0): a K block lies inside one filter tap (r, s), so its A tile is BLOCK_M
-        # contiguous runs of BLOCK_K channels: the tap and the row masks are computed per row, the loads
-        # vectorize (ALIGN divides C). Else every element finds its own (r, s, c).
-        lines += ["if TAP_BLOCKS:",
-                  "    tap = k // C",
-                  "    h = h0 + (tap // FS) * DH",
-                  "    w = w0 + (tap % FS) * DW",
-                  "    row_ok = (h >= 0) & (h < H) & (w >= 0) & (w < W)",
-                  "    a_row = tl.multiple_of(x_row + (h * W + w) * C + k % C, ALIGN)",
-                  "    a = tl.load(a_ptr + a_row[:, None] + rk[None, :], mask=row_ok[:, None], other=0.0)",
-                  "else:",
-                  "    kk = k + rk", "    c_i = kk % C", "    s_i = (kk // C) % FS", "    r_i = kk // (C * FS)",
-                  "    h = h0[:, None] + (r_i * DH)[None, :]", "    w = w0[:, None] + (s_i * DW)[None, :]",
-                  "    a_ok = k_ok[None, :] & (h >= 0) & (h < H) & (w >= 0) & (w < W)",
-                  "    a = tl.load(a_ptr + x_row[:, None] + ((h * W + w) * C + c_i[None, :]), mask=a_ok, other=0.0)"]
+        lines += conv2d.LOADS
     else:
         lines += ["a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)"]
     lines += ["b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)"]
@@ -292,7 +277,7 @@ def kernel_params(spec: KernelSpec, load_path: int = 0, pdl: bool = False) -> li
     """The main kernel's parameters in order (the launcher passes them positionally); with PDL, B's
     storage as a plain pointer last (`b_raw`: the weight lines prefetched before the wait)."""
     ptrs, strides = tensor_params(spec)
-    conv = list(CONV_ARGS) if spec.op == "conv2d" else []
+    conv = list(conv2d.ARGS) if spec.op == "conv2d" else []
     operands = ["a_desc", "b_desc"] if load_path else ["a_ptr", "b_ptr"]
     return [*operands, "c_ptr", "ws_ptr", "cnt_ptr", *ptrs, "M", "N", "K", "stride_ab", "stride_a",
             "stride_bb", "stride_b", "stride_cb", "stride_cm", "stride_cn", *strides, *conv, "GROUP_M", "SPLIT_K",
@@ -301,7 +286,6 @@ def kernel_params(spec: KernelSpec, load_path: int = 0, pdl: bool = False) -> li
 
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET", "C_DESC",
               "EPI_SPLIT")
-CONV_CONSTEXPRS = ("TAP_BLOCKS",)  # conv2d: every K block inside one filter tap (C % BLOCK_K == 0)
 PDL_CONSTEXPRS = ("PF_SPAN", "PF_LINE")  # columns of each B row prefetched before the wait, elements per line
 
 
@@ -361,9 +345,9 @@ def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False) -> str:
              *("        " + x for x in _epilogue_calls(spec, "total")),
              "else:",
              *("    " + x for x in _epilogue_calls(spec, "acc"))]
-    consts = CONSTEXPRS + (PDL_CONSTEXPRS if pdl else ()) + (CONV_CONSTEXPRS if spec.op == "conv2d" else ())
+    consts = CONSTEXPRS + (PDL_CONSTEXPRS if pdl else ()) + (conv2d.CONSTEXPRS if spec.op == "conv2d" else ())
     params = ", ".join([*kernel_params(spec, load_path, pdl), *(f"{c}: tl.constexpr" for c in consts)])
-    dont = ["M", "N", "K", "GROUP_M", "SPLIT_K"] + (list(CONV_ARGS) if spec.op == "conv2d" else [])
+    dont = ["M", "N", "K", "GROUP_M", "SPLIT_K"] + (list(conv2d.ARGS) if spec.op == "conv2d" else [])
     return "\n".join([f"@triton.jit(do_not_specialize={dont!r})", f"def {spec.name}({params}):",
                       *("    " + b for b in body)])
 

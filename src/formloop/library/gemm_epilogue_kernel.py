@@ -23,6 +23,7 @@ import torch
 import triton
 
 from formloop.errors import InvalidInput
+from formloop.library.gemm_epilogue_conv import tap_blocks
 from formloop.library.gemm_epilogue_emit import (  # noqa: F401 (Conv2d, Shape re-exported)
     Conv2d, KernelSpec, Shape, aligned_extents, module_source, stores_by_copy,
 )
@@ -185,7 +186,7 @@ class EpiloguePlan:
                        C_DESC=c_desc, EPI_SPLIT=self.epi_split, num_warps=cfg.W,
                        num_stages=cfg.S)
         if spec.op == "conv2d":
-            options["TAP_BLOCKS"] = s.conv.c % cfg.Tk == 0
+            options["TAP_BLOCKS"] = tap_blocks(s.conv.c, cfg.Tk)
         if self.pdl:
             args.append(b)
             options.update(self._pdl_options(b), launch_pdl=True)
