@@ -56,6 +56,11 @@ def test_gemm_bf16_design_is_right_at_a_ragged_n_and_at_the_aligned_one():
         out = gemm_chain(a, b, op="gemm", ab="bf16", c="bf16", lb="row", config=BF16_DESIGN)
         assert out.shape == (128, n) and _bad(out, a, b) == 0, n
         assert path in _paths()
+    # an nn.Linear weight [N, K] with N = 257: A and W aligned (TMA loads), C's pitch ragged (pointer stores)
+    fused_gemm._PLANS.clear()
+    a, w = torch.randn(64, 64, generator=g).bfloat16(), torch.randn(257, 64, generator=g).bfloat16()
+    out = gemm_chain(a, w, ab="bf16", c="bf16", lb="col", config=SMALL_TMA)
+    assert _bad(out, a, w.T) == 0 and _paths() == {1}
 
 
 def test_strided_b_rows_are_read_dense():
