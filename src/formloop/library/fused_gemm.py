@@ -5,8 +5,11 @@ per (spec, tile configuration, shape) and launched on the caller's tensors.
 chain(a · B) where B is `b` as stored: `lb="col"` takes an nn.Linear weight [N, K] (B = Wᵀ), `lb="row"`
 a [K, N] matrix; `op="batched_gemm"` takes a [batch, M, K] and b [batch, K, N] (row) or
 [batch, N, K] (col). `a` of a gemm may carry leading dimensions ([..., K]); they are flattened into M
-and restored on the output. A TMA design (L=1) on operands whose pitches the copy engine cannot
-take (a ragged K or N) runs the pointer path with the same tiles. The tile configuration is the
+and restored on the output. The load path is chosen per call (`load_path`): a TMA design (L=1) on
+operands the copy engine cannot take (a ragged K or N: row pitches not a multiple of 16 bytes; an
+unaligned base or batch stride) runs the pointer path with the same tiles. Operands whose stored
+rows are strided (a transposed view passed in) are copied dense first: both paths read unit-stride
+rows. The tile configuration is the
 MILP's choice written into the ModelNew (formloop.optimize); the chain is
 gemm_epilogue_ops.chain_text. Set TRITON_INTERPRET=1 before the
 first triton import to run in the interpreter (no CUDA device)."""
@@ -41,9 +44,16 @@ def _plan(spec: KernelSpec, config: tuple, shape: Shape):
 
 
 def _tma_ok(t: torch.Tensor) -> bool:
-    """Unit inner stride, 16-byte aligned row pitch and base: what a TMA descriptor takes."""
+    """Unit inner stride, 16-byte aligned base and outer strides (row pitch, batch stride): what a
+    TMA descriptor takes (triton.tools.tensor_descriptor asserts the same)."""
     e = t.element_size()
-    return t.stride(-1) == 1 and (t.stride(-2) * e) % 16 == 0 and t.data_ptr() % 16 == 0
+    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all((s * e) % 16 == 0 for s in t.stride()[:-1])
+
+
+def load_path(config: Mapping[str, int], a: torch.Tensor, b: torch.Tensor) -> int:
+    """The load path of one call: the design's L, except 0 (pointer loads) where a TMA design meets
+    an operand (as stored: a [.., M, K], b [.., K, N] or [.., N, K]) the copy engine cannot take."""
+    return 1 if config.get("L") and _tma_ok(a) and _tma_ok(b) else 0
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
@@ -58,6 +68,7 @@ def gemm_chain(a: torch.Tensor, b: torch.Tensor, *, op: str = "gemm", ab: str = 
         raise InvalidInput("fused op", op, "gemm, batched_gemm")
     spec = _spec(op, ab, c, lb, chain)
     lead = tuple(a.shape[:-1])
+    b = _dense(b)   # stored rows (b [K, N] by rows, W [N, K] by columns) are read with unit stride
     if op == "gemm":
         a2 = _dense(a.reshape(-1, a.shape[-1]))
         m, k = a2.shape
@@ -69,7 +80,7 @@ def gemm_chain(a: torch.Tensor, b: torch.Tensor, *, op: str = "gemm", ab: str = 
         n = b.shape[-2] if lb == "col" else b.shape[-1]
         shape = Shape(m, n, k, batch=batch)
     b2 = b if lb == "row" else b.transpose(-1, -2)     # the logical [K, N] (a view of the stored W)
-    if config.get("L") and not (_tma_ok(a2) and _tma_ok(b)):
+    if config.get("L") and not load_path(config, a2, b):
         config = {**config, "L": 0}   # the copy engine needs 16-byte pitches: the pointer path, same tiles
     plan = _plan(spec, tuple(sorted(config.items())), shape)
     inputs = {"a": a2, "b": b2}

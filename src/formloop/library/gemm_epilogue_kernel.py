@@ -159,6 +159,9 @@ class EpiloguePlan:
             raise InvalidInput("workspace", None if workspace is None else tuple(workspace.shape),
                                "the tensor EpiloguePlan.new_workspace returns")
         ws, cnt = (workspace, workspace[self._ws_elems():].view(torch.int32)) if split else (out, out)
+        if spec.op != "conv2d":
+            _check_unit_rows(a, spec.la, "a")
+            _check_unit_rows(b, spec.lb, "b")
         align = self._align(a, b)
         if cfg.L:
             a_arg, b_arg = self._descriptors(a, b)
@@ -247,6 +250,15 @@ class EpiloguePlan:
 def _lead(t: torch.Tensor, layout: str) -> int:
     """The stride between rows of the stored matrix (row: logical rows; col: logical columns)."""
     return t.stride(-2) if layout == "row" else t.stride(-1)
+
+
+def _check_unit_rows(t: torch.Tensor, layout: str, name: str) -> None:
+    """Both load paths read the stored matrix's rows with unit stride (a strided view would be read
+    as garbage): refused, not computed."""
+    d = -1 if layout == "row" else -2
+    if t.stride(d) != 1 and t.shape[d] != 1:
+        raise InvalidInput(f"operand {name} ({layout}) strides", tuple(t.stride()),
+                           f"unit stride along dim {d} (the stored rows)", fix="pass t.contiguous()")
 
 
 def _batch_stride(t: torch.Tensor) -> int:
