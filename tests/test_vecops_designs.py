@@ -1,7 +1,8 @@
 """The vecops designs that replace the 2026-12-01 picks for batch/group/instance norm, max_pool2d and argmax_dim:
 the kernels they launch against float64 torch in the Triton interpreter (large offsets, constant rows, ties), the
 MILP against enumeration of the enlarged design space, and the model preferring them at the problems' real sizes
-for the reason the H200 measurement points at (DRAM runs, L1 sectors), not by accident."""
+for the reason the H200 measurement points at (DRAM runs, L1 lines, program waves, the unpipelined walk), and the
+model ranking the measured designs as the H200 did."""
 from __future__ import annotations
 
 import os
