@@ -277,7 +277,8 @@ def colarg_case(B, D1, D2, device, small):
 
     def menu(k):   # the 2026-12-01 pick first, then the k best per run width RP
         old = OLD_VECOPS["argmax_dim"] if not small else {"BC": 16, "RP": 8, "W": 1, "SPLIT": 1, "GL": 0}
-        return [(old, _model(t, wl, old), run(old))] + [m for m in _menu(t, wl, k, run, group="RP",
+        extra = LATER["argmax_dim"] if not small else ()
+        return [(old, _model(t, wl, old), run(old))] + [m for m in _menu(t, wl, k, run, group="RP", extra=extra,
                                                                          distinct=("BC", "RP", "W")) if m[0] != old]
     return Case(f"argmax_dim-{B}x{D1}x{D2}-fp32", "vecops", "fp32", nbytes,
                 lambda gen: {"x": torch.randn(B, D1, D2, generator=gen, device=device)}, run(d),
@@ -285,13 +286,19 @@ def colarg_case(B, D1, D2, device, small):
                 lambda o, res: [res], _model(t, wl, d), d, menu)
 
 
-# the vecops picks on main on 2026-12-01 (measured on the H200, CUDA graph: batch_norm 4.52 ms, group_norm 7.05 ms,
-# instance_norm 7.09 ms, max_pool2d 0.133 ms, argmax_dim 2.97 ms): timed beside the current pick by --menu
+# the vecops picks of the 2026-12-01 round-4 campaign (the campaign store's designs; vecops.solved_design at 05caed0
+# gives the same; measured on the H200, CUDA graph: batch_norm 4.52 ms, group_norm 7.05 ms, instance_norm 7.09 ms,
+# max_pool2d 0.133 ms, argmax_dim 2.97 ms): timed beside the current pick by --menu
 OLD_VECOPS = {"batch_norm": {"BC": 128, "RP": 8, "W": 1, "SPLIT": 4, "GL": 0},
               "group_norm": {"BC": 128, "RP": 8, "W": 1, "SPLIT": 16, "GL": 0},
               "instance_norm": {"BC": 128, "RP": 8, "W": 1, "SPLIT": 16, "GL": 0},
-              "max_pool2d": {"BC": 64, "RP": 128, "W": 16, "SPLIT": 1, "GL": 0},
-              "argmax_dim": {"BC": 16, "RP": 128, "W": 4, "SPLIT": 1, "GL": 0}}
+              "max_pool2d": {"BC": 64, "RP": 8, "W": 1, "SPLIT": 1, "GL": 0},
+              "argmax_dim": {"BC": 16, "RP": 32, "W": 1, "SPLIT": 1, "GL": 0}}
+# picks of later models, measured 2026-12-01 (benchmarks/vector_ops.py --set --menu): kept in the menus
+LATER = {"max_pool2d": ({"BC": 64, "RP": 128, "W": 16, "SPLIT": 1, "GL": 0},    # 483.8 µs (37fece3's pick)
+                        {"BC": 64, "RP": 1, "W": 1, "SPLIT": 1, "GL": 1}),      # 140.9 µs (374cff7's pick)
+         "argmax_dim": ({"BC": 16, "RP": 512, "W": 16, "SPLIT": 1, "GL": 0},    # 6850 µs (374cff7's pick)
+                        {"BC": 32, "RP": 128, "W": 8, "SPLIT": 1, "GL": 0})}    # 2939 µs (best of that menu)
 
 
 def norm_case(name, mode, N, C, HW, G, device, small):
@@ -374,6 +381,7 @@ def pool_case(N, C, H, W, device, small):
         old = OLD_VECOPS["max_pool2d"]
         out = [(old, _model(t, wl, old), run(old))]
         wider = [{"BC": 64, "RP": rp, "W": w, "SPLIT": 1, "GL": 1} for rp, w in ((8, 4), (16, 8), (32, 16))]
+        wider += list(LATER["max_pool2d"]) if not small else []
         return out + [m for m in _menu(t, wl, k, run, group="GL", distinct=("BC", "RP", "W", "GL"), extra=wider)
                       if m[0] != old]
     return Case(f"max_pool2d-{N}x{C}x{H}x{W}-fp32", "vecops", "fp32", nbytes,

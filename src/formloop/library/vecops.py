@@ -16,20 +16,24 @@ Walls: C1 the live fp32 tiles fit `regs` per thread; C2 no idle warp; C3 tiles n
 extent's power of two; C4 SPLIT only for the norm kinds and no more chunks than tiles; C5 coalesced: the
 contiguous side of a tile holds >= 128 elements (32 for colreduce's output columns) or the whole extent.
 Cost (µs, memory-bound, rowwise's priors): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp),
-T_mem the workload's bytes at min(bw·eta_bw·run_eff, bytes in flight / latency), T_comp waves × (t_start +
-rounds·lat_m + steps × (t_iter + t_elem · K · elements per thread)). run_eff prices DRAM runs: every tile row
-(norms: BC·4 bytes of a row per step; colreduce: RP·4 bytes per reduced row) is a separate stream, delivered at
-run / (run + 40 B) of the streaming rate (1 for gathers). rounds: a gather's element issues K loads (the window's
-taps); a thread keeps IN_FLIGHT of them in flight, so a tile costs ceil(K · elements per thread / IN_FLIGHT)
-dependent memory latencies (1 elsewhere). norm-stats also writes its partials (count, mean, M2: 12 B per row
-chunk) that the combine reads back: R·SPLIT·24 B more at the streaming rate."""
+T_mem the workload's bytes at min(bw·eta_bw·run_eff, bytes in flight / latency), T_comp the slowest of T_lat =
+waves × (t_start + rounds·lat_m + steps × (t_iter + t_elem · K · elements per thread)) and, for gathers and
+colreduce, the SM's issue rate (T_issue: warps × the tile's sm_90 instruction count) and a gather's L1 line rate
+(T_l1). run_eff prices DRAM runs: every tile row (norms: BC·4 bytes of a row per step; colreduce: a warp's 128 B
+per reduced row) is a separate stream, delivered at run / (run + 40 B) of the streaming rate (1 for gathers).
+rounds: a gather's element issues K loads (the window's taps); a thread keeps IN_FLIGHT of them in flight, so a
+tile costs ceil(K · elements per thread / IN_FLIGHT) dependent memory latencies; colreduce's unpipelined loop
+one per step (COL_SLOW: an empirical factor for warps all along the columns) plus log2(W) for the block's
+slowest warp; 1 elsewhere. T_l1: a per-tap max-pool load spans min(RP, 32) tile rows, a 128-B line each, at one
+line per clock (the 128x64x16-warp pool measured 484 µs on the H200, L1-bound). norm-stats also writes its
+partials (count, mean, M2: 12 B per row chunk) that the combine reads back: R·SPLIT·24 B more at the streaming rate."""
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
 
 from formloop.errors import InvalidInput
-from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param
+from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, where
 from formloop.hw.chips import get_chip
 from formloop.library import register_template
 from formloop.library import rowwise as rw
@@ -51,13 +55,32 @@ FILLED = ("norm-stats", "norm-apply", "colreduce")
 LIVE = {"norm-stats": 3, "norm-apply": 4.25, "scan": 12, "colreduce": 6, "gather": 8}
 US = 1e6
 RUN_OVERHEAD = 40  # bytes: the DRAM cost of starting a strided run, as bytes of streaming (colreduce, norms)
-# fp32 loads a gather thread keeps in flight before it must wait (registers beyond its live tiles; the 3x3 pool's
-# 16-output, 16-warp tile compiled to 122 registers for sm_90: not all 144 tap loads can be outstanding)
-IN_FLIGHT = 32
-# L1 sectors (32 B) one SM returns per second (H200 prior: 4 per clock at 1.98 GHz). A per-tap gather load puts
-# every lane on its own sector (Triton lays the lanes along the tile's rows: no axis is contiguous, sm_90 TTGIR);
-# a window-row load's 32 lanes read 128 contiguous bytes: 5 sectors (4, +1 unaligned)
-L1_SECTORS_S = 4 * 1.98e9
+# fp32 loads a gather thread keeps in flight before it must wait (sm_90 SASS of the 3x3 pool's per-tap kernel: a
+# one-warp 2x64 tile issues all 36 of its loads before the first max; 4x64 and 8x64 tiles (72, 144 loads) keep
+# 23 and 46 in flight, then one more per max)
+IN_FLIGHT = 36
+# L1 lines (128 B) one SM resolves per second: one per clock (H200, 1.98 GHz). An L1 request costs a wavefront per
+# distinct line its lanes touch (NVIDIA: "if not all cache lines ... can be accessed in a single wavefront, multiple
+# wavefronts are created ... serialized"); the rate is what the H200 showed for scattered lanes (measured 2026-12-01,
+# benchmarks/vector_ops.py --set --menu: the 128x64 16-warp per-tap pool, a line per lane, 484 µs for 115.6 M lines;
+# the 8x64 one-warp tile, 8-9 lines a request, 133 µs for 29-33 M lines: 0.9 and 0.8-0.9 lines per clock).
+# Lines per warp request: the per-tap loads put min(RP, 32) lanes on as many tile rows (sm_90 TTGIR of the pool:
+# threadsPerWarp [min(RP, 32), 32 / min(RP, 32)], order [0, 1]), each row's lanes on one run (+1: a run crossing a
+# line); a window-row load's 32 lanes read 128 contiguous bytes: two lines (unaligned)
+L1_LINES_S = 1.98e9
+# warp instructions one SM issues per second (4 schedulers x 1.98 GHz) and the instructions a warp spends per load
+# of a tile element (sm_90 SASS): the per-tap pool 76 + ~10 per load (256 at 18 loads, 456 at 36, 816 at 72, 1552
+# at 144), the window-row pool ~19 (416-432 at 24, 928-992 at 48: the runs' masks and the max over each run),
+# colreduce's loop 226 per 16 loads (14: 64-bit addresses, the compare and two selects of the running argmax)
+ISSUE_S = 4 * 1.98e9
+INSTR = {"gather": (76, 10, 0, 19), "colreduce": (0, 14, 0, 14)}   # per warp, per load: per-tap; window-row
+# colreduce programs whose warps all lie along the output columns (Triton's warpsPerCTA [1, W]: 32·W >= RP) and W >= 2
+# measured 2.3x slower than every other layout with the same per-warp code (sm_90 SASS: the loop bodies are
+# identical, 16 loads per step; same resident warps): 16x64x2 6902 µs, 16x128x4 6882, 16x256x8 6885, 16x512x16
+# 6850 against 16x32x1 2973 and 32x128x8 2939 (argmax over dim 1 of [128, 4096, 4095], measured 2026-12-01 on the
+# H200, benchmarks/vector_ops.py --set --menu). The cause is not found (no pipelining, no barrier, int64 addresses
+# in all): an empirical factor on the loop's per-step latency, fitted to those rows.
+COL_SLOW = 2.3
 LIVE_ROWS = 18  # a window-row gather's live registers per output element (sm_90: 4 outputs/thread 67, 8 -> 168)
 PARTIAL_BYTES = 24  # a norm-stats row chunk's (count, mean, M2) fp32, written once and read back by the combine
 
@@ -78,6 +101,14 @@ eta_bw, lat_m, t_elem, t_iter, t_start, t_launch, alpha = (rw.eta_bw, rw.lat_m, 
 CALIBRATED = ("eta_bw", "lat_m", "t_elem", "t_iter", "t_start", "t_launch", "alpha")
 
 
+def _log2(d):
+    """log2 of a power-of-two decision (a table over its menu)."""
+    out = 0
+    for v in sorted(d.decision.menu, reverse=True):
+        out = where(d.eq(v), v.bit_length() - 1, out)
+    return out
+
+
 def _terms(kind: str):
     threads = 32 * W
     per_thread = ceildiv(RP * BC, threads)
@@ -93,10 +124,11 @@ def _terms(kind: str):
     # reads 4 input elements per output: 20 B), the streaming kinds 4 B
     pull = active * RP * BC * (Bt / (R * C) if kind == "gather" else 4) / lat_m
     # every tile row is its own DRAM stream: a norm reads BC·4 contiguous bytes of each of its RP rows per step,
-    # colreduce RP·4 bytes of each reduced row, D2·4 apart. DRAM delivers a run at run / (run + RUN_OVERHEAD) of
-    # the streaming rate (prior: colreduce's 128 B runs measured 0.60 of the datasheet bandwidth on the H200,
-    # contiguous streams ~0.78)
-    run = {"colreduce": RP * 4, "norm-stats": BC * 4, "norm-apply": BC * 4}.get(kind)
+    # colreduce a warp's 32 lanes (min(RP, 32)·4 bytes) of each reduced row, D2·4 apart (the tile's width does not
+    # lengthen the run: 16x32x1 measured 2973 µs, 32x128x8 2939, 128x32x8 3334, 128x64x16 3049 on the H200,
+    # 2026-12-01). DRAM delivers a run at run / (run + RUN_OVERHEAD) of the streaming rate (prior: colreduce's
+    # 128 B runs measured 0.60 of the datasheet bandwidth on the H200, contiguous streams ~0.78)
+    run = {"colreduce": minimum(RP, 32) * 4, "norm-stats": BC * 4, "norm-apply": BC * 4}.get(kind)
     run_eff = run / (run + RUN_OVERHEAD) if run is not None else 1
     rate = bw * eta_bw * run_eff
     T_mem = (Bt + (R * SPLIT * PARTIAL_BYTES if kind == "norm-stats" else 0)) / minimum(rate, pull) * US
@@ -105,14 +137,32 @@ def _terms(kind: str):
     # a gather's K taps per element: IN_FLIGHT loads per thread outstanding at once, the rest wait a latency
     loads = K + (KR - K) * GL if kind == "gather" else K
     rounds = ceildiv(loads * per_thread, IN_FLIGHT) if kind == "gather" else 1
-    # the L1's sector rate: a per-tap gather reads a sector per lane and tap, a window-row one 5 per 32 elements
-    sectors = R * C * (K + (KR * 5 / 32 - K) * GL) if kind == "gather" else 0
-    T_l1 = sectors / (n_sm * L1_SECTORS_S) * US
-    # (the latency rounds of resident programs overlap the L1's work: the slower of the two)
-    T_comp = maximum(waves * (t_start + rounds * lat_m + steps * (t_iter + t_elem * loads * per_thread)) * US, T_l1)
+    extra = {}
+    if kind == "gather":   # the L1's line rate: per-tap loads cost a line per tile row a warp spans, window rows 2
+        # (unfold, KR = 0: its tile rows are a window row's consecutive taps, not separate input rows; not measured:
+        # a sector per lane at 4 per clock, 8 cycles a request, as before)
+        lines = where(KR >= 1, K * minimum(RP + 1, 32) * (1 - GL) + KR * 2 * GL, 8 * K)
+        T_l1 = R * C * lines / 32 / (n_sm * L1_LINES_S) * US
+        extra = {"rounds": rounds, "T_l1_us": T_l1, "live": live}
+    if kind == "colreduce":   # the loop is not pipelined (no async copies in the sm_90 TTGIR at num_stages 3): every
+        # step waits one DRAM round trip; warps all along the columns measured COL_SLOW times longer per step
+        # and a program retires with its slowest warp: the W warps' walks drift apart, priced (a prior) one more
+        # round trip per doubling of W (a 16-warp program 4: 256x32x16 measured 4759 µs, 128x32x8 3334, 16x32x1 2973)
+        rounds = steps * where((RP >= 32 * W) & (W >= 2), COL_SLOW, 1) + _log2(W)
+    # the SM's issue rate: every warp runs the tile's straight-line code, per warp and per loaded element of its tile
+    # (padding included; gathers and colreduce)
+    if kind in INSTR:
+        i0, i1, j0, j1 = INSTR[kind]
+        per_warp, per_load = (i0 + (j0 - i0) * GL, i1 + (j1 - i1) * GL) if kind == "gather" else (i0, i1)
+        padded = ceildiv(R, RP) * RP * (ceildiv(C, BC) * BC if kind == "gather" else SPLIT * steps * BC)
+        T_issue = (programs * W * per_warp + padded * loads * per_load / 32) / (n_sm * ISSUE_S) * US
+        extra = {**extra, "T_issue_us": T_issue}
+    T_lat = waves * (t_start + rounds * lat_m + steps * (t_iter + t_elem * loads * per_thread)) * US
+    # (the latency rounds of resident programs overlap the L1's and the schedulers' work: the slowest of the three)
+    T_comp = maximum(T_lat, *[extra[k] for k in ("T_l1_us", "T_issue_us") if k in extra]) if extra else T_lat
     T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
     return {"T": T, "T_mem_us": T_mem, "T_comp_us": T_comp, "programs": programs, "per_thread": per_thread,
-            "waves": waves, **({"rounds": rounds, "T_l1_us": T_l1, "live": live} if kind == "gather" else {})}
+            "waves": waves, **extra}
 
 
 def template_name(kind: str) -> str:
