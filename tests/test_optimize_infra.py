@@ -64,7 +64,7 @@ def test_retired_attempts_are_kept_aside_and_the_problem_starts_over(tmp_path):
         assert [a["time_s"] for a in s.attempts("q")] == [1.0, 0.5]                          # others untouched
         _attempt(s, "p", accepted=True, time_s=2.0)
         assert s.retire_attempts("p", "again") == 1      # a second retirement keeps the first's rows
-        retired = [r[3] for r in s._rows(s.db, "retired", "p")]
+        retired = s.retired("p")
         assert [(r["attempt"], r["time_s"], r["retired_for"]) for r in retired] == [
             (0, 1.0, "kernel changed"), (1, 0.5, "kernel changed"), (0, 2.0, "again")]
         with pytest.raises(KeyError):

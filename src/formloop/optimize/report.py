@@ -41,6 +41,8 @@ def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
            "verdicts": [{"attempt": a["attempt"], "origin": a["origin"], "correct": bool(a["correct"]),
                          "accepted": bool(a["accepted"]), "verdict": a["verdict"],
                          "flags": a["detail"].get("integrity_flags", [])} for a in attempts],
+           "retired": [{"attempt": a["attempt"], "verdict": a["verdict"], "time_s": a["time_s"],
+                        "why": a.get("retired_for", "")} for a in store.retired(name)],
            "best": None, "speedup_eager": None, "speedup_compile": None, "sol_fraction": None, "regions": [],
            "fallbacks": ((rec.get("bootstrap") or {}).get("recognition") or {}).get("fallbacks", [])}
     if best:
@@ -194,6 +196,8 @@ def markdown(report: dict[str, Any]) -> str:
         t = f"{best['time_s']:.3g} {best['time_source']}" if best else "-"
         regions = "; ".join(f"{g['kind']}({','.join(g['nodes'])})" for g in r["regions"]) or (r["reason"] or "-")
         verdicts = ", ".join(f"a{v['attempt']}:{v['verdict'][:40]}" for v in r["verdicts"]) or "-"
+        if r.get("retired"):
+            verdicts += f" (+{len(r['retired'])} retired)"
         lines.append(f"| {r['problem']} | {r['status']} | {t} | {_x(r['speedup_eager'])} | "
                      f"{_x(r['speedup_compile'])} | {_x(r['sol_fraction'], '')} | {regions[:160]} | {verdicts[:200]} |")
     return "\n".join(lines) + "\n"

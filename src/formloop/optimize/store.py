@@ -183,6 +183,11 @@ class OptimizeStore:
         self.set_status(problem, "ready", "")
         return n
 
+    def retired(self, problem: str) -> list[dict[str, Any]]:
+        """`problem`'s retired attempts (retire_attempts), oldest first."""
+        return [{"id": rowid, "problem": name, **body}
+                for rowid, name, _, body in self._rows(self.db, "retired", problem) if name == problem]
+
     def best(self, problem: str) -> dict[str, Any] | None:
         """The fastest correct, integrity-accepted attempt (None if there is none)."""
         ok = [a for a in self.attempts(problem) if a["accepted"] and a["time_s"] is not None]
