@@ -5,6 +5,8 @@
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --bundle $OUT/opt.tgz   # on the device: one file back
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out DIR --report-only   # the report from DIR's store, anywhere
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --compile-only --workers 12   # baselines only
+    PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --only conv2d_3x3 --restart conv2d_3x3   # again,
+        # from the MILP's design, after the problem's kernels changed (the old attempts are kept as 'retired')
 
 Every problem at its real size, fp32 as written, KernelBench's tolerances: capture, recognize, choose
 each region's instance by MILP, assemble ModelNew, check it with the harness (fresh inputs, poisoned
