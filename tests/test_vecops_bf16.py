@@ -76,12 +76,15 @@ def test_16bit_scan_is_pytorchs_cuda_cumsum_bit_for_bit(dt):
     prefix rounded once to nearest even."""
     torch.manual_seed(5)
     x = torch.randn(5, 1000).to(dt)   # two chunks of 512: the carry between them
-    y = row_scan(x, config={"BC": 1024, "RP": 2, "W": 4})
+    y = row_scan(x, config={"BC": 1024, "RP": 2, "W": 4}, order="torch")
     assert y.dtype == dt and torch.equal(y, _torch_cuda_cumsum(x))
     assert not torch.equal(y, x.double().cumsum(-1).to(dt))
     one = x[:1, :300]
     exact = one.double().cumsum(-1)
-    assert torch.equal(row_scan(one, config={"BC": 64, "RP": 1, "W": 1}), exact.to(dt))
+    assert torch.equal(row_scan(one, config={"BC": 64, "RP": 1, "W": 1}, order="torch"), exact.to(dt))
+    # 'auto' on the CPU: torch's CPU cumsum (fp32 running sums, each output rounded once) within an ulp
+    auto = row_scan(x, config={"BC": 64, "RP": 2, "W": 1})
+    assert torch.equal(auto, x.double().cumsum(-1).to(dt)) and _ulps(auto, x.cumsum(-1).double()) <= 1
     if dt == torch.bfloat16:   # the check sees a truncating store (the interpreter's own bf16 conversion)
         trunc = (exact.float().view(torch.int32) & -65536).view(torch.float32).to(dt)
         assert not torch.equal(trunc, exact.to(dt))

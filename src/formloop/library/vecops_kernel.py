@@ -318,16 +318,21 @@ def torch_scan_rows(config: Mapping[str, int], logx: int) -> int:
     return 1 << max(0, min(7, max(1, tile // (2 << logx)).bit_length() - 1))
 
 
-def row_scan(x: torch.Tensor, *, config: Mapping[str, int], order: str = "torch") -> torch.Tensor:
+def row_scan(x: torch.Tensor, *, config: Mapping[str, int], order: str = "auto") -> torch.Tensor:
     """torch.cumsum(x, dim=-1) for fp32 / bf16 / fp16 x. order 'torch': PyTorch's CUDA summation order (chunks,
     running total, Sklansky; bit for bit what torch.cumsum returns on a GPU for more than one row,
     so KernelBench's rule, which compares with it, sees no difference); 'fp64': the exact prefix
-    rounded once (also for a single row, where PyTorch uses CUB)."""
+    rounded once (also for a single row, where PyTorch uses CUB). 'auto' (the ModelNew's): 'torch', except
+    a 16-bit x on the CPU (the interpreter), whose torch.cumsum is a sequential fp32 sum rounded once per
+    output: 'fp64' is that within an ulp (4 of 131072 bf16 outputs one ulp off at 64 x 2048), where the CUDA
+    order's per-add roundings fail KernelBench's 1e-2 against it."""
     if x.dim() < 1:
         raise InvalidInput("row_scan x", tuple(x.shape), "a tensor of rank >= 1")
     float_x(x, "row_scan x")
-    if order not in ("torch", "fp64"):
-        raise InvalidInput("row_scan order", order, "torch, fp64")
+    if order not in ("auto", "torch", "fp64"):
+        raise InvalidInput("row_scan order", order, "auto, torch, fp64")
+    if order == "auto":
+        order = "fp64" if x.dtype != torch.float32 and x.device.type == "cpu" else "torch"
     x = x if x.is_contiguous() else x.contiguous()
     c = int(x.shape[-1]) if x.dim() else 1
     r = x.numel() // max(c, 1)
