@@ -1,9 +1,10 @@
 """`formloop optimize` on the problems the vecops regions cover, on one GPU, one command, resumable:
 
-    PYTHONPATH=src python3 benchmarks/optimize_vecops.py --out DIR [--budget-s 480]
+    PYTHONPATH=src python3 benchmarks/optimize_vecops.py --out DIR [--budget-s 480] [--dtype bf16]
 
 The problems (level1): group_norm, instance_norm, batch_norm, cumsum, argmax_dim, cross_entropy, max_pool2d,
-unfold_patches, at their real (KernelBench) sizes, fp32, KernelBench's tolerances: each ModelNew checked by
+unfold_patches, at their real (KernelBench) sizes, fp32 (--dtype bf16: models and floating inputs cast to bf16,
+cross_entropy stays fp32 for its int64 targets), KernelBench's tolerances: each ModelNew checked by
 the harness (fresh inputs, poisoned outputs, float64 truth) and the integrity battery in a child process,
 timed against eager and torch.compile by formloop.measure.timer (CUDA graphs). The report is
 DIR/report.md / report.json (speedups vs eager and vs torch.compile, SOL fraction per problem).
@@ -28,6 +29,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=480.0, help="no new attempt after this many seconds")
     ap.add_argument("--attempts", type=int, default=1, help="attempts per problem at most")
     ap.add_argument("--dry-run", action="store_true", help="regions and designs only (model), nothing run")
+    ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"), help="the problem set's variant")
     args = ap.parse_args(argv)
     import torch
 
@@ -41,7 +43,8 @@ def main(argv=None) -> int:
         from formloop.sol.problem import load_problem
 
         for f in files:
-            cap = capture(load_problem(f))
+            cast = torch.bfloat16 if args.dtype == "bf16" and not f.endswith("cross_entropy.py") else None
+            cap = capture(load_problem(f), cast)
             asm = assemble(cap, recognize(cap), tier="gpu")
             print(Path(f).stem, json.dumps([(r["kind"], r["design"]) for r in asm.regions]), asm.skipped or "",
                   flush=True)
@@ -49,7 +52,7 @@ def main(argv=None) -> int:
     gpu = torch.cuda.is_available()
     report = api.optimize(files, out=str(args.out), budget=args.attempts, small=not gpu,
                           tier="gpu" if gpu else "interpreter", chip="h200", tolerance="kernelbench", workers=4,
-                          deadline_s=args.budget_s)
+                          deadline_s=args.budget_s, dtype=args.dtype)
     print((args.out / "report.md").read_text())
     print(json.dumps({"tier": report["tier"], "summary": report["summary"]}, indent=1))
     for r in report["problems"]:

@@ -129,16 +129,17 @@ def test_cross_entropy_matches_float64_with_ignored_rows():
 
 
 def _torch_cuda_cumsum(x: torch.Tensor) -> torch.Tensor:
-    """PyTorch's CUDA innermost-dim cumsum (tensor_kernel_scan_innermost_dim) replayed in fp32 on the
-    CPU: chunks of 2 << log_x, the running total added to the first value, a Sklansky scan."""
+    """PyTorch's CUDA innermost-dim cumsum (tensor_kernel_scan_innermost_dim) replayed in x's dtype on the
+    CPU: chunks of 2 << log_x, the running total added to the first value, a Sklansky scan (in bf16 / fp16 every
+    add rounded to it, as c10::BFloat16's + and PyTorch's scalar_t shared buffer do)."""
     from formloop.library.vecops_kernel import torch_scan_log_x
     r, c = x.shape
     lx = torch_scan_log_x(r, c)
     w = 2 << lx
-    out, carry = torch.empty_like(x), torch.zeros(r)
+    out, carry = torch.empty_like(x), torch.zeros(r, dtype=x.dtype)
     for c0 in range(0, c, w):
         n = min(w, c - c0)
-        buf = torch.zeros(r, w)
+        buf = torch.zeros(r, w, dtype=x.dtype)
         buf[:, :n] = x[:, c0:c0 + n]
         buf[:, 0] = buf[:, 0] + carry
         for m in range(lx + 1):

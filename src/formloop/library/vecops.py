@@ -19,14 +19,15 @@ Cost (µs, memory-bound, rowwise's priors): t_launch + (1−alpha)·max(T_mem, T
 T_mem the workload's bytes at min(bw·eta_bw·run_eff, bytes in flight / latency), T_comp the slowest of T_lat =
 waves × (t_start + rounds·lat_m + steps × (t_iter + t_elem · K · elements per thread)) and, for gathers and
 colreduce, the SM's issue rate (T_issue: warps × the tile's sm_90 instruction count) and a gather's L1 line rate
-(T_l1). run_eff prices DRAM runs: every tile row (norms: BC·4 bytes of a row per step; colreduce: a warp's 128 B
-per reduced row) is a separate stream, delivered at run / (run + 40 B) of the streaming rate (1 for gathers).
-rounds: a gather's element issues K loads (the window's taps); a thread keeps IN_FLIGHT of them in flight, so a
-tile costs ceil(K · elements per thread / IN_FLIGHT) dependent memory latencies; colreduce's unpipelined loop
-one per step (COL_SLOW: an empirical factor for warps all along the columns) plus log2(W) for the block's
-slowest warp; 1 elsewhere. T_l1: a per-tap max-pool load spans min(RP, 32) tile rows, a 128-B line each, at one
-line per clock (the 128x64x16-warp pool measured 484 µs on the H200, L1-bound). norm-stats also writes its
-partials (count, mean, M2: 12 B per row chunk) that the combine reads back: R·SPLIT·24 B more at the streaming rate."""
+(T_l1). run_eff prices DRAM runs: every tile row (norms: BC·E bytes of a row per step, E the stored element's
+bytes; colreduce: a warp's 32·E B per reduced row) is a separate stream, delivered at run / (run + 40 B) of the
+streaming rate (1 for gathers). rounds: a gather's element issues K loads (the window's taps); a thread keeps
+IN_FLIGHT of them in flight, so a tile costs ceil(K · elements per thread / IN_FLIGHT) dependent memory
+latencies; colreduce's unpipelined loop one per step (COL_SLOW: an empirical factor for warps all along the
+columns) plus log2(W) for the block's slowest warp; 1 elsewhere. T_l1: a per-tap max-pool load spans min(RP, 32)
+tile rows, a 128-B line each, at one line per clock (the 128x64x16-warp pool measured 484 µs on the H200,
+L1-bound). norm-stats also writes its partials (count, mean, M2: 12 B per row chunk) that the combine reads back:
+R·SPLIT·24 B more at the streaming rate."""
 from __future__ import annotations
 
 import functools
@@ -95,6 +96,7 @@ C = param("C", doc="columns (the walked extent)")
 Bt = param("Bt", doc="DRAM bytes the kernel must move")
 K = param("K", doc="loads per output element (a gather's window taps; 1 elsewhere)")
 KR = param("KR", lower=0, doc="elements per output the window-row loads read (KH·Q·SW; 0: no window-row kernel)")
+Eb = param("E", doc="bytes per stored element (4 fp32, 2 bf16 / fp16; the registers hold fp32 either way)")
 warps_sm, regs, regs_sm, n_sm, bw = rw.warps_sm, rw.regs, rw.regs_sm, rw.n_sm, rw.bw
 eta_bw, lat_m, t_elem, t_iter, t_start, t_launch, alpha = (rw.eta_bw, rw.lat_m, rw.t_elem, rw.t_iter, rw.t_start,
                                                            rw.t_launch, rw.alpha)
@@ -121,14 +123,14 @@ def _terms(kind: str):
         steps = 1
     occupancy, active, waves = rw.resident(programs, W, live * per_thread + 32)
     # bytes a tile element has in flight: a gather's element pulls its share of the workload's bytes (a 3x3/2 pool
-    # reads 4 input elements per output: 20 B), the streaming kinds 4 B
-    pull = active * RP * BC * (Bt / (R * C) if kind == "gather" else 4) / lat_m
-    # every tile row is its own DRAM stream: a norm reads BC·4 contiguous bytes of each of its RP rows per step,
-    # colreduce a warp's 32 lanes (min(RP, 32)·4 bytes) of each reduced row, D2·4 apart (the tile's width does not
+    # reads 4 input elements per output: 20 B), the streaming kinds an element (E: 4 B fp32, 2 B bf16)
+    pull = active * RP * BC * (Bt / (R * C) if kind == "gather" else Eb) / lat_m
+    # every tile row is its own DRAM stream: a norm reads BC·E contiguous bytes of each of its RP rows per step,
+    # colreduce a warp's 32 lanes (min(RP, 32)·E bytes) of each reduced row, D2·E apart (the tile's width does not
     # lengthen the run: 16x32x1 measured 2973 µs, 32x128x8 2939, 128x32x8 3334, 128x64x16 3049 on the H200,
     # 2026-12-01). DRAM delivers a run at run / (run + RUN_OVERHEAD) of the streaming rate (prior: colreduce's
     # 128 B runs measured 0.60 of the datasheet bandwidth on the H200, contiguous streams ~0.78)
-    run = {"colreduce": minimum(RP, 32) * 4, "norm-stats": BC * 4, "norm-apply": BC * 4}.get(kind)
+    run = {"colreduce": minimum(RP, 32) * Eb, "norm-stats": BC * Eb, "norm-apply": BC * Eb}.get(kind)
     run_eff = run / (run + RUN_OVERHEAD) if run is not None else 1
     rate = bw * eta_bw * run_eff
     T_mem = (Bt + (R * SPLIT * PARTIAL_BYTES if kind == "norm-stats" else 0)) / minimum(rate, pull) * US
@@ -171,7 +173,7 @@ def template_name(kind: str) -> str:
 
 def make(kind: str, calibration: Mapping[str, float] | None = None, calibration_id: str = "priors",
          pre: str = "exact") -> Template:
-    """The vecops template of `kind` (fp32 data; the workload's bytes carry the element size)."""
+    """The vecops template of `kind` (fp32 registers; the workload's bytes and E carry the storage's element size)."""
     if kind not in KINDS:
         raise InvalidInput("vecops kind", kind, KINDS)
     if pre != "exact":
@@ -184,7 +186,7 @@ def make(kind: str, calibration: Mapping[str, float] | None = None, calibration_
         name=template_name(kind),
         doc=f"vecops {kind} over [R, C] (Triton, [RP, BC] tiles, SPLIT programs per row)",
         decisions=(BC, RP, W, SPLIT, GL),
-        params=(R, C, Bt, K, KR, warps_sm, regs, regs_sm, n_sm, bw, *effs),
+        params=(R, C, Bt, K, KR, Eb, warps_sm, regs, regs_sm, n_sm, bw, *effs),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),),
         constraints=(
             Constraint("C1", t.get("live", LIVE[kind]) * t["per_thread"] <= regs,
@@ -224,13 +226,14 @@ for _kind in KINDS:
     _register(_kind)
 
 
-def workload(rows: int, cols: int, nbytes: int, taps: int = 1, row_taps: int = 0) -> dict[str, int]:
+def workload(rows: int, cols: int, nbytes: int, taps: int = 1, row_taps: int = 0, elem: int = 4) -> dict[str, int]:
     """taps: loads per output element (a gather's window); row_taps: the elements per output a window-row
-    gather reads (pool_row_taps; 0 where there is no such kernel)."""
-    if rows < 1 or cols < 1 or nbytes < 0 or taps < 1 or row_taps < 0:
-        raise InvalidInput("vecops workload (rows, cols, bytes, taps, row_taps)", (rows, cols, nbytes, taps, row_taps),
-                           "rows, cols, taps >= 1, bytes, row_taps >= 0")
-    return {"R": int(rows), "C": int(cols), "Bt": int(nbytes), "K": int(taps), "KR": int(row_taps)}
+    gather reads (pool_row_taps; 0 where there is no such kernel); elem: bytes per stored element."""
+    if rows < 1 or cols < 1 or nbytes < 0 or taps < 1 or row_taps < 0 or elem not in (1, 2, 4, 8):
+        raise InvalidInput("vecops workload (rows, cols, bytes, taps, row_taps, elem)",
+                           (rows, cols, nbytes, taps, row_taps, elem),
+                           "rows, cols, taps >= 1, bytes, row_taps >= 0, elem in 1, 2, 4, 8")
+    return {"R": int(rows), "C": int(cols), "Bt": int(nbytes), "K": int(taps), "KR": int(row_taps), "E": int(elem)}
 
 
 def pool_row_taps(kernel: tuple[int, int], stride: int, dilation: int) -> tuple[int, int]:
@@ -242,9 +245,9 @@ def pool_row_taps(kernel: tuple[int, int], stride: int, dilation: int) -> tuple[
 
 @functools.lru_cache(maxsize=512)
 def solved_design(kind: str, rows: int, cols: int, nbytes: int, chip: str = "h200", taps: int = 1,
-                  row_taps: int = 0) -> dict[str, int]:
-    """The MILP's design (BC, RP, W, SPLIT, GL) for one workload (taps, row_taps: a gather's loads, workload)."""
-    sol = solve_milp(make(kind).formulate(workload(rows, cols, nbytes, taps, row_taps), get_chip(chip)))
+                  row_taps: int = 0, *, elem: int = 4) -> dict[str, int]:
+    """The MILP's design (BC, RP, W, SPLIT, GL) for one workload (taps, row_taps, elem: workload's)."""
+    sol = solve_milp(make(kind).formulate(workload(rows, cols, nbytes, taps, row_taps, elem), get_chip(chip)))
     return {k: int(v) for k, v in sol.assignment.items()}
 
 

@@ -7,7 +7,9 @@ picks one load per window tap (GL 0) or window-row runs (GL 1: Q contiguous [BC,
 consecutive addresses; vecops.pool_row_taps).
 cross_entropy: F.cross_entropy(logits [N, C], targets [N]) with reduction 'mean' and an ignore_index:
 one online log-sum-exp per row (rowwise logsumexp's design), the target's logit subtracted, then the mean
-over the rows kept (a second one-program launch, fixed order: deterministic)."""
+over the rows kept (a second one-program launch, fixed order: deterministic).
+unfold2d and max_pool2d take fp32, bf16 or fp16 x (vecops_kernel.FLOATS): a copy and a max, exact in any of
+them (the max compares the upcast fp32 values; stored back, they are the inputs' own); cross_entropy fp32."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -18,6 +20,7 @@ import triton.language as tl
 
 from formloop.errors import InvalidInput
 from formloop.library.vecops import pool_row_taps
+from formloop.library.vecops_kernel import FLOATS
 
 
 @triton.jit
@@ -143,8 +146,8 @@ def out_size(h: int, w: int, kernel, stride, padding, dilation) -> tuple[int, in
 
 
 def _x4(x: torch.Tensor, what: str) -> torch.Tensor:
-    if x.dim() != 4 or x.dtype != torch.float32:
-        raise InvalidInput(f"{what} x", (tuple(x.shape), str(x.dtype)), "an fp32 [N, C, H, W] tensor")
+    if x.dim() != 4 or x.dtype not in FLOATS:
+        raise InvalidInput(f"{what} x", (tuple(x.shape), str(x.dtype)), "an fp32 / bf16 / fp16 [N, C, H, W] tensor")
     return x if x.is_contiguous() else x.contiguous()
 
 

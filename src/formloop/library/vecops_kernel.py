@@ -11,9 +11,15 @@ way: KernelBench compares with torch.cumsum, so by default the kernel adds in Py
 (_scan_torch_kernel: the same roundings, no difference to see); order='fp64' sums in fp64 (the exact
 prefix rounded once). Both memory-bound: a few adds per element.
 col_argreduce: argmax / argmin of [B, D1, D2] over D1 (first index of the extreme), int64 out.
+Storage: fp32, bf16 or fp16 (FLOATS); the arithmetic is fp32 (statistics, partials, the scan's adds, the
+comparisons), outputs are stored in x's dtype, as PyTorch's CUDA kernels do for these ops. In 16 bits the
+'torch' scan rounds every add to the storage type as PyTorch's does (its shared buffer holds scalar_t), so it
+stays bit for bit PyTorch's. Triton 3.6's interpreter truncates fp32 -> bf16 (the GPU rounds to nearest even):
+under TRITON_INTERPRET=1 bf16 stores round in integer arithmetic first (_rne), the same bits as the GPU's.
 Designs are vecops.solved_design's (BC, RP, W, SPLIT)."""
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import torch
@@ -21,6 +27,32 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
+
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def fix_bf16(t: torch.Tensor) -> bool:
+    """Whether stores into t need _rne's rounding first (bf16 under the interpreter)."""
+    return INTERPRETED and t.dtype == torch.bfloat16
+
+
+def float_x(x: torch.Tensor, what: str) -> None:
+    if x.dtype not in FLOATS:
+        raise InvalidInput(f"{what} dtype", str(x.dtype), [str(d) for d in FLOATS])
+
+
+@triton.jit
+def _rne(x, p, FIX: tl.constexpr):
+    """fp32 x rounded to the element type of pointer p, as fp32 (identity for an fp32 p); FIX: bf16 rounded
+    to nearest even in integer arithmetic (the interpreter's own conversion truncates)."""
+    if FIX:
+        bits = x.to(tl.uint32, bitcast=True)
+        r = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+        out = tl.where(x != x, x, r)
+    else:
+        out = x.to(p.dtype.element_ty).to(tl.float32)
+    return out
 
 
 @triton.jit
@@ -52,7 +84,7 @@ def _stats_kernel(x_ptr, cnt_ptr, mean_ptr, m2_ptr, ROWS, HW, CHUNK, SPLIT, BC: 
 
 @triton.jit
 def _combine_kernel(cnt_ptr, mean_ptr, m2_ptr, smean_ptr, srstd_ptr, rm_ptr, rv_ptr, A, ASTRIDE, STAT_MUL, SPLIT,
-                    eps, momentum, UPDATE: tl.constexpr, BLOCK: tl.constexpr):
+                    eps, momentum, UPDATE: tl.constexpr, BLOCK: tl.constexpr, FIX: tl.constexpr):
     """Statistic st combines the partials of rows st·STAT_MUL + a·ASTRIDE (a < A), SPLIT chunks each."""
     st = tl.program_id(0)
     total = A * SPLIT
@@ -82,13 +114,14 @@ def _combine_kernel(cnt_ptr, mean_ptr, m2_ptr, smean_ptr, srstd_ptr, rm_ptr, rv_
         rm = tl.load(rm_ptr + st).to(tl.float32)
         rv = tl.load(rv_ptr + st).to(tl.float32)
         unbiased = M2 / tl.maximum(count - 1.0, 1.0)
-        tl.store(rm_ptr + st, ((1.0 - momentum) * rm + momentum * mean).to(rm_ptr.dtype.element_ty))
-        tl.store(rv_ptr + st, ((1.0 - momentum) * rv + momentum * unbiased).to(rv_ptr.dtype.element_ty))
+        tl.store(rm_ptr + st, _rne((1.0 - momentum) * rm + momentum * mean, rm_ptr, FIX).to(rm_ptr.dtype.element_ty))
+        tl.store(rv_ptr + st, _rne((1.0 - momentum) * rv + momentum * unbiased, rv_ptr, FIX)
+                 .to(rv_ptr.dtype.element_ty))
 
 
 @triton.jit
 def _apply_kernel(x_ptr, y_ptr, smean_ptr, srstd_ptr, w_ptr, b_ptr, ROWS, HW, CHUNK, CH, SN, CG,
-                  AFFINE: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr):
+                  AFFINE: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, FIX: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     s = tl.program_id(1)
     row_ok = rows < ROWS
@@ -110,12 +143,12 @@ def _apply_kernel(x_ptr, y_ptr, smean_ptr, srstd_ptr, w_ptr, b_ptr, ROWS, HW, CH
         m = row_ok[:, None] & ((cols < HW) & (cols < c0 + CHUNK))[None, :]
         off = base[:, None] + cols[None, :]
         x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
-        tl.store(y_ptr + off, ((x - mean[:, None]) * scale[:, None] + shift[:, None]).to(y_ptr.dtype.element_ty),
-                 mask=m)
+        y = _rne((x - mean[:, None]) * scale[:, None] + shift[:, None], y_ptr, FIX)
+        tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def _scan_kernel(x_ptr, y_ptr, R, C, BC: tl.constexpr, RP: tl.constexpr):
+def _scan_kernel(x_ptr, y_ptr, R, C, BC: tl.constexpr, RP: tl.constexpr, FIX: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     row_ok = rows < R
     base = rows.to(tl.int64) * C
@@ -126,19 +159,23 @@ def _scan_kernel(x_ptr, y_ptr, R, C, BC: tl.constexpr, RP: tl.constexpr):
         off = base[:, None] + cols[None, :]
         x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float64)   # fp64 sums: each output is the
         y = tl.cumsum(x, axis=1) + carry[:, None]                     # exact prefix, rounded once
-        tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
+        if FIX:   # (bf16 in the interpreter: through fp32, to nearest even)
+            tl.store(y_ptr + off, _rne(y.to(tl.float32), y_ptr, FIX).to(y_ptr.dtype.element_ty), mask=m)
+        else:
+            tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
         # the carry is the tile's last prefix (masked lanes add 0); not `carry += tl.sum(x, 1)`, which crashes
         # Triton 3.6's thread-locality pass for some tiles
         carry = tl.sum(tl.where((tl.arange(0, BC) == BC - 1)[None, :], y, 0.0), 1)
 
 
 @triton.jit
-def _scan_torch_kernel(x_ptr, y_ptr, R, C, LOGX: tl.constexpr, RP: tl.constexpr):
-    """PyTorch's CUDA cumsum order over rows (tensor_kernel_scan_innermost_dim, fp32): chunks of
+def _scan_torch_kernel(x_ptr, y_ptr, R, C, LOGX: tl.constexpr, RP: tl.constexpr, FIX: tl.constexpr):
+    """PyTorch's CUDA cumsum order over rows (tensor_kernel_scan_innermost_dim): chunks of
     CH = 2 << LOGX columns, the running total added to each chunk's first value, then a Sklansky
     scan of the chunk. Written as: B = the Sklansky partials that do not reach back to the chunk's
     first value (the same sums in the same order), then the chain e_0 = x_0 + carry, e_k = B[2^k - 1]
-    + e_(k-1), and out_j = B_j + e_(floor(log2 j)): every output is rounded exactly as PyTorch rounds it."""
+    + e_(k-1), and out_j = B_j + e_(floor(log2 j)): every output is rounded exactly as PyTorch rounds it.
+    16-bit storage: each add rounded to it (_rne: PyTorch's shared buffer is scalar_t; identity for fp32)."""
     CH: tl.constexpr = 2 << LOGX
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     row_ok = rows < R
@@ -156,15 +193,15 @@ def _scan_torch_kernel(x_ptr, y_ptr, R, C, LOGX: tl.constexpr, RP: tl.constexpr)
             pos = tl.arange(0, 1 << lv)[None, :]
             src = tl.sum(tl.sum(tl.where(((half == 0) & (pos == (1 << lv) - 1))[None, None, :, :], b4, 0.0), 3), 2)
             upd = ((tl.arange(0, CH // (2 << lv)) > 0)[:, None, None] & (half == 1)[None, :, :])[None, :, :, :]
-            b = tl.reshape(tl.where(upd, b4 + src[:, :, None, None], b4), (RP, CH))
-        e0 = tl.sum(tl.where((lane == 0)[None, :], b, 0.0), 1) + carry     # E_0 = x_0 + carry
+            b = tl.reshape(tl.where(upd, _rne(b4 + src[:, :, None, None], y_ptr, FIX), b4), (RP, CH))
+        e0 = _rne(tl.sum(tl.where((lane == 0)[None, :], b, 0.0), 1) + carry, y_ptr, FIX)    # E_0 = x_0 + carry
         e = e0
         sel = tl.zeros([RP, CH], tl.float32) + e0[:, None]
         for k in tl.static_range(1, LOGX + 1):   # E_k = B[2^k - 1] + E_(k-1): the prefix through 2^k - 1
-            e = tl.sum(tl.where((lane == (1 << k) - 1)[None, :], b, 0.0), 1) + e
+            e = _rne(tl.sum(tl.where((lane == (1 << k) - 1)[None, :], b, 0.0), 1) + e, y_ptr, FIX)
             sel = tl.where((lane >= (1 << k))[None, :], e[:, None], sel)
-        e = tl.sum(tl.where((lane == CH - 1)[None, :], b, 0.0), 1) + e           # the chunk's last: the carry
-        y = tl.where((lane == 0)[None, :], e0[:, None], b + sel)
+        e = _rne(tl.sum(tl.where((lane == CH - 1)[None, :], b, 0.0), 1) + e, y_ptr, FIX)  # the chunk's last: carry
+        y = _rne(tl.where((lane == 0)[None, :], e0[:, None], b + sel), y_ptr, FIX)
         tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
         carry = e
 
@@ -216,8 +253,9 @@ def seg_norm(mode: str, x: torch.Tensor, *, stats: Mapping[str, int], apply: Map
     eval: the running statistics) of x [N, C, *spatial], with the designs of the stats and apply kernels."""
     if mode not in MODES:
         raise InvalidInput("seg_norm mode", mode, MODES)
-    if x.dim() < 2 or x.dtype != torch.float32:
-        raise InvalidInput("seg_norm x", (tuple(x.shape), str(x.dtype)), "an fp32 [N, C, ...] tensor")
+    if x.dim() < 2:
+        raise InvalidInput("seg_norm x", tuple(x.shape), "an [N, C, ...] tensor")
+    float_x(x, "seg_norm x")
     x = x if x.is_contiguous() else x.contiguous()
     n, ch = int(x.shape[0]), int(x.shape[1])
     hw = x.numel() // max(1, n * ch)
@@ -250,7 +288,8 @@ def seg_norm(mode: str, x: torch.Tensor, *, stats: Mapping[str, int], apply: Map
         rv = running_var if update else srstd
         block = min(1024, _pow2(max(a * split, 16)))
         _combine_kernel[(nstat,)](part[0], part[1], part[2], smean, srstd, rm, rv, a, astride, mul, split,
-                                  float(eps), float(momentum), UPDATE=update, BLOCK=block, num_warps=4)
+                                  float(eps), float(momentum), UPDATE=update, BLOCK=block, FIX=fix_bf16(rm),
+                                  num_warps=4)
     bc, rp, split = int(apply["BC"]), int(apply["RP"]), int(apply["SPLIT"])
     chunk = triton.cdiv(triton.cdiv(hw, split), bc) * bc
     sn, cg = (0, 1) if mode == "batch" else (g, ch // g)
@@ -258,7 +297,7 @@ def seg_norm(mode: str, x: torch.Tensor, *, stats: Mapping[str, int], apply: Map
     w = weight if affine else smean
     b = (bias if bias is not None else torch.zeros_like(weight)) if affine else smean
     _apply_kernel[(triton.cdiv(rows, rp), triton.cdiv(hw, chunk))](x, y, smean, srstd, w, b, rows, hw, chunk, ch, sn,
-                                                                   cg, AFFINE=affine, BC=bc, RP=rp,
+                                                                   cg, AFFINE=affine, BC=bc, RP=rp, FIX=fix_bf16(y),
                                                                    num_warps=int(apply["W"]))
     return y
 
@@ -279,15 +318,21 @@ def torch_scan_rows(config: Mapping[str, int], logx: int) -> int:
     return 1 << max(0, min(7, max(1, tile // (2 << logx)).bit_length() - 1))
 
 
-def row_scan(x: torch.Tensor, *, config: Mapping[str, int], order: str = "torch") -> torch.Tensor:
-    """torch.cumsum(x, dim=-1) for fp32 x. order 'torch': PyTorch's CUDA summation order (chunks,
+def row_scan(x: torch.Tensor, *, config: Mapping[str, int], order: str = "auto") -> torch.Tensor:
+    """torch.cumsum(x, dim=-1) for fp32 / bf16 / fp16 x. order 'torch': PyTorch's CUDA summation order (chunks,
     running total, Sklansky; bit for bit what torch.cumsum returns on a GPU for more than one row,
     so KernelBench's rule, which compares with it, sees no difference); 'fp64': the exact prefix
-    rounded once (also for a single row, where PyTorch uses CUB)."""
-    if x.dtype != torch.float32 or x.dim() < 1:
-        raise InvalidInput("row_scan x", (tuple(x.shape), str(x.dtype)), "an fp32 tensor of rank >= 1")
-    if order not in ("torch", "fp64"):
-        raise InvalidInput("row_scan order", order, "torch, fp64")
+    rounded once (also for a single row, where PyTorch uses CUB). 'auto' (the ModelNew's): 'torch', except
+    a 16-bit x on the CPU (the interpreter), whose torch.cumsum is a sequential fp32 sum rounded once per
+    output: 'fp64' is that within an ulp (4 of 131072 bf16 outputs one ulp off at 64 x 2048), where the CUDA
+    order's per-add roundings fail KernelBench's 1e-2 against it."""
+    if x.dim() < 1:
+        raise InvalidInput("row_scan x", tuple(x.shape), "a tensor of rank >= 1")
+    float_x(x, "row_scan x")
+    if order not in ("auto", "torch", "fp64"):
+        raise InvalidInput("row_scan order", order, "auto, torch, fp64")
+    if order == "auto":
+        order = "fp64" if x.dtype != torch.float32 and x.device.type == "cpu" else "torch"
     x = x if x.is_contiguous() else x.contiguous()
     c = int(x.shape[-1]) if x.dim() else 1
     r = x.numel() // max(c, 1)
@@ -297,17 +342,20 @@ def row_scan(x: torch.Tensor, *, config: Mapping[str, int], order: str = "torch"
     if order == "torch" and r > 1:
         logx = torch_scan_log_x(r, c)
         rp = torch_scan_rows(config, logx)
-        _scan_torch_kernel[(triton.cdiv(r, rp),)](x, y, r, c, LOGX=logx, RP=rp, num_warps=int(config["W"]))
+        _scan_torch_kernel[(triton.cdiv(r, rp),)](x, y, r, c, LOGX=logx, RP=rp, FIX=fix_bf16(y),
+                                                  num_warps=int(config["W"]))
     else:
         rp = int(config["RP"])
-        _scan_kernel[(triton.cdiv(r, rp),)](x, y, r, c, BC=int(config["BC"]), RP=rp, num_warps=int(config["W"]))
+        _scan_kernel[(triton.cdiv(r, rp),)](x, y, r, c, BC=int(config["BC"]), RP=rp, FIX=fix_bf16(y),
+                                            num_warps=int(config["W"]))
     return y
 
 
 def col_argreduce(op: str, x: torch.Tensor, dim: int, *, config: Mapping[str, int]) -> torch.Tensor:
-    """torch.argmax / argmin(x, dim) (keepdim off) for fp32 x, any dim."""
-    if op not in ("argmax", "argmin") or x.dtype != torch.float32 or x.dim() < 1:
-        raise InvalidInput("col_argreduce (op, dtype)", (op, str(x.dtype)), "argmax/argmin of an fp32 tensor")
+    """torch.argmax / argmin(x, dim) (keepdim off) for fp32 / bf16 / fp16 x, any dim (compared in fp32: exact)."""
+    if op not in ("argmax", "argmin") or x.dim() < 1:
+        raise InvalidInput("col_argreduce (op, rank)", (op, x.dim()), "argmax/argmin of a tensor of rank >= 1")
+    float_x(x, "col_argreduce x")
     dim = dim % x.dim()
     x = x if x.is_contiguous() else x.contiguous()
     shape = tuple(x.shape)

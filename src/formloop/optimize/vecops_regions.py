@@ -1,4 +1,5 @@
-"""Regions of the vecops family (formloop.library.vecops; kernels vecops_kernel, vecops_gather), fp32 only:
+"""Regions of the vecops family (formloop.library.vecops; kernels vecops_kernel, vecops_gather) on fp32, bf16 or
+fp16 storage (fp32 arithmetic inside; cross-entropy fp32 only):
 
 * norm: nn.GroupNorm, nn.InstanceNorm*d (no running statistics), nn.BatchNorm*d (momentum set; training or
   eval decided at call time, running statistics updated in place as the module does): split statistics,
@@ -10,7 +11,8 @@
   (vecops-gather).
 * cross-entropy: F.cross_entropy(logits [N, C], targets [N]) with reduction 'mean', no class weights and no
   label smoothing (rowwise-logsumexp's design for the row pass).
-The instance is the MILP design of the template for the region's shape (solved_design)."""
+The instance is the MILP design of the template for the region's shape (solved_design); the workload's bytes
+and element size are the storage dtype's (2 for bf16)."""
 from __future__ import annotations
 
 import math
@@ -27,14 +29,19 @@ from formloop.optimize.recognize import Implementer, Region, register
 
 NORM_MODULES = (nn.GroupNorm, nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d, nn.BatchNorm1d, nn.BatchNorm2d,
                 nn.BatchNorm3d)
-E = 4   # fp32 bytes
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)   # the storage the kernels take (vecops_kernel.FLOATS)
 
 
-def _fp32(node: Any, cap: Captured, rank: int | None = None) -> tuple | None:
+def _float(node: Any, cap: Captured, rank: int | None = None, dtypes: tuple = FLOATS) -> tuple | None:
     shape = cap.shape(node) if isinstance(node, fx.Node) else None
-    if shape is None or cap.dtype(node) != torch.float32 or (rank is not None and len(shape) != rank):
+    if shape is None or cap.dtype(node) not in dtypes or (rank is not None and len(shape) != rank):
         return None
     return shape
+
+
+def _elem(node: fx.Node, cap: Captured) -> int:
+    """Bytes per element of the region's input (its storage dtype)."""
+    return int(cap.dtype(node).itemsize)
 
 
 def _const(*vals: Any) -> bool:
@@ -51,7 +58,7 @@ def match_norm(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     mod = cap.gm.get_submodule(node.target)
     if not isinstance(mod, NORM_MODULES):
         return None
-    shape = _fp32(node.args[0], cap)
+    shape = _float(node.args[0], cap)
     if shape is None or len(shape) < 2:
         return None
     if isinstance(mod, (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)) and mod.track_running_stats:
@@ -61,19 +68,21 @@ def match_norm(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     n, c = shape[0], shape[1]
     hw = math.prod(shape[2:])
     return _region("norm", node, {"x": node.args[0], "module": node.target, "rows": n * c, "cols": hw,
-                                  "numel": n * c * hw, "norm": type(mod).__name__})
+                                  "numel": n * c * hw, "norm": type(mod).__name__,
+                                  "elem": _elem(node.args[0], cap)})
 
 
 def match_scan(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     f = fn_of(node, cap)
     if not (f is torch.cumsum or (node.op == "call_method" and f == "cumsum")) or not node.args:
         return None
-    shape = _fp32(node.args[0], cap)
+    shape = _float(node.args[0], cap)
     dim = arg_of(node, 1, "dim")
     if shape is None or not shape or not isinstance(dim, int) or dim % len(shape) != len(shape) - 1 \
             or node.kwargs.get("dtype") is not None:
         return None
-    return _region("scan", node, {"x": node.args[0], "rows": math.prod(shape[:-1]), "cols": shape[-1]})
+    return _region("scan", node, {"x": node.args[0], "rows": math.prod(shape[:-1]), "cols": shape[-1],
+                                  "elem": _elem(node.args[0], cap)})
 
 
 def match_colreduce(node: fx.Node, cap: Captured, taken: set) -> Region | None:
@@ -82,13 +91,14 @@ def match_colreduce(node: fx.Node, cap: Captured, taken: set) -> Region | None:
         if node.op in ("call_function", "call_method") and (callable(f) or isinstance(f, str)) else None
     if op is None or not node.args:
         return None
-    shape = _fp32(node.args[0], cap)
+    shape = _float(node.args[0], cap)
     dim, keep = arg_of(node, 1, "dim"), arg_of(node, 2, "keepdim", False)
     if shape is None or not shape or not isinstance(dim, int) or keep or dim % len(shape) == len(shape) - 1:
         return None
     d = dim % len(shape)
     return _region("colreduce", node, {"x": node.args[0], "op": op, "dim": d, "rows": math.prod(shape[:d]) *
-                                       math.prod(shape[d + 1:]), "cols": shape[d], "numel": math.prod(shape)})
+                                       math.prod(shape[d + 1:]), "cols": shape[d], "numel": math.prod(shape),
+                                       "elem": _elem(node.args[0], cap)})
 
 
 def _pool_args(node: fx.Node, cap: Captured) -> dict[str, Any] | None:
@@ -120,19 +130,20 @@ def match_gather(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     a = _pool_args(node, cap) if node.args else None
     if a is None:
         return None
-    shape, out = _fp32(node.args[0], cap, 4), cap.shape(node)
+    shape, out = _float(node.args[0], cap, 4), cap.shape(node)
     if shape is None or out is None or not math.prod(out):
         return None
     rows, cols = math.prod(out[:-1]), out[-1]
     # bytes: the output once and the input once (the windows overlap in the L2 when they share inputs)
-    nbytes = (math.prod(out) + math.prod(shape)) * E
+    e = _elem(node.args[0], cap)
+    nbytes = (math.prod(out) + math.prod(shape)) * e
     taps = row_taps = 0
     if a["op"] == "max_pool2d":   # loads per output: the window's taps, or the window-row runs' elements
         k = _pair(a["kernel_size"])
         taps = k[0] * k[1]
         row_taps = pool_row_taps(k, _pair(a["stride"] or a["kernel_size"])[1], _pair(a["dilation"])[1])[1]
     return _region("gather", node, {"x": node.args[0], **a, "rows": rows, "cols": cols, "bytes": nbytes,
-                                    "taps": max(taps, 1), "row_taps": row_taps})
+                                    "taps": max(taps, 1), "row_taps": row_taps, "elem": e})
 
 
 def _pair(v: Any) -> tuple[int, int]:
@@ -143,7 +154,7 @@ def match_xent(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     if node.op != "call_function" or node.target is not F.cross_entropy or len(node.args) < 2:
         return None
     x, t = node.args[0], node.args[1]
-    shape = _fp32(x, cap, 2)
+    shape = _float(x, cap, 2, (torch.float32,))
     ts = cap.shape(t) if isinstance(t, fx.Node) else None
     if shape is None or ts != shape[:1] or cap.dtype(t) != torch.int64:
         return None
@@ -157,16 +168,17 @@ def match_xent(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     return _region("xent", node, {"x": x, "targets": t, "ignore_index": ignore, "rows": shape[0], "cols": shape[1]})
 
 
-def _milp(kind: str, rows: int, cols: int, nbytes: int, taps: int = 1, row_taps: int = 0) -> dict[str, int]:
-    return solved_design(kind, rows, cols, nbytes, "h200", taps, row_taps)
+def _milp(kind: str, rows: int, cols: int, nbytes: int, taps: int = 1, row_taps: int = 0, elem: int = 4) -> dict:
+    return solved_design(kind, rows, cols, nbytes, "h200", taps, row_taps, elem=elem)
 
 
 def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str, Any]:
     p, kind = region.params, region.kind.removeprefix("vecops-")
     d: dict[str, Any] = {"solver": "milp (HiGHS)"}
+    e = p.get("elem", 4)
     if kind == "norm":
-        d["stats"] = _milp("norm-stats", p["rows"], p["cols"], p["numel"] * E)
-        d["apply"] = _milp("norm-apply", p["rows"], p["cols"], 2 * p["numel"] * E)
+        d["stats"] = _milp("norm-stats", p["rows"], p["cols"], p["numel"] * e, elem=e)
+        d["apply"] = _milp("norm-apply", p["rows"], p["cols"], 2 * p["numel"] * e, elem=e)
         d["template"] = "vecops-norm-stats + vecops-norm-apply"
     elif kind == "xent":
         from formloop.library.rowwise import solved_design
@@ -174,9 +186,9 @@ def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str
         d["config"] = solved_design("logsumexp", p["rows"], p["cols"], "fp32", "h200")
         d["template"] = "rowwise-logsumexp (row pass)"
     else:
-        nbytes = {"scan": 2 * p["rows"] * p["cols"] * E, "colreduce": p.get("numel", 0) * E + p["rows"] * 8,
+        nbytes = {"scan": 2 * p["rows"] * p["cols"] * e, "colreduce": p.get("numel", 0) * e + p["rows"] * 8,
                   "gather": p.get("bytes", 0)}[kind]
-        d["config"] = _milp(kind, p["rows"], p["cols"], nbytes, p.get("taps", 1), p.get("row_taps", 0))
+        d["config"] = _milp(kind, p["rows"], p["cols"], nbytes, p.get("taps", 1), p.get("row_taps", 0), e)
         d["template"] = f"vecops-{kind}"
     if tier != "gpu":   # the interpreter runs programs one by one: few coarse tiles (correctness only)
         for key in ("stats", "apply", "config"):
