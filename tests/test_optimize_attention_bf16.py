@@ -3,8 +3,8 @@ formloop.library.attention_16bit in the Triton interpreter against a float64 ref
 the same bf16 (fp16) inputs, under the harness's bf16 rule (KernelBench's allclose, atol = rtol =
 1e-2, formloop.measure.compare.KERNELBENCH_TOLERANCE); wrong kernels (causal flag dropped, scale off,
 an off-by-one causal bound) are caught by the same check; the region on the bf16-cast shipped problems
-(recognized, the proved prefill program where it applies, the flash kernel elsewhere, the ModelNew
-matching float64) and the prefill MILP's instance on the gpu tier."""
+(recognized, the proved prefill or decode program where it applies, the flash kernel elsewhere, the
+ModelNew matching float64) and the families' MILP instances on the gpu tier."""
 from __future__ import annotations
 
 import importlib.util
@@ -16,7 +16,9 @@ import pytest
 torch = pytest.importorskip("torch")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from formloop.library.attention_16bit import attention16, choose_prefill, prefill_scope  # noqa: E402
+from formloop.library.attention_16bit import (  # noqa: E402
+    attention16, choose_decode, choose_prefill, decode_scope, interpreter_decode, prefill_scope,
+)
 from formloop.measure.compare import KERNELBENCH_TOLERANCE  # noqa: E402
 from formloop.optimize.assemble import assemble  # noqa: E402
 from formloop.optimize.capture import capture  # noqa: E402
@@ -52,6 +54,8 @@ CASES = [  # program, B, Hq, Hkv, Lq, Lk, D, causal, scale, dtype
     ("prefill", 1, 4, 2, 37, 37, 32, True, None, torch.bfloat16),    # causal, GQA, tails
     ("prefill", 2, 2, 2, 40, 40, 16, False, None, torch.bfloat16),   # full
     ("prefill", 1, 4, 1, 33, 33, 64, True, None, torch.float16),     # fp16, GQA 4
+    ("decode", 2, 8, 2, 1, 70, 64, False, None, torch.bfloat16),     # decode family: GQA packed, 2 splits, tail
+    ("decode", 1, 4, 4, 1, 33, 32, False, None, torch.float16),      # decode family, fp16, no GQA
     ("flash", 2, 8, 2, 1, 70, 64, False, None, torch.bfloat16),      # decode, GQA packed, KV tail
     ("flash", 1, 2, 1, 20, 33, 16, True, None, torch.bfloat16),      # cross length, causal top-left
     ("flash", 1, 2, 2, 24, 24, 24, True, 0.3, torch.bfloat16),       # custom scale, head dim 24
@@ -62,7 +66,7 @@ CASES = [  # program, B, Hq, Hkv, Lq, Lk, D, causal, scale, dtype
 def test_16bit_kernels_match_float64_under_the_bf16_rule(case):
     prog, b, hq, hkv, lq, lk, d, causal, scale, dtype = case
     q, k, v = _qkv(b, hq, hkv, lq, lk, d, dtype, seed=len(CASES) + lq)
-    cfg = PREFILL_TILES if prog == "prefill" else {"Br": 16, "Bc": 16}
+    cfg = {"prefill": PREFILL_TILES, "decode": interpreter_decode(hq, hkv)}.get(prog, {"Br": 16, "Bc": 16})
     out = attention16(q, k, v, program=prog, causal=causal, scale=scale, config=cfg)
     assert out.dtype == dtype and out.shape == q.shape
     ref = _ref(q, k, v, causal, scale)
@@ -83,11 +87,15 @@ def test_prefill_reads_views_through_a_copy():
     assert _ok(out, _ref(q, k, v, True))
 
 
-def test_prefill_scope_names_why_not():
+def test_scopes_name_why_not():
     assert prefill_scope(1, 4, 4, 64, 64, 64, None) == prefill_scope(1, 4, 4, 64, 64, 64, 64 ** -0.5) == ""
     assert "Lq=1" in prefill_scope(1, 4, 4, 1, 64, 64, None)
     assert "head dim" in prefill_scope(1, 4, 4, 64, 64, 24, None)
     assert "scale" in prefill_scope(1, 4, 4, 64, 64, 64, 0.3)
+    assert decode_scope(1, 8, 2, 1, 64, 64, False, None) == ""
+    assert "key 0" in decode_scope(1, 8, 2, 1, 64, 64, True, None)
+    assert "Lq=5" in decode_scope(1, 8, 2, 5, 64, 64, False, None)
+    assert "query heads" in decode_scope(1, 6, 4, 1, 64, 64, False, None)
 
 
 def test_prefill_instance_is_the_milp_and_attempts_pin_other_tiles():
@@ -100,9 +108,19 @@ def test_prefill_instance_is_the_milp_and_attempts_pin_other_tiles():
     assert "pinned" in a1["source"] and a1["predicted_us"] >= a0["predicted_us"] - 1e-9
 
 
+def test_decode_instance_is_the_milp_and_attempts_pin_other_splits():
+    from formloop.library.attention_service import solve
+
+    d0 = choose_decode(4, 32, 8, 4096, 128, "bf16")
+    assert d0["config"] == {k: int(v) for k, v in solve("attention-decode", "4,32,8,128,4096", page=0)["design"].items()}
+    d1 = choose_decode(4, 32, 8, 4096, 128, "bf16", attempt=1)
+    assert (d1["config"]["Bn"], d1["config"]["KS"]) != (d0["config"]["Bn"], d0["config"]["KS"])
+    assert "pinned" in d1["source"] and d1["predicted_us"] >= d0["predicted_us"] - 1e-9
+
+
 EXPECT = {  # problem: (program, causal, Hq // Hkv)
     "attention_causal": ("prefill", True, 1), "attention_gqa_causal": ("prefill", True, 4),
-    "attention_prefill": ("prefill", False, 1), "attention_decode_gqa": ("flash", False, 4),
+    "attention_prefill": ("prefill", False, 1), "attention_decode_gqa": ("decode", False, 4),
 }
 
 
@@ -125,7 +143,7 @@ def test_bf16_problem_gets_the_region_and_matches_float64(name, tmp_path):
     assert not asm.skipped and [r["design"]["program"] for r in asm.regions] == [prog]
     assert "scaled_dot_product_attention" not in asm.source.split("def _graph_forward", 1)[1]
     notes = " ".join(n for r in asm.regions for n in r["notes"])
-    assert ("proved attention-prefill program" in notes) is (prog == "prefill")
+    assert (f"proved attention-{prog} program" in notes) is (prog != "flash")
     assert ("not the proved" in notes) is (prog == "flash")
     f = tmp_path / "model_new.py"
     f.write_text(asm.source)

@@ -9,9 +9,14 @@ for the region's shape (attention_service.solve, the template's priors). Attempt
 (k-1)-th other tile of ALT_TILES (Br, Bc) and lets the MILP choose the rest (S, W, GQ, TM), as
 attention_fp32.choose_config does; a pin the template refuses moves on to the next tile.
 
-Elsewhere (decode Lq = 1, cross lengths, another scale, a head dim outside HEAD_DIMS) the flash
-kernel of attention_fp32_kernel runs at 16-bit storage: not the proved program, its walk checked by
-tests against a float64 reference only."""
+Decode (one query token, no mask, a plain [B, Hkv, L, D] K/V, the same head and scale conditions):
+the proved attention-decode family (attention_decode_kernel.DecodePlan.run on q[:, :, 0, :], with the
+plan's float32 workspace for split partials allocated once per plan and device), the instance the
+attention-decode MILP's (attention_service.solve, page 0); attempt k > 0 pins another (Bn, KS).
+
+Elsewhere (cross lengths, a causal single query, another scale, a head dim outside HEAD_DIMS) the
+flash kernel of attention_fp32_kernel runs at 16-bit storage: not the proved program, its walk
+checked by tests against a float64 reference only."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,6 +26,9 @@ from typing import Any
 from formloop.errors import InvalidInput
 from formloop.hw.chips import get_chip
 from formloop.library import attention_service
+from formloop.library.attention_decode import KS as KS_DECISION
+from formloop.library.attention_decode import NAME as DECODE
+from formloop.library.attention_decode import Bn as BN_DECISION
 from formloop.library.attention_prefill import NAME as PREFILL
 from formloop.library.attention_prefill import Bc as BC_DECISION
 from formloop.library.attention_prefill import Br as BR_DECISION
@@ -29,9 +37,12 @@ from formloop.solve import SOLVERS
 from formloop.template import Constraint
 
 DTYPES = ("bf16", "fp16")
-ALT_TILES = ((64, 64), (128, 64), (64, 32), (128, 128), (128, 32))
+ALT_TILES = ((64, 64), (128, 64), (64, 32), (128, 128), (128, 32))    # prefill (Br, Bc) by attempt
+ALT_SPLITS = ((64, 1), (64, 4), (128, 2), (32, 8), (64, 16))           # decode (Bn, KS) by attempt
 # Interpreter tier: small tiles (several tiles and the causal diagonal at SMALL sizes), pointer loads.
 INTERPRETER = {"Br": 32, "Bc": 16, "S": 1, "W": 4, "GQ": 1, "TM": 0}
+# Decode in the interpreter: two splits merged in launch (the last arriver), pointer loads; QP fitted to G.
+INTERPRETER_DECODE = {"Bn": 16, "KS": 2, "S": 1, "W": 4, "MG": 1, "TM": 0}
 SCALE_RTOL = 1e-15   # a scale written as 1/math.sqrt(D) or D**-0.5: the same number to the last bits
 
 
@@ -48,6 +59,57 @@ def prefill_scope(B: int, Hq: int, Hkv: int, Lq: int, Lk: int, D: int, scale: fl
     return ""
 
 
+def decode_scope(B: int, Hq: int, Hkv: int, Lq: int, Lk: int, D: int, causal: bool, scale: float | None) -> str:
+    """'' where the proved attention-decode program computes this attention, else why it does not."""
+    if Lq != 1:
+        return f"Lq={Lq} (the decode family attends one query token)"
+    if causal and Lk > 1:
+        return "a causal single query (top-left) sees key 0 only, not the decode family's whole cache"
+    return prefill_scope(B, Hq, Hkv, Lk, Lk, D, scale)
+
+
+def interpreter_decode(Hq: int, Hkv: int) -> dict[str, int]:
+    """INTERPRETER_DECODE with QP the largest power of two <= 4 dividing the GQA group."""
+    g = Hq // Hkv
+    return {**INTERPRETER_DECODE, "QP": max(q for q in (1, 2, 4) if g % q == 0)}
+
+
+def _milp(name: str, shape: dict, dtype: str, chip: str, attempt: int, pins, decisions, **opts) -> dict[str, Any]:
+    """attention_service.solve's design for `name`; attempt k > 0: the (k-1)-th of `pins` (values of
+    `decisions`) that differs from it, pinned, the MILP choosing the rest (a refused pin: the next)."""
+    r = attention_service.solve(name, shape, chip=chip, dtype=dtype, **opts)
+    design, cost = {k: int(v) for k, v in r["design"].items()}, float(r["objective_us"])
+    fields = ",".join(f"{k}={v}" for k, v in {**shape, **opts}.items())
+    source = f"{name} MILP at {fields}, {dtype}"
+    if attempt:
+        t = attention_service.template(name, dtype)
+        f = t.formulate(attention_service.attention_workload(name, shape, dtype, **opts), get_chip(chip))
+        base = tuple(design[d.name] for d in decisions)
+        others = [x for x in pins if x != base]
+        for i in range(len(others)):
+            pin = others[(attempt - 1 + i) % len(others)]
+            expr = decisions[0].eq(pin[0])
+            for d, val in zip(decisions[1:], pin[1:]):
+                expr = expr & d.eq(val)
+            sol = SOLVERS["milp"](dataclasses.replace(f, constraints=(*f.constraints, Constraint(
+                "pinned", expr, "scope", "the attempt's tile"))))
+            if sol.assignment:
+                design, cost = {k: int(v) for k, v in sol.assignment.items()}, float(sol.objective)
+                pinned = "x".join(f"{d.name}={v}" for d, v in zip(decisions, pin))
+                source += f", {pinned} pinned (attempt {attempt})"
+                break
+    return {"config": design, "source": source, "predicted_us": cost, "template_hash": r["template_hash"]}
+
+
+def choose_decode(B: int, Hq: int, Hkv: int, L: int, D: int, dtype: str, *, chip: str = "h200",
+                  attempt: int = 0) -> dict[str, Any]:
+    """The attention-decode MILP's instance (contiguous cache, page 0) for one shape."""
+    if dtype not in DTYPES:
+        raise InvalidInput("dtype", dtype, DTYPES)
+    shape = {"B": B, "Hq": Hq, "Hkv": Hkv, "D": D, "L": L}
+    return _milp(DECODE, shape, dtype, chip, attempt, ALT_SPLITS, (BN_DECISION, KS_DECISION), page=0)
+
+
 def choose_prefill(B: int, Hq: int, Hkv: int, L: int, D: int, causal: bool, dtype: str, *, chip: str = "h200",
                    attempt: int = 0) -> dict[str, Any]:
     """The attention-prefill MILP's instance for one shape: {'config', 'source', 'predicted_us',
@@ -55,23 +117,8 @@ def choose_prefill(B: int, Hq: int, Hkv: int, L: int, D: int, causal: bool, dtyp
     if dtype not in DTYPES:
         raise InvalidInput("dtype", dtype, DTYPES)
     shape = {"B": B, "Hq": Hq, "Hkv": Hkv, "D": D, "L": L}
-    r = attention_service.solve(PREFILL, shape, chip=chip, dtype=dtype, causal=int(bool(causal)))
-    design, cost = {k: int(v) for k, v in r["design"].items()}, float(r["objective_us"])
-    source = f"attention-prefill MILP at B={B} Hq={Hq} Hkv={Hkv} D={D} L={L} causal={int(bool(causal))}, {dtype}"
-    if attempt:
-        t = attention_service.template(PREFILL, dtype)
-        f = t.formulate(attention_service.attention_workload(PREFILL, shape, dtype, causal=int(bool(causal))),
-                        get_chip(chip))
-        others = [x for x in ALT_TILES if x != (design["Br"], design["Bc"])]
-        for i in range(len(others)):
-            br, bc = others[(attempt - 1 + i) % len(others)]
-            pin = Constraint("pinned_tile", BR_DECISION.eq(br) & BC_DECISION.eq(bc), "scope", "the attempt's tile")
-            sol = SOLVERS["milp"](dataclasses.replace(f, constraints=(*f.constraints, pin)))
-            if sol.assignment:
-                design, cost = {k: int(v) for k, v in sol.assignment.items()}, float(sol.objective)
-                source += f", tile {br}x{bc} pinned (attempt {attempt})"
-                break
-    return {"config": design, "source": source, "predicted_us": cost, "template_hash": r["template_hash"]}
+    return _milp(PREFILL, shape, dtype, chip, attempt, ALT_TILES, (BR_DECISION, BC_DECISION),
+                 causal=int(bool(causal)))
 
 
 _PLANS: dict[tuple, Any] = {}
@@ -100,14 +147,49 @@ def prefill_attention(q, k, v, *, causal: bool, config: dict[str, int]):
     return out
 
 
+_WORKSPACES: dict[tuple, Any] = {}
+
+
+def decode_attention(q, k, v, *, config: dict[str, int]):
+    """The ModelNew's call on the proved decode path: DecodePlan.run on q[:, :, 0, :] [B, Hq, D] and a
+    plain cache K, V [B, Hkv, L, D] (copied where not contiguous), out [B, Hq, 1, D] in q's type."""
+    import torch  # noqa: PLC0415
+
+    from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan  # noqa: PLC0415 (triton)
+
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+    if q.dtype not in names or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise InvalidInput("dtype", [str(t.dtype) for t in (q, k, v)], "torch.bfloat16 or torch.float16, all alike")
+    B, Hq, Lq, D = q.shape
+    Hkv, L = k.shape[1], k.shape[2]
+    if Lq != 1:
+        raise InvalidInput("query length", Lq, "1 (decode)")
+    key = (B, Hq, Hkv, D, L, q.dtype, tuple(sorted(config.items())))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.setdefault(key, DecodePlan(DecodeConfig(**config), B, Hq, Hkv, D, L, names[q.dtype]))
+    ws = None
+    if plan.config.KS > 1:
+        ws = _WORKSPACES.get((key, q.device))
+        if ws is None:
+            ws = _WORKSPACES.setdefault((key, q.device), plan.new_workspace(q.device))
+    q1 = q[:, :, 0, :]
+    q1, k, v = (x if x.is_contiguous() else x.contiguous() for x in (q1, k, v))
+    out = torch.empty((B, Hq, D), device=q.device, dtype=q.dtype)
+    plan.run(q1, k, v, out, ws)
+    return out[:, :, None, :]
+
+
 def attention16(q, k, v, *, program: str, causal: bool = False, scale: float | None = None,
                 config: dict[str, int] | None = None):
-    """The ModelNew's call for a 16-bit attention region: `program` 'prefill' (the proved family) or
-    'flash' (attention_fp32_kernel at 16-bit storage, not the proved program)."""
+    """The ModelNew's call for a 16-bit attention region: `program` 'prefill' or 'decode' (the proved
+    families) or 'flash' (attention_fp32_kernel at 16-bit storage, not the proved program)."""
     if program == "prefill":
         return prefill_attention(q, k, v, causal=causal, config=dict(config or {}))
+    if program == "decode":
+        return decode_attention(q, k, v, config=dict(config or {}))
     if program == "flash":
         from formloop.library.attention_fp32_kernel import fp32_attention  # noqa: PLC0415 (imports triton)
 
         return fp32_attention(q, k, v, causal=causal, scale=scale, config=config)
-    raise InvalidInput("attention program", program, ("prefill", "flash"))
+    raise InvalidInput("attention program", program, ("prefill", "decode", "flash"))
