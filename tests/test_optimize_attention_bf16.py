@@ -87,6 +87,17 @@ def test_prefill_reads_views_through_a_copy():
     assert _ok(out, _ref(q, k, v, True))
 
 
+@pytest.mark.parametrize("prog,shape", [("prefill", (1, 2, 2, 20, 20, 24)), ("decode", (1, 8, 2, 1, 12, 32))])
+def test_shapes_outside_the_family_run_the_flash_kernel(prog, shape):
+    """The integrity battery calls a ModelNew at other shapes: a head dim the prefill family refuses, a
+    cache too short for the decode config's splits; the call runs the flash kernel, still correct."""
+    b, hq, hkv, lq, lk, d = shape
+    q, k, v = _qkv(b, hq, hkv, lq, lk, d, torch.bfloat16, seed=3)
+    cfg = PREFILL_TILES if prog == "prefill" else {**interpreter_decode(hq, hkv), "KS": 4}
+    out = attention16(q, k, v, program=prog, causal=prog == "prefill", config=cfg)
+    assert _ok(out, _ref(q, k, v, prog == "prefill"))
+
+
 def test_scopes_name_why_not():
     assert prefill_scope(1, 4, 4, 64, 64, 64, None) == prefill_scope(1, 4, 4, 64, 64, 64, 64 ** -0.5) == ""
     assert "Lq=1" in prefill_scope(1, 4, 4, 1, 64, 64, None)

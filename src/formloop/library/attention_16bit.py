@@ -19,7 +19,9 @@ flash kernel of attention_fp32_kernel runs at 16-bit storage: not the proved pro
 checked by tests against a float64 reference only."""
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -39,6 +41,7 @@ from formloop.template import Constraint
 DTYPES = ("bf16", "fp16")
 ALT_TILES = ((64, 64), (128, 64), (64, 32), (128, 128), (128, 32))    # prefill (Br, Bc) by attempt
 ALT_SPLITS = ((64, 1), (64, 4), (128, 2), (32, 8), (64, 16))           # decode (Bn, KS) by attempt
+PINS = {PREFILL: (ALT_TILES, (BR_DECISION, BC_DECISION)), DECODE: (ALT_SPLITS, (BN_DECISION, KS_DECISION))}
 # Interpreter tier: small tiles (several tiles and the causal diagonal at SMALL sizes), pointer loads.
 INTERPRETER = {"Br": 32, "Bc": 16, "S": 1, "W": 4, "GQ": 1, "TM": 0}
 # Decode in the interpreter: two splits merged in launch (the last arriver), pointer loads; QP fitted to G.
@@ -74,31 +77,41 @@ def interpreter_decode(Hq: int, Hkv: int) -> dict[str, int]:
     return {**INTERPRETER_DECODE, "QP": max(q for q in (1, 2, 4) if g % q == 0)}
 
 
-def _milp(name: str, shape: dict, dtype: str, chip: str, attempt: int, pins, decisions, **opts) -> dict[str, Any]:
-    """attention_service.solve's design for `name`; attempt k > 0: the (k-1)-th of `pins` (values of
-    `decisions`) that differs from it, pinned, the MILP choosing the rest (a refused pin: the next)."""
-    r = attention_service.solve(name, shape, chip=chip, dtype=dtype, **opts)
-    design, cost = {k: int(v) for k, v in r["design"].items()}, float(r["objective_us"])
-    fields = ",".join(f"{k}={v}" for k, v in {**shape, **opts}.items())
-    source = f"{name} MILP at {fields}, {dtype}"
-    if attempt:
-        t = attention_service.template(name, dtype)
-        f = t.formulate(attention_service.attention_workload(name, shape, dtype, **opts), get_chip(chip))
-        base = tuple(design[d.name] for d in decisions)
-        others = [x for x in pins if x != base]
-        for i in range(len(others)):
-            pin = others[(attempt - 1 + i) % len(others)]
-            expr = decisions[0].eq(pin[0])
-            for d, val in zip(decisions[1:], pin[1:]):
-                expr = expr & d.eq(val)
-            sol = SOLVERS["milp"](dataclasses.replace(f, constraints=(*f.constraints, Constraint(
-                "pinned", expr, "scope", "the attempt's tile"))))
-            if sol.assignment:
-                design, cost = {k: int(v) for k, v in sol.assignment.items()}, float(sol.objective)
-                pinned = "x".join(f"{d.name}={v}" for d, v in zip(decisions, pin))
-                source += f", {pinned} pinned (attempt {attempt})"
-                break
-    return {"config": design, "source": source, "predicted_us": cost, "template_hash": r["template_hash"]}
+def _milp(name: str, shape: dict, dtype: str, chip: str, attempt: int, **opts) -> dict[str, Any]:
+    """attention_service.solve's design for `name`; attempt k > 0: the (k-1)-th of PINS[name] (values
+    of its decisions) that differs from it, pinned, the MILP choosing the rest (a refused pin: the
+    next). Solved once per argument set (a model's layers repeat one shape); each caller gets a copy."""
+    return copy.deepcopy(_milp_once(name, tuple(shape.items()), dtype, chip, attempt, tuple(sorted(opts.items()))))
+
+
+@functools.lru_cache(maxsize=256)
+def _milp_once(name: str, shape_items: tuple, dtype: str, chip: str, attempt: int, opt_items: tuple) -> dict:
+    shape, opts = dict(shape_items), dict(opt_items)
+    pins, decisions = PINS[name]
+    if not attempt:
+        r = attention_service.solve(name, shape, chip=chip, dtype=dtype, **opts)
+        fields = ",".join(f"{k}={v}" for k, v in {**shape, **opts}.items())
+        return {"config": {k: int(v) for k, v in r["design"].items()}, "source": f"{name} MILP at {fields}, {dtype}",
+                "predicted_us": float(r["objective_us"]), "template_hash": r["template_hash"]}
+    first = _milp_once(name, shape_items, dtype, chip, 0, opt_items)
+    design, cost, source = dict(first["config"]), first["predicted_us"], first["source"]
+    t = attention_service.template(name, dtype)
+    f = t.formulate(attention_service.attention_workload(name, shape, dtype, **opts), get_chip(chip))
+    base = tuple(design[d.name] for d in decisions)
+    others = [x for x in pins if x != base]
+    for i in range(len(others)):
+        pin = others[(attempt - 1 + i) % len(others)]
+        expr = decisions[0].eq(pin[0])
+        for d, val in zip(decisions[1:], pin[1:]):
+            expr = expr & d.eq(val)
+        sol = SOLVERS["milp"](dataclasses.replace(f, constraints=(*f.constraints, Constraint(
+            "pinned", expr, "scope", "the attempt's tile"))))
+        if sol.assignment:
+            design, cost = {k: int(v) for k, v in sol.assignment.items()}, float(sol.objective)
+            pinned = "x".join(f"{d.name}={v}" for d, v in zip(decisions, pin))
+            source += f", {pinned} pinned (attempt {attempt})"
+            break
+    return {"config": design, "source": source, "predicted_us": cost, "template_hash": first["template_hash"]}
 
 
 def choose_decode(B: int, Hq: int, Hkv: int, L: int, D: int, dtype: str, *, chip: str = "h200",
@@ -107,7 +120,7 @@ def choose_decode(B: int, Hq: int, Hkv: int, L: int, D: int, dtype: str, *, chip
     if dtype not in DTYPES:
         raise InvalidInput("dtype", dtype, DTYPES)
     shape = {"B": B, "Hq": Hq, "Hkv": Hkv, "D": D, "L": L}
-    return _milp(DECODE, shape, dtype, chip, attempt, ALT_SPLITS, (BN_DECISION, KS_DECISION), page=0)
+    return _milp(DECODE, shape, dtype, chip, attempt, page=0)
 
 
 def choose_prefill(B: int, Hq: int, Hkv: int, L: int, D: int, causal: bool, dtype: str, *, chip: str = "h200",
@@ -117,8 +130,7 @@ def choose_prefill(B: int, Hq: int, Hkv: int, L: int, D: int, causal: bool, dtyp
     if dtype not in DTYPES:
         raise InvalidInput("dtype", dtype, DTYPES)
     shape = {"B": B, "Hq": Hq, "Hkv": Hkv, "D": D, "L": L}
-    return _milp(PREFILL, shape, dtype, chip, attempt, ALT_TILES, (BR_DECISION, BC_DECISION),
-                 causal=int(bool(causal)))
+    return _milp(PREFILL, shape, dtype, chip, attempt, causal=int(bool(causal)))
 
 
 _PLANS: dict[tuple, Any] = {}
@@ -180,16 +192,33 @@ def decode_attention(q, k, v, *, config: dict[str, int]):
     return out[:, :, None, :]
 
 
+def _splits_fit(config: dict[str, int], L: int, group: int) -> bool:
+    """The decode config runs at KV length L and GQA group `group` (every split gets a tile, QP | G)."""
+    bn, ks, qp = config.get("Bn", 64), config.get("KS", 1), config.get("QP", 1)
+    per = -(-(-(-L // bn)) // ks)
+    return group % qp == 0 and (ks - 1) * per * bn < L
+
+
+FLASH_FALLBACK = {"Br": 64, "Bc": 64, "W": 4, "S": 2}
+
+
 def attention16(q, k, v, *, program: str, causal: bool = False, scale: float | None = None,
                 config: dict[str, int] | None = None):
     """The ModelNew's call for a 16-bit attention region: `program` 'prefill' or 'decode' (the proved
-    families) or 'flash' (attention_fp32_kernel at 16-bit storage, not the proved program)."""
-    if program == "prefill":
-        return prefill_attention(q, k, v, causal=causal, config=dict(config or {}))
-    if program == "decode":
-        return decode_attention(q, k, v, config=dict(config or {}))
-    if program == "flash":
-        from formloop.library.attention_fp32_kernel import fp32_attention  # noqa: PLC0415 (imports triton)
+    families) or 'flash' (attention_fp32_kernel at 16-bit storage, not the proved program). A call
+    whose shapes lie outside the chosen family (not the problem's own: the integrity battery's probes
+    of other shapes) runs the flash kernel, with the family's scale 1/√D."""
+    if program not in ("prefill", "decode", "flash"):
+        raise InvalidInput("attention program", program, ("prefill", "decode", "flash"))
+    config = dict(config or {})
+    if program != "flash" and q.dim() == k.dim() == 4:
+        (B, Hq, Lq, D), (Hkv, Lk) = q.shape, k.shape[1:3]
+        if program == "prefill" and not prefill_scope(B, Hq, Hkv, Lq, Lk, D, None):
+            return prefill_attention(q, k, v, causal=causal, config=config)
+        if program == "decode" and not decode_scope(B, Hq, Hkv, Lq, Lk, D, causal, None) \
+                and _splits_fit(config, Lk, Hq // Hkv):
+            return decode_attention(q, k, v, config=config)
+    from formloop.library.attention_fp32_kernel import fp32_attention  # noqa: PLC0415 (imports triton)
 
-        return fp32_attention(q, k, v, causal=causal, scale=scale, config=config)
-    raise InvalidInput("attention program", program, ("prefill", "decode", "flash"))
+    return fp32_attention(q, k, v, causal=causal, scale=scale if program == "flash" else None,
+                          config=config if program == "flash" else FLASH_FALLBACK)

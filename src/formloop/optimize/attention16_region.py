@@ -38,7 +38,8 @@ def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str
         else:
             inst = {"config": interpreter_decode(hq, hkv), "source": "interpreter tiles (two splits, pointer loads)"}
         region.notes.append(f"the proved attention-decode program (library/attention_decode_kernel.py "
-                            f"DecodePlan.run, {dtype}, plain [B, Hkv, L, D] cache, page 0); instance: {inst['source']}")
+                            f"DecodePlan.run, {dtype}, plain [B, Hkv, L, D] cache, page 0; other shapes at run "
+                            f"time: the flash kernel); instance: {inst['source']}")
         design = {"program": "decode", "config": inst["config"], "causal": 0, "source": inst["source"]}
     elif not why:
         if tier == "gpu":
@@ -47,7 +48,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str
             inst = {"config": dict(INTERPRETER), "source": "interpreter tiles (small, pointer loads)"}
         region.notes.append(f"the proved attention-prefill program (library/attention_prefill_kernel.py "
                             f"PrefillPlan.run, {dtype}, {'causal' if causal else 'full'}) on contiguous q/K/V "
-                            f"(views copied); instance: {inst['source']}")
+                            f"(views copied; other shapes at run time: the flash kernel); instance: {inst['source']}")
         design = {"program": "prefill", "config": inst["config"], "causal": int(causal), "source": inst["source"]}
     else:
         if tier == "gpu":
