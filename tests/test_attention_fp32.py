@@ -73,7 +73,9 @@ def test_kernel_refuses_bad_input():
     with pytest.raises(InvalidInput, match="heads"):
         fp32_attention(q, torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16))
     with pytest.raises(InvalidInput, match="dtype"):
-        fp32_attention(q.half(), q.half(), q.half())
+        fp32_attention(q.half(), q, q)                  # mixed storage types
+    with pytest.raises(InvalidInput, match="dtype"):
+        fp32_attention(q.double(), q.double(), q.double())
     with pytest.raises(InvalidInput, match="Bc"):
         fp32_attention(q, q, q, config={"Bc": 24})
 

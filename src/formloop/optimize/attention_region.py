@@ -7,9 +7,11 @@ A mask is accepted only after it is evaluated: its subgraph (buffers, torch.full
 comparisons, slices by traced sizes) is run on the CPU with the problem's own buffers (the model is
 built on the CPU once per capture, at the captured sizes) and the allowed set must be exactly
 causal (tril, top-left) or everything; anything else stays PyTorch, with the reason. Dropout is
-accepted only with p = 0. The kernel is formloop.library.attention_fp32_kernel (fp32 storage, dot
-precision by error bound, instance by the prefill MILP rebound to fp32); it is not the proved bf16
-prefill/decode program, which the region notes say."""
+accepted only with p = 0. For fp32 q/K/V the kernel is formloop.library.attention_fp32_kernel (fp32
+storage, dot precision by error bound, instance by the prefill MILP rebound to fp32); it is not the
+proved bf16 prefill/decode program, which the region notes say. For bf16 or fp16 q/K/V (all one type)
+the region is the 16-bit implementer's (formloop.optimize.attention16_region): the proved prefill
+program where it applies, else the same flash kernel at 16-bit storage."""
 from __future__ import annotations
 
 import math
@@ -30,6 +32,8 @@ STATIC_FUNCS = {"full", "ones", "zeros", "triu", "tril", "eq", "ne", "lt", "le",
                 "ones_like", "zeros_like", "full_like", "masked_fill", "float", "bool", "to", "view", "reshape",
                 "unsqueeze", "expand", "t", "transpose", "contiguous", "rsqrt", "type_as", "getattr"}
 MAX_STATIC = 1 << 26   # elements a mask evaluation may build
+STORAGE = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+NAME, NAME_16BIT = "attention-fp32", "attention-16bit"
 
 
 class NotStatic(Exception):
@@ -141,7 +145,8 @@ def _region(cap: Captured, nodes: list[fx.Node], q, k, v, causal: bool, scale, n
         return None
     if sk != sv or sq[0] != sk[0] or sq[3] != sk[3] or sq[1] % sk[1]:
         return None
-    if any(cap.dtype(x) != torch.float32 for x in (q, k, v)):
+    dtype = STORAGE.get(cap.dtype(q))
+    if dtype is None or any(cap.dtype(x) != cap.dtype(q) for x in (k, v)):
         return None
     order = {n: i for i, n in enumerate(cap.gm.graph.nodes)}
     nodes = sorted(set(nodes), key=order.__getitem__)
@@ -149,9 +154,9 @@ def _region(cap: Captured, nodes: list[fx.Node], q, k, v, causal: bool, scale, n
     if any(u not in inside for n in nodes[:-1] for u in n.users):
         return None          # a replaced value is read outside the region
     b, hq, lq, d = sq
-    return Region("attention", "attention-fp32", nodes,
+    return Region("attention", NAME if dtype == "fp32" else NAME_16BIT, nodes,
                   {"q": q, "k": k, "v": v, "causal": bool(causal), "scale": scale, "tensors": {},
-                   "dims": [b, hq, sk[1], lq, sk[2], d], "dtype": "fp32",
+                   "dims": [b, hq, sk[1], lq, sk[2], d], "dtype": dtype,
                    "shape_text": f"B={b} Hq={hq} Hkv={sk[1]} Lq={lq} Lk={sk[2]} D={d}"}, notes)
 
 
@@ -320,5 +325,13 @@ def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
     return call
 
 
-ATTENTION = register(Implementer("attention-fp32", "attention", match, choose, emit,
+def match_for(name: str):
+    """`match` narrowed to the regions of implementer `name` (fp32 or 16-bit storage)."""
+    def only(node: fx.Node, cap: Captured, taken: set) -> Region | None:
+        region = match(node, cap, taken)
+        return region if region is not None and region.implementer == name else None
+    return only
+
+
+ATTENTION = register(Implementer(NAME, "attention", match_for(NAME), choose, emit,
                                  ("from formloop.library.attention_fp32 import attention",)))

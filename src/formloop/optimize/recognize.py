@@ -81,6 +81,7 @@ def implementers() -> list[Implementer]:
     from formloop.optimize import gemm_region, vector_regions  # noqa: F401 - register the built-in implementers
     from formloop.optimize import vecops_regions  # noqa: F401 - norms, scan, arg-reductions, gathers, cross-entropy
     from formloop.optimize import attention_region  # noqa: F401 - SDPA and written-out attention (fp32)
+    from formloop.optimize import attention16_region  # noqa: F401 - the same at bf16/fp16 storage
     from formloop.optimize import conv_region  # noqa: F401 - the conv2d + epilogue implementer
     from formloop.optimize import rope_region  # noqa: F401 - rotate-half RoPE (ahead of elementwise)
 
