@@ -302,10 +302,19 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
         return {**row, "verdict": row["verdict"][:300]}
     if not integrity:
         return {**row, "verdict": "integrity not run", "accepted": False}
-    r = v["integrity"] or {}
+    return {**row, **integrity_outcome(v["integrity"] or {})}
+
+
+def integrity_outcome(r: dict[str, Any]) -> dict[str, Any]:
+    """(accepted, verdict, integrity_flags) of an integrity report's JSON. The battery runs its own
+    correctness sets (other seeds than the harness's): where they fail, the verdict says so instead of the
+    probes' verdict alone (which may be "clean")."""
     flags = [{"check": c.get("obligation"), "severity": (c.get("details") or {}).get("severity"),
               "reason": (c.get("reason") or "")[:200], "evidence": _evidence(c.get("witness"))}
              for c in r.get("checks", [])
              if (c.get("details") or {}).get("severity") not in (None, "clean")]
-    return {**row, "accepted": bool(r.get("accepted")) and bool(r.get("correct", True)),
-            "verdict": str(r.get("verdict")), "integrity_flags": flags}
+    verdict = str(r.get("verdict"))
+    if r.get("correct") is False:
+        verdict = f"incorrect on the integrity run's fresh inputs (probes: {verdict})"
+    return {"accepted": bool(r.get("accepted")) and bool(r.get("correct", True)), "verdict": verdict,
+            "integrity_flags": flags}
