@@ -34,6 +34,16 @@ def _tf32_round(x):
 
 
 @triton.jit
+def round_bf16(x):
+    # fp32 -> bf16 -> fp32, round to nearest even, in integer arithmetic: the same bits on the GPU and in
+    # Triton 3.6's interpreter (whose own bf16 conversion truncates); NaN kept. The emitted epilogues
+    # (gemm_epilogue_emit.HELPERS) and the vecops kernels round bf16 stores through it under the interpreter.
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, rounded)
+
+
+@triton.jit
 def _dot(a, b, acc, PRECISION: tl.constexpr):
     """acc + a·b with tl.dot's `input_precision`; in the interpreter tf32 and tf32x3 are emulated
     (EMULATE_TF32), compiled kernels call tl.dot as is."""

@@ -352,7 +352,10 @@ def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False) -> str:
                       *("    " + b for b in body)])
 
 
-HELPERS = '''@triton.jit
+HELPERS = '''from formloop.library.gemm_dot import round_bf16 as _round_bf16
+
+
+@triton.jit
 def _sigmoid(x):
     # 1 / (1 + e^-x), spelled out so the division is visibly the fast one (Triton lowers an fp32
     # divide to div.full, 2 ulp; tl.math.div_rn would be the IEEE one) and exp is ex2.approx
@@ -369,15 +372,6 @@ def _silu(x):
 def _tanh(x):
     # 2*sigmoid(2x) - 1: exact in the limits (+-1), no libdevice call, runs in the interpreter
     return 2.0 * _sigmoid(2.0 * x) - 1.0
-
-
-@triton.jit
-def _round_bf16(x):
-    # fp32 -> bf16 -> fp32, round to nearest even, in integer arithmetic: the same bits on the GPU
-    # and in Triton 3.6's interpreter (whose own bf16 conversion does not round to nearest)
-    bits = x.to(tl.uint32, bitcast=True)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
-    return tl.where(x != x, x, rounded)
 
 
 @triton.jit

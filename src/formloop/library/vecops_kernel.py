@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
+from formloop.library.gemm_dot import round_bf16
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -47,9 +48,7 @@ def _rne(x, p, FIX: tl.constexpr):
     """fp32 x rounded to the element type of pointer p, as fp32 (identity for an fp32 p); FIX: bf16 rounded
     to nearest even in integer arithmetic (the interpreter's own conversion truncates)."""
     if FIX:
-        bits = x.to(tl.uint32, bitcast=True)
-        r = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
-        out = tl.where(x != x, x, r)
+        out = round_bf16(x)
     else:
         out = x.to(p.dtype.element_ty).to(tl.float32)
     return out
