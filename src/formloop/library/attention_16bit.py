@@ -136,6 +136,16 @@ def choose_prefill(B: int, Hq: int, Hkv: int, L: int, D: int, causal: bool, dtyp
 _PLANS: dict[tuple, Any] = {}
 
 
+def _storage(q, k, v) -> str:
+    """'bf16' or 'fp16': the one 16-bit type of q, K and V (else a named error)."""
+    import torch  # noqa: PLC0415
+
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+    if q.dtype not in names or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise InvalidInput("dtype", [str(t.dtype) for t in (q, k, v)], "torch.bfloat16 or torch.float16, all alike")
+    return names[q.dtype]
+
+
 def prefill_attention(q, k, v, *, causal: bool, config: dict[str, int]):
     """The ModelNew's call on the proved path: PrefillPlan(...).run on contiguous q [B, Hq, L, D] and
     K, V [B, Hkv, L, D] (views copied), out contiguous in q's type. Plans are kept per shape and config."""
@@ -143,15 +153,13 @@ def prefill_attention(q, k, v, *, causal: bool, config: dict[str, int]):
 
     from formloop.library.attention_prefill_kernel import PrefillConfig, PrefillPlan  # noqa: PLC0415 (triton)
 
-    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-    if q.dtype not in names or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise InvalidInput("dtype", [str(t.dtype) for t in (q, k, v)], "torch.bfloat16 or torch.float16, all alike")
+    dtype = _storage(q, k, v)
     B, Hq, L, D = q.shape
     Hkv = k.shape[1]
     key = (B, Hq, Hkv, D, L, q.dtype, bool(causal), tuple(sorted(config.items())))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS.setdefault(key, PrefillPlan(PrefillConfig(**config), B, Hq, Hkv, D, L, names[q.dtype],
+        plan = _PLANS.setdefault(key, PrefillPlan(PrefillConfig(**config), B, Hq, Hkv, D, L, dtype,
                                                   int(bool(causal))))
     q, k, v = (x if x.is_contiguous() else x.contiguous() for x in (q, k, v))
     out = torch.empty((B, Hq, L, D), device=q.device, dtype=q.dtype)
@@ -169,9 +177,7 @@ def decode_attention(q, k, v, *, config: dict[str, int]):
 
     from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan  # noqa: PLC0415 (triton)
 
-    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-    if q.dtype not in names or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise InvalidInput("dtype", [str(t.dtype) for t in (q, k, v)], "torch.bfloat16 or torch.float16, all alike")
+    dtype = _storage(q, k, v)
     B, Hq, Lq, D = q.shape
     Hkv, L = k.shape[1], k.shape[2]
     if Lq != 1:
@@ -179,7 +185,7 @@ def decode_attention(q, k, v, *, config: dict[str, int]):
     key = (B, Hq, Hkv, D, L, q.dtype, tuple(sorted(config.items())))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS.setdefault(key, DecodePlan(DecodeConfig(**config), B, Hq, Hkv, D, L, names[q.dtype]))
+        plan = _PLANS.setdefault(key, DecodePlan(DecodeConfig(**config), B, Hq, Hkv, D, L, dtype))
     ws = None
     if plan.config.KS > 1:
         ws = _WORKSPACES.get((key, q.device))

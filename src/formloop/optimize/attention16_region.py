@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import fx
 
-from formloop.optimize.attention_region import NAME_16BIT, match_for
+from formloop.optimize.attention_region import NAME_16BIT, match_for, replace_with_call
 from formloop.optimize.recognize import Implementer, Region, register
 
 
@@ -72,16 +72,10 @@ def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str
 def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
     from formloop.library.attention_16bit import attention16
 
-    p = region.params
     kwargs = {"program": design["program"], "causal": bool(design["causal"]), "config": design["config"]}
     if design["program"] == "flash":
         kwargs["scale"] = design.get("scale")
-    with graph.inserting_before(region.output):
-        call = graph.call_function(attention16, (p["q"], p["k"], p["v"]), kwargs)
-    region.output.replace_all_uses_with(call)
-    for n in reversed(region.nodes):
-        graph.erase_node(n)
-    return call
+    return replace_with_call(region, graph, attention16, kwargs)
 
 
 ATTENTION_16BIT = register(Implementer(NAME_16BIT, "attention", match_for(NAME_16BIT), choose, emit,

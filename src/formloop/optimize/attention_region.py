@@ -311,18 +311,22 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     return design
 
 
-def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
-    from formloop.library.attention_fp32 import attention
-
+def replace_with_call(region: Region, graph: fx.Graph, fn, kwargs: dict[str, Any]) -> fx.Node:
+    """The region's nodes replaced by one call fn(q, k, v, **kwargs) (both attention implementers)."""
     p = region.params
     with graph.inserting_before(region.output):
-        call = graph.call_function(attention, (p["q"], p["k"], p["v"]),
-                                   {"causal": bool(design["causal"]), "scale": design.get("scale"),
-                                    "config": design["config"], "precision": design["precision"]})
+        call = graph.call_function(fn, (p["q"], p["k"], p["v"]), kwargs)
     region.output.replace_all_uses_with(call)
     for n in reversed(region.nodes):
         graph.erase_node(n)
     return call
+
+
+def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
+    from formloop.library.attention_fp32 import attention
+
+    return replace_with_call(region, graph, attention, {"causal": bool(design["causal"]), "scale": design.get("scale"),
+                                                        "config": design["config"], "precision": design["precision"]})
 
 
 def match_for(name: str):
