@@ -22,10 +22,13 @@ import sys
 from pathlib import Path
 
 # (name, batch, M, N, K, B layout): "col" = an nn.Linear weight [N, K], "row" = a randn [K, N] matrix
-CASES = (("gemm_scale_clamp", 1, 8192, 8192, 4096, "col"), ("gateup_silu_mul", 1, 8192, 28672, 4096, "col"),
+CASES = (("linear_bias_gelu", 1, 16384, 16384, 4096, "col"), ("gemm_scale_clamp", 1, 8192, 8192, 4096, "col"), ("gateup_silu_mul", 1, 8192, 28672, 4096, "col"),
          ("gemm_skinny", 1, 16, 8192, 8192, "row"), ("bmm_heads", 128, 512, 2048, 1024, "row"))
 SMALL = (("gemm_scale_clamp", 1, 64, 256, 128, "col"), ("bmm_heads", 4, 64, 64, 128, "row"))
 PRECISIONS = ("tf32", "tf32x3", "fp32")
+# tf32x3 with the operands split before the GEMM (formloop.library.tf32_split): one TF32 GEMM over 3K,
+# its tile the MILP's (None) or pinned
+SPLIT_TILES = (None, (128, 256, 32), (128, 128, 64))
 
 
 def main(argv=None) -> int:
@@ -71,12 +74,25 @@ def main(argv=None) -> int:
             cfg = {k: int(v) for k, v in chosen["design"]["assignment"].items()}
             calls[f"formloop {p}"] = (lambda a, b, p=p, cfg=cfg: gemm_chain(a, b, op=op, ab=p, lb=lb, config=cfg),
                                       False)
+        for tile in SPLIT_TILES:
+            shape = f"{batch} x {M} x {N} x {3 * K}" if batch > 1 else f"{M} x {N} x {3 * K}"
+            pin = f"    tile = {tile[0]} x {tile[1]} x {tile[2]}\n" if tile and gpu else ""
+            extra = "" if gpu else "    tile = 64 x 64 x 64\n    split_k = 1\n    load = ptr\n"
+            text = (f"kernel k = {op} {{\n    a = tf32 row\n    b = tf32 {lb}\n    c = fp32 row\n    arch = sm90\n"
+                    f"    shape = {shape}\n{extra}{pin}}}\n")
+            chosen = check_spec(text=text)
+            if not chosen.get("ok") or (tile and not gpu):
+                continue
+            cfg = {k: int(v) for k, v in chosen["design"]["assignment"].items()}
+            label = "formloop tf32x3 split " + ("milp" if tile is None else "x".join(map(str, tile)))
+            calls[label] = (lambda a, b, cfg=cfg: gemm_chain(a, b, op=op, ab="tf32x3", lb=lb, config=cfg,
+                                                             presplit=True), False)
         results = {}
         for label, (fn, tf32) in calls.items():
             torch.backends.cuda.matmul.allow_tf32 = tf32
             c = fn(a, b)
             d = c.double() - truth
-            prec = label.split()[-1] if label.startswith("formloop") else ("tf32" if tf32 else "fp32")
+            prec = (label.split()[1] if label.startswith("formloop") else ("tf32" if tf32 else "fp32"))
             bd = bound(prec, K=K, N=N, outputs=batch * M * N, rms_ab=rms_ab)
             row = {"case": name, "shape": [batch, M, N, K], "impl": label,
                    "rel_error_vs_fp64": float(d.norm() / truth.norm()), "max_abs_error_vs_fp64": float(d.abs().max()),
@@ -94,7 +110,7 @@ def main(argv=None) -> int:
             for mode in ("graph", "eager"):
                 row[f"speedup_{mode}_vs_torch_fp32"] = base[f"{mode}_us"] / row[f"{mode}_us"]
             rows.append(row)
-            print(f"{name:17s} {row['impl']:22s} rel err {row['rel_error_vs_fp64']:.2e} "
+            print(f"{name:17s} {row['impl']:34s} rel err {row['rel_error_vs_fp64']:.2e} "
                   f"max {row['max_abs_error_vs_fp64']:.2e} (bound {row['bound_worst_error']:.1e}, "
                   f"allowed {row['bound_allowed']:.0e}) allclose-fail "
                   f"{row['allclose_fail_elements_vs_fp32_ref']:>8d}  graph {row['graph_us']:9.1f} us "

@@ -62,13 +62,22 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
 
 def gemm_chain(a: torch.Tensor, b: torch.Tensor, *, op: str = "gemm", ab: str = "fp32", c: str = "fp32",
                lb: str = "col", chain: str = "", config: Mapping[str, int],
-               tensors: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
-    """chain(a · B) through the gemm-epilogue kernel (see the module docstring)."""
+               tensors: Mapping[str, torch.Tensor] | None = None, presplit: bool = False) -> torch.Tensor:
+    """chain(a · B) through the gemm-epilogue kernel (see the module docstring). `presplit` (tf32x3
+    only): the operands split into tf32 parts first and one TF32 GEMM over 3K (tf32_split); `config`
+    is then that GEMM's tile configuration."""
     if op not in ("gemm", "batched_gemm"):
         raise InvalidInput("fused op", op, "gemm, batched_gemm")
-    spec = _spec(op, ab, c, lb, chain)
+    if presplit and ab != "tf32x3":
+        raise InvalidInput("presplit operand precision", ab, "tf32x3")
+    spec = _spec(op, "tf32" if presplit else ab, c, lb, chain)
     lead = tuple(a.shape[:-1])
     b = _dense(b)   # stored rows (b [K, N] by rows, W [N, K] by columns) are read with unit stride
+    if presplit:
+        from formloop.library.tf32_split import A_PARTS, B_PARTS, split3
+
+        a = split3(_dense(a.reshape(-1, a.shape[-1])) if op == "gemm" else _dense(a), -1, A_PARTS)
+        b = split3(b, -1 if lb == "col" else -2, B_PARTS)
     if op == "gemm":
         a2 = _dense(a.reshape(-1, a.shape[-1]))
         m, k = a2.shape
