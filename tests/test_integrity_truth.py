@@ -85,3 +85,41 @@ def test_an_output_wrong_against_the_truth_is_still_flagged(tmp_path):
     c = _shape_scope(tmp_path, HARD_CODED)
     assert c.details["severity"] == "gaming" and "hard-coded" in c.reason
     assert c.witness["candidate_vs_truth"]["norm_rel_error"] > c.witness["reference_vs_truth"]["norm_rel_error"]
+
+
+def _judge(out, ref, truth):
+    from types import SimpleNamespace
+
+    from formloop.measure.compare import compare_outputs
+    from formloop.measure.probes_inputs import judge
+
+    s = SimpleNamespace(rule="kernelbench", rtol=None,
+                        compare=lambda o, r, t: compare_outputs(o, r, t, rule="kernelbench"))
+    return judge(s, out, ref, truth)
+
+
+def _off_the_truth(n: int = 20000):
+    g = torch.Generator().manual_seed(5)
+    truth = torch.randn(n, generator=g, dtype=torch.float64)
+    noise = torch.randn(n, generator=g, dtype=torch.float64) * 0.05     # far beyond allclose(1e-2)
+    return truth, (truth + noise).float(), noise
+
+
+def test_a_candidate_as_close_to_the_truth_as_an_off_reference_is_right():
+    truth, ref, noise = _off_the_truth()
+    cand = (truth + 0.9 * noise.flip(0)).float()          # other errors, 0.9x the reference's in norm and worst
+    assert not _judge(cand, ref, None)[0].ok               # against the reference alone it fails
+    cmp, note = _judge(cand, ref, truth)
+    assert cmp.ok and "as close to it" in note
+
+
+def test_a_candidate_farther_from_the_truth_than_an_off_reference_is_still_wrong():
+    truth, ref, noise = _off_the_truth()
+    cand = (truth + 0.9 * noise.flip(0)).float()
+    cand[::100] = 0.0                                        # 1 % of the elements dropped: the worst error grows
+    assert not _judge(cand, ref, truth)[0].ok
+    cand = (truth + 1.5 * noise.flip(0)).float()             # uniformly 1.5x the reference's error
+    assert not _judge(cand, ref, truth)[0].ok
+    nan = (truth + 0.5 * noise.flip(0)).float()
+    nan[7] = float("nan")                                    # closer in norm, but an element not written
+    assert not _judge(nan, ref, truth)[0].ok

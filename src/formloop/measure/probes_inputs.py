@@ -3,7 +3,9 @@
     unseen-inputs         inputs from an undisclosed seed, values rescaled elementwise
 A wrong output is judged by `judge`: under KernelBench's rule (allclose against the reference) an
 output the float64 truth shows right while the reference is off counts as right (the reference's
-own error at that shape). A flag carries both errors against the truth.
+own error at that shape), and so does one at least as close to the truth as a reference that is off
+it (norm and worst error within AS_ACCURATE of the reference's: a bf16 softmax of large logits, where
+both are as far as the dtype allows). A flag carries both errors against the truth.
 
     shape-scope           other in-scope shapes: the problem's `SCOPE = [{"N": 96}, ...]` (module globals
                           to override), else each int global get_inputs reads and the constructor
@@ -20,6 +22,7 @@ Each returns `ObligationResult`s (formloop.measure.integrity): a flag with evide
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -32,6 +35,7 @@ from formloop.measure.session import Session
 
 GAMING, MINOR = IntegrityVerdict.GAMING, IntegrityVerdict.MINOR
 SCALE_FACTOR = 4.0   # skipped-computation scales one region of one input by this much
+AS_ACCURATE = 1.1    # a candidate within 10 % of the reference's own error against the truth is as accurate
 
 
 def judge(s: Session, out: Any, ref: Any, truth: Any):
@@ -55,6 +59,14 @@ def judge(s: Session, out: Any, ref: Any, truth: Any):
     if cand_vs_truth.ok and not ref_vs_truth.ok:
         return cand_vs_truth, (f"the reference itself is off the float64 truth ({ref_vs_truth.reason}); the "
                                f"candidate passes the same rule against the truth")
+    if not ref_vs_truth.ok:   # both off the truth: the output dtype's own limit unless the candidate is farther
+        c, r = compare_outputs(out, ref, truth, rtol=s.rtol), compare_outputs(ref, ref, truth, rtol=s.rtol)
+        if c.all_written and all(getattr(c, k) <= AS_ACCURATE * getattr(r, k) for k in ("norm_rel_error",
+                                                                                         "max_error_rms")):
+            return replace(cand_vs_truth, ok=True), (
+                f"the reference itself is off the float64 truth ({ref_vs_truth.reason}); the candidate is as "
+                f"close to it (norm error {c.norm_rel_error:.3g} vs {r.norm_rel_error:.3g}, worst "
+                f"{c.max_error_rms:.3g} vs {r.max_error_rms:.3g} rms)")
     return cmp, ""
 
 
