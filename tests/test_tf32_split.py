@@ -1,6 +1,6 @@
 """tf32x3 as one TF32 GEMM over the operands split before it (formloop.library.tf32_split): the split
 against the same rounding done in torch on the bits, the GEMM through gemm_chain(presplit=True) against
-float64 (interpreter), and the GEMM region's choice on the GPU tier (the TF32 spec over 3K)."""
+float64 (interpreter)."""
 from __future__ import annotations
 
 import math
@@ -88,54 +88,3 @@ def test_bad_split_inputs_are_named_errors():
         split3(x, -1, (0, 0, 0))
     with pytest.raises(InvalidInput, match="presplit"):
         gemm_chain(x, x, ab="tf32", config={"Tm": 16, "Tn": 16, "Tk": 16}, presplit=True)
-
-
-PROBLEM = """import torch
-from torch import nn
-
-M, N, K = {M}, {N}, 512
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(K, N)
-
-    def forward(self, x):
-        return torch.relu(self.proj(x))
-
-
-def get_inputs():
-    return [torch.randn(M, K)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-@pytest.mark.parametrize("M,N,split", [(8192, 8192, True), (256, 8192, False)])
-def test_the_gpu_tier_splits_where_the_pre_pass_pays_and_the_interpreter_never(tmp_path, M, N, split):
-    """8192 x 8192: the pre-pass (16 bytes per operand element) is ~5 % of the GEMM's model time, below
-    the in-loop split's measured overhead; at M = 256 it is not, and tf32x3 stays in the loop."""
-    from formloop.optimize.capture import capture
-    from formloop.optimize.gemm_region import IN_LOOP_SPLIT_OVERHEAD, _split_us, choose, match
-    from formloop.sol.problem import load_problem
-
-    (tmp_path / "lin.py").write_text(PROBLEM.replace("{M}", str(M)).replace("{N}", str(N)))
-    cap = capture(load_problem(tmp_path / "lin.py"))
-    node = next(n for n in cap.gm.graph.nodes if n.op == "call_module" and n.target == "proj")
-    designs = {}
-    for tier in ("gpu", "interpreter"):
-        region = match(node, cap, set())
-        designs[tier] = (choose(region, tier=tier), region.notes, _split_us(region))
-    gpu, notes, split_us = designs["gpu"]
-    assert gpu["ab"] == "tf32x3"
-    if split:
-        assert gpu.get("presplit") is True and any("3K" in n for n in notes), (gpu, notes)
-        assert "a = tf32 row" in gpu["spec"] and f"{M} x {N} x 1536" in gpu["spec"]
-        assert split_us < IN_LOOP_SPLIT_OVERHEAD * (gpu["predicted_us"] - split_us)
-    else:
-        assert "presplit" not in gpu and "a = tf32x3 row" in gpu["spec"] and f"{M} x {N} x 512" in gpu["spec"]
-    interp, _, _ = designs["interpreter"]
-    assert interp["ab"] == "tf32x3" and "presplit" not in interp and f"{M} x {N} x 512" in interp["spec"]

@@ -8,10 +8,15 @@ from zero: PTX cvt.rna), |r| ≤ 2^-22·|x|. Then
 
 (the dropped a_lo·b_lo is ≤ 2^-22 of the product): one GEMM with K' = 3K on tf32-exact operands, whose
 products are exact in fp32 and which the tensor cores run at the TF32 rate with both operands streamed
-from shared memory. The small products come first, summed while the accumulator is still small: the
-tensor cores align each MMA's products to the largest exponent among them and the accumulator, so
-small products added to a grown accumulator lose their low bits (measured on the H200 with the order
-hi·hi first: 4.2e-5 relative error at K = 4096, against 2.4e-7 for Triton's in-loop split). Triton's own tf32x3 (the F32DotTC pass) splits inside the main loop instead, every
+from shared memory. The small products come first, summed while the accumulator is still small.
+
+Measured on the H200 (benchmarks/fp32_gemm.py, RESULTS.md) and not chosen by the GEMM region: the
+pre-split GEMM runs 7-11 % faster than Triton's in-loop split at 8192-16384 rows and columns, but its
+error is 40x larger (9.6e-6 relative at K = 4096 with the small products first, 4.2e-5 with hi·hi
+first, against 2.4e-7 in the loop and 1.2e-6 for cuBLAS fp32). The tensor cores add each MMA's
+products into the accumulator it is given with fewer bits than an fp32 add, and here one accumulator
+runs through all 3K/8 MMAs; Triton's split starts every k-tile's three dots from zero and adds the
+tile's sum to the accumulator in fp32, which keeps fp32's accuracy and costs those 7-11 %. Triton's own tf32x3 (the F32DotTC pass) splits inside the main loop instead, every
 k-tile, once per program that loads it, in registers. The pre-pass reads each operand once and
 writes it three times (16 bytes per element in all).
 

@@ -178,14 +178,11 @@ def match(node: fx.Node, cap: Captured, taken: set) -> Region | None:
 
 
 def spec_text(region: Region, chain: list[str], *, ab: str, tile: tuple[int, int, int] | None = None,
-              interpreter: bool = False, k_factor: int = 1) -> str:
-    """The region as a kernel spec; `k_factor` 3: the TF32 GEMM of tf32x3's pre-split operands (K tripled)."""
+              interpreter: bool = False) -> str:
     p = region.params
     c = p["dtype"]
-    *lead, k = p["dims"]
-    shape = " x ".join(str(d) for d in (*lead, k * k_factor))
     lines = [f"kernel region = {p['op']} {{", f"    a = {ab} row", f"    b = {ab} {p['lb']}", f"    c = {c} row",
-             "    arch = sm90", f"    shape = {shape}"]
+             "    arch = sm90", f"    shape = {p['shape_text']}"]
     if interpreter:  # the interpreter runs every program serially: few, large tiles, one split, pointer loads
         lines += ["    split_k = 1", "    load = ptr"]
         tile = tile or INTERPRETER_TILE
@@ -221,30 +218,6 @@ def operand_precision(region: Region, chain: list[str], fp32_operands: str, tole
                   chain=chain, rule=tolerance)
 
 
-# Triton's in-loop tf32x3 split (F32DotTC) measured 7-11 % slower than one TF32 GEMM over 3K on the
-# H200 (benchmarks/fp32_gemm.py, RESULTS.md): the pre-pass pays where its DRAM time is below that
-IN_LOOP_SPLIT_OVERHEAD = 0.09
-
-
-def presplit_pays(tier: str, ab: str, gemm_us: float | None, split_us: float) -> bool:
-    """Whether tf32x3 runs as one TF32 GEMM over operands split before it (formloop.library.tf32_split):
-    on the GPU tier, where the pre-pass's predicted time is below the in-loop split's measured overhead
-    on the GEMM's predicted time. The interpreter keeps the in-loop emulation (3x fewer K steps to run)."""
-    return tier == "gpu" and ab == "tf32x3" and gemm_us is not None and split_us < IN_LOOP_SPLIT_OVERHEAD * gemm_us
-
-
-def _split_us(region: Region) -> float:
-    """The pre-pass's DRAM time at the H200's bandwidth (both operands, read once, written three times)."""
-    from formloop.hw.chips import get_chip
-    from formloop.library.tf32_split import split_bytes
-
-    p = region.params
-    *lead, n, k = p["dims"]
-    batch, m = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0])
-    b_batch = batch if p["op"] == "batched_gemm" else 1
-    return 1e6 * split_bytes(m, n, k, batch, b_batch) / get_chip("h200").bandwidth
-
-
 def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = "auto",
            spec: str | None = None, tolerance: str = "kernelbench") -> dict[str, Any]:
     """The instance for `attempt` (0: the MILP's choice; k: tile ALT_TILES[k-1] pinned). Shortens a
@@ -267,13 +240,8 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     # the kernel's output, so their gain (a row log-sum-exp's averaging) applies all the same
     decision = operand_precision(region, chain, fp32_operands, tolerance) if p["dtype"] == "fp32" else None
     ab = decision["precision"] if decision else p["dtype"]
-    split = False
-    if tier == "gpu" and ab == "tf32x3":   # the TF32 GEMM over 3K, kept if its pre-pass pays
-        out = checked_spec(spec_text(region, chain, ab="tf32", tile=tile, k_factor=3))
-        split = bool(out.get("ok")) and presplit_pays(tier, ab, out["design"].get("predicted_us"), _split_us(region))
-    kernel_ab, k_factor = ("tf32", 3) if split else (ab, 1)
     while True:   # the longest chain the template accepts (with the MILP's own tile)
-        text = spec_text(region, chain, ab=kernel_ab, interpreter=tier != "gpu", k_factor=k_factor)
+        text = spec_text(region, chain, ab=ab, interpreter=tier != "gpu")
         out = checked_spec(text)
         if out.get("ok"):
             break
@@ -284,7 +252,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
                             f"{(out.get('lines') or ['?'])[0][:160]}); it stays PyTorch")
         region.nodes.pop()
     if tile is not None:   # attempt k > 0: another tile pinned, the MILP chooses the rest
-        text = spec_text(region, chain, ab=kernel_ab, tile=tile, interpreter=tier != "gpu", k_factor=k_factor)
+        text = spec_text(region, chain, ab=ab, tile=tile, interpreter=tier != "gpu")
         out = checked_spec(text)
         if not out.get("ok"):
             raise ValueError(f"tile {tile} refused for this region: " + "; ".join(out.get("lines", []))[:300])
@@ -292,18 +260,10 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     keep = {k: int(v) for k, v in design["assignment"].items()}
     if decision:
         region.notes.append(decision["note"])
-    predicted = design.get("predicted_us")
-    out = {"config": keep, "ab": ab, "chain": " >> ".join(chain), "spec": text,
-           "predicted_us": predicted, "template_hash": design.get("template_hash"),
-           "solver": solver_of(design),
-           "tensors": [k for k in p["tensors"] if f"name={k}" in " ".join(chain)]}
-    if split:   # the spec is the TF32 GEMM over 3K; the pre-pass's DRAM time is added to its prediction
-        region.notes.append(f"tf32x3 as one TF32 GEMM over 3K: the operands split into tf32 parts before it "
-                            f"(formloop.library.tf32_split; pre-pass {_split_us(region):.3g} us model)")
-        out["presplit"] = True
-        if predicted is not None:
-            out["predicted_us"] = float(predicted) + _split_us(region)
-    return out
+    return {"config": keep, "ab": ab, "chain": " >> ".join(chain), "spec": text,
+            "predicted_us": design.get("predicted_us"), "template_hash": design.get("template_hash"),
+            "solver": solver_of(design),
+            "tensors": [k for k in p["tensors"] if f"name={k}" in " ".join(chain)]}
 
 
 def _from_spec(region: Region, spec: str, check_spec) -> dict[str, Any]:
@@ -333,8 +293,7 @@ def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
         tensors = {k: value(p["tensors"][k]) for k in design["tensors"]}
         call = graph.call_function(gemm_chain, (value(p["a"]), value(p["b"])),
                                    {"op": p["op"], "ab": design["ab"], "c": p["dtype"], "lb": p["lb"],
-                                    "chain": design["chain"], "config": design["config"], "tensors": tensors,
-                                    **({"presplit": True} if design.get("presplit") else {})})
+                                    "chain": design["chain"], "config": design["config"], "tensors": tensors})
     region.output.replace_all_uses_with(call)
     for n in reversed(region.nodes):
         graph.erase_node(n)
