@@ -9,7 +9,9 @@ at PyTorch's default init, bmm/mm operands randn, as the problems draw them), th
 float64 product (‖c − t‖/‖t‖, max |c − t|), KernelBench's verdict against the fp32 reference
 (torch.allclose, atol = rtol = 1e-4: failing elements) and the a-priori bound of
 formloop.optimize.precision (predicted worst error, allowed). Then timing by formloop.measure.timer,
-CUDA graph and eager side by side, speedup vs eager torch fp32 in the same run. Writes
+CUDA graph and eager side by side, speedup vs eager torch fp32 in the same run. Variants: tf32x3 on
+operands split before the GEMM (library.tf32_split), and for a B stored [K, N] the tf32 and tf32x3
+kernels on B copied K-major first (optimize.gemm_region.kmajor_b). Writes
 DIR/fp32_gemm.json. Without CUDA (or with --dry-run) the same pipeline runs in the Triton
 interpreter at small sizes (labelled; host wall times, not kernel times)."""
 from __future__ import annotations
@@ -74,6 +76,15 @@ def main(argv=None) -> int:
             cfg = {k: int(v) for k, v in chosen["design"]["assignment"].items()}
             calls[f"formloop {p}"] = (lambda a, b, p=p, cfg=cfg: gemm_chain(a, b, op=op, ab=p, lb=lb, config=cfg),
                                       False)
+        for p in ("tf32", "tf32x3") if lb == "row" else ():   # B copied K-major first (gemm_region.kmajor_b)
+            shape = f"{batch} x {M} x {N} x {K}" if batch > 1 else f"{M} x {N} x {K}"
+            extra = "" if gpu else "    tile = 64 x 64 x 64\n    split_k = 1\n    load = ptr\n"
+            chosen = check_spec(text=f"kernel k = {op} {{\n    a = {p} row\n    b = {p} col\n    c = fp32 row\n"
+                                     f"    arch = sm90\n    shape = {shape}\n{extra}}}\n")
+            if chosen.get("ok"):
+                cfg = {k: int(v) for k, v in chosen["design"]["assignment"].items()}
+                calls[f"formloop {p} b k-major"] = (lambda a, b, p=p, cfg=cfg: gemm_chain(
+                    a, b, op=op, ab=p, lb="row", config=cfg, b_kmajor=True), False)
         for tile in SPLIT_TILES:
             shape = f"{batch} x {M} x {N} x {3 * K}" if batch > 1 else f"{M} x {N} x {3 * K}"
             pin = f"    tile = {tile[0]} x {tile[1]} x {tile[2]}\n" if tile and gpu else ""

@@ -62,14 +62,19 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
 
 def gemm_chain(a: torch.Tensor, b: torch.Tensor, *, op: str = "gemm", ab: str = "fp32", c: str = "fp32",
                lb: str = "col", chain: str = "", config: Mapping[str, int],
-               tensors: Mapping[str, torch.Tensor] | None = None, presplit: bool = False) -> torch.Tensor:
+               tensors: Mapping[str, torch.Tensor] | None = None, presplit: bool = False,
+               b_kmajor: bool = False) -> torch.Tensor:
     """chain(a · B) through the gemm-epilogue kernel (see the module docstring). `presplit` (tf32x3
     only): the operands split into tf32 parts first and one TF32 GEMM over 3K (tf32_split); `config`
-    is then that GEMM's tile configuration."""
+    is then that GEMM's tile configuration. `b_kmajor` (a row-layout b): b is copied K-major first
+    ([.., N, K], the kernel reads it as lb="col"), the layout Hopper's tensor cores take 32-bit
+    operands in (formloop.optimize.gemm_region.kmajor_b)."""
     if op not in ("gemm", "batched_gemm"):
         raise InvalidInput("fused op", op, "gemm, batched_gemm")
     if presplit and ab != "tf32x3":
         raise InvalidInput("presplit operand precision", ab, "tf32x3")
+    if b_kmajor and lb == "row":
+        b, lb = b.transpose(-1, -2).contiguous(), "col"
     spec = _spec(op, "tf32" if presplit else ab, c, lb, chain)
     lead = tuple(a.shape[:-1])
     b = _dense(b)   # stored rows (b [K, N] by rows, W [N, K] by columns) are read with unit stride

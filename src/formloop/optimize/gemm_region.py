@@ -177,11 +177,22 @@ def match(node: fx.Node, cap: Captured, taken: set) -> Region | None:
                    "shape_text": " x ".join(str(d) for d in dims)})
 
 
+def kmajor_b(ab: str, lb: str) -> bool:
+    """Whether B is copied K-major before the GEMM: tf32 and tf32x3 operands stored [K, N] (row).
+    Hopper's wgmma reads 32-bit operands from shared memory K-major only (the transposed forms are
+    for 16-bit types); Triton serves an N-major fp32 B by rearranging it on chip: its tf32 GEMM
+    measured 4.1x cuBLAS TF32's time on bmm_heads' [128, 1024, 2048] B, against 1.29x on an
+    nn.Linear weight, which is K-major (benchmarks/fp32_gemm.py, RESULTS.md). The copy reads and
+    writes B once."""
+    return ab in ("tf32", "tf32x3") and lb == "row"
+
+
 def spec_text(region: Region, chain: list[str], *, ab: str, tile: tuple[int, int, int] | None = None,
               interpreter: bool = False) -> str:
     p = region.params
     c = p["dtype"]
-    lines = [f"kernel region = {p['op']} {{", f"    a = {ab} row", f"    b = {ab} {p['lb']}", f"    c = {c} row",
+    lb = "col" if kmajor_b(ab, p["lb"]) else p["lb"]
+    lines = [f"kernel region = {p['op']} {{", f"    a = {ab} row", f"    b = {ab} {lb}", f"    c = {c} row",
              "    arch = sm90", f"    shape = {p['shape_text']}"]
     if interpreter:  # the interpreter runs every program serially: few, large tiles, one split, pointer loads
         lines += ["    split_k = 1", "    load = ptr"]
@@ -260,10 +271,28 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     keep = {k: int(v) for k, v in design["assignment"].items()}
     if decision:
         region.notes.append(decision["note"])
-    return {"config": keep, "ab": ab, "chain": " >> ".join(chain), "spec": text,
-            "predicted_us": design.get("predicted_us"), "template_hash": design.get("template_hash"),
-            "solver": solver_of(design),
-            "tensors": [k for k in p["tensors"] if f"name={k}" in " ".join(chain)]}
+    chosen = {"config": keep, "ab": ab, "chain": " >> ".join(chain), "spec": text,
+              "predicted_us": design.get("predicted_us"), "template_hash": design.get("template_hash"),
+              "solver": solver_of(design),
+              "tensors": [k for k in p["tensors"] if f"name={k}" in " ".join(chain)]}
+    if kmajor_b(ab, p["lb"]):   # the copy's DRAM time (B read and written once) joins the prediction
+        copy_us = _b_copy_us(region)
+        region.notes.append(f"B ({p['lb']}, [K, N]) copied K-major before the {ab} GEMM (the tensor cores read "
+                            f"32-bit operands K-major): {copy_us:.3g} us model")
+        chosen["b_kmajor"] = True
+        if chosen["predicted_us"] is not None:
+            chosen["predicted_us"] = float(chosen["predicted_us"]) + copy_us
+    return chosen
+
+
+def _b_copy_us(region: Region) -> float:
+    """B's copy at the H200's DRAM bandwidth: 8 bytes per fp32 element (read and written)."""
+    from formloop.hw.chips import get_chip
+
+    p = region.params
+    *lead, n, k = p["dims"]
+    batch = lead[0] if p["op"] == "batched_gemm" else 1
+    return 1e6 * 8 * batch * k * n / get_chip("h200").bandwidth
 
 
 def _from_spec(region: Region, spec: str, check_spec) -> dict[str, Any]:
@@ -293,7 +322,8 @@ def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
         tensors = {k: value(p["tensors"][k]) for k in design["tensors"]}
         call = graph.call_function(gemm_chain, (value(p["a"]), value(p["b"])),
                                    {"op": p["op"], "ab": design["ab"], "c": p["dtype"], "lb": p["lb"],
-                                    "chain": design["chain"], "config": design["config"], "tensors": tensors})
+                                    "chain": design["chain"], "config": design["config"], "tensors": tensors,
+                                    **({"b_kmajor": True} if design.get("b_kmajor") else {})})
     region.output.replace_all_uses_with(call)
     for n in reversed(region.nodes):
         graph.erase_node(n)
