@@ -8,17 +8,17 @@ from zero: PTX cvt.rna), |r| ≤ 2^-22·|x|. Then
 
 (the dropped a_lo·b_lo is ≤ 2^-22 of the product): one GEMM with K' = 3K on tf32-exact operands, whose
 products are exact in fp32 and which the tensor cores run at the TF32 rate with both operands streamed
-from shared memory. The small products come first, summed while the accumulator is still small.
+from shared memory; the small products come first, summed while the accumulator is still small. The
+pre-pass reads each operand once and writes it three times (16 bytes per element in all). Triton's own
+tf32x3 (the F32DotTC pass) splits inside the main loop instead: every k-tile, in registers, its three
+dots started from zero and the tile's sum added to the accumulator in fp32.
 
 Measured on the H200 (benchmarks/fp32_gemm.py, RESULTS.md) and not chosen by the GEMM region: the
-pre-split GEMM runs 7-11 % faster than Triton's in-loop split at 8192-16384 rows and columns, but its
-error is 40x larger (9.6e-6 relative at K = 4096 with the small products first, 4.2e-5 with hi·hi
-first, against 2.4e-7 in the loop and 1.2e-6 for cuBLAS fp32). The tensor cores add each MMA's
-products into the accumulator it is given with fewer bits than an fp32 add, and here one accumulator
-runs through all 3K/8 MMAs; Triton's split starts every k-tile's three dots from zero and adds the
-tile's sum to the accumulator in fp32, which keeps fp32's accuracy and costs those 7-11 %. Triton's own tf32x3 (the F32DotTC pass) splits inside the main loop instead, every
-k-tile, once per program that loads it, in registers. The pre-pass reads each operand once and
-writes it three times (16 bytes per element in all).
+pre-split GEMM runs 7-11 % faster than the in-loop split at 8192-16384 rows and columns, but its error
+is 40x larger (9.6e-6 relative at K = 4096 with the small products first, 4.2e-5 with hi·hi first,
+against 2.4e-7 in the loop and 1.2e-6 for cuBLAS fp32): the tensor cores add each MMA's products into
+the accumulator they are given with fewer bits than an fp32 add, and here one accumulator runs through
+all 3K/8 MMAs.
 
 `split3(x, axis, parts)` returns the tripled operand: `axis` is the K axis of the tensor as given
 (-1: [.., R, K] with K tripled along the last dim; -2: [.., K, C]), `parts` the order of the three
