@@ -125,7 +125,8 @@ def assemble(cap: Captured, rec: Recognition, *, tier: str, attempt: int = 0, sm
                      | {line for i in impls.values() for line in i.imports})
     summary = ", ".join(f"{r['kind']} [{', '.join(r['nodes'])}]" for r in out.regions) or "none"
     fb = ", ".join(f["op"] for f in rec.fallbacks) or "none"
-    designs = json.dumps([r["design"] for r in out.regions], indent=None, default=str)
+    # a Python literal (True, None), the values as JSON keeps them (anything else as its text)
+    designs = repr(json.loads(json.dumps([r["design"] for r in out.regions], default=str)))
     header = HEADER.format(name=cap.problem.name, attempt=attempt, regions=summary, fallbacks=fb,
                            imports="\n".join(imports), path=str(Path(cap.problem.path).resolve()), small=small,
                            designs=designs)
