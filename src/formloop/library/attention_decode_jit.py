@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from formloop.library.gemm_dot import store_cast
 from formloop.library.pdl import pdl_launch_dependents as gdc_launch_dependents  # triton's own on the GPU
 from formloop.library.pdl import pdl_wait as gdc_wait
 
@@ -37,7 +38,7 @@ def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KS
         w = tl.exp2(m - tl.max(m, 1)[:, None])  # 0 on the padding past KS
         out = tl.sum(o * w[:, :, None], 1) / tl.sum(lsum * w, 1)[:, None]
         r = tl.arange(0, QP)
-        tl.store(o_ptr + out_base + r[:, None] * s_oh + d[None, :], out.to(o_ptr.dtype.element_ty))
+        tl.store(o_ptr + out_base + r[:, None] * s_oh + d[None, :], store_cast(out, o_ptr))
     else:
         j = tl.arange(0, KSP)
         ok = j < KS
@@ -48,7 +49,7 @@ def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KS
             o = tl.load(base[:, None] + d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
             w = tl.exp2(m - tl.max(m, 0))  # 0 on the padding past KS
             out = tl.sum(o * w[:, None], 0) / tl.sum(lsum * w, 0)
-            tl.store(o_ptr + out_base + r * s_oh + d, out.to(o_ptr.dtype.element_ty))
+            tl.store(o_ptr + out_base + r * s_oh + d, store_cast(out, o_ptr))
 
 
 @triton.jit(do_not_specialize=["L", "per_split", "KS", "Hkv"])
@@ -126,7 +127,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
                 tl.atomic_xchg(cnt_ptr + pid, 0, sem="relaxed", scope="gpu")
     else:
         out = acc / l_i[:, None]
-        tl.store(o_ptr + b * s_ob + heads[:, None] * s_oh + d[None, :], out.to(o_ptr.dtype.element_ty),
+        tl.store(o_ptr + b * s_ob + heads[:, None] * s_oh + d[None, :], store_cast(out, o_ptr),
                  mask=ok[:, None])
 
 

@@ -31,6 +31,7 @@ from formloop.errors import InvalidInput
 from formloop.library.attention_cases import TOLERANCE, TORCH_DTYPES, RowScaled, qkv, reference
 from formloop.library.attention_launch import ThinLaunch, device_key, operand_key
 from formloop.library.attention_workload import check_shape
+from formloop.library.gemm_dot import store_cast
 
 LOG2E = 1.4426950408889634
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -145,7 +146,7 @@ def _prefill_kernel(q_src, k_src, v_src, o_ptr, L, BH, Hq, Hkv, qk_scale,
         m_i, l_i, acc = _attend(q, k_src, v_src, kv_off, kv_row0, m_i, l_i, acc, 0, L, rows, L, qk_scale,
                                 False, True, BC, D, TM, WIDEN)
     out = acc / l_i[:, None]
-    tl.store(o_ptr + q_off + rows[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty), mask=(rows < L)[:, None])
+    tl.store(o_ptr + q_off + rows[:, None] * D + d[None, :], store_cast(out, o_ptr), mask=(rows < L)[:, None])
 
 
 @dataclass(frozen=True)

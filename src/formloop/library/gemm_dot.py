@@ -44,6 +44,17 @@ def round_bf16(x):
 
 
 @triton.jit
+def store_cast(x, ptr):
+    """x as the element type of `ptr` (a pointer or a block of them) for tl.store: under the interpreter a
+    bf16 is rounded to nearest even first (round_bf16: the interpreter's own conversion truncates, which
+    would double the kernels' rounding error on the CPU tier); compiled kernels convert as is."""
+    if EMULATE_TF32:
+        if ptr.dtype.element_ty == tl.bfloat16:
+            x = round_bf16(x.to(tl.float32))
+    return x.to(ptr.dtype.element_ty)
+
+
+@triton.jit
 def _dot(a, b, acc, PRECISION: tl.constexpr):
     """acc + a·b with tl.dot's `input_precision`; in the interpreter tf32 and tf32x3 are emulated
     (EMULATE_TF32), compiled kernels call tl.dot as is."""

@@ -7,6 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
+from formloop.library.gemm_dot import store_cast
+
 BLOCK = 64
 
 
@@ -19,7 +21,7 @@ def _convert_kernel(src, dst, R, C, s_b, s_r, s_c, d_b, d_r, d_c, BLOCK_R: tl.co
     c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     ok = (r < R)[:, None] & (c < C)[None, :]
     x = tl.load(src + b * s_b + r[:, None] * s_r + c[None, :] * s_c, mask=ok)
-    tl.store(dst + b * d_b + r[:, None] * d_r + c[None, :] * d_c, x.to(dst.dtype.element_ty), mask=ok)
+    tl.store(dst + b * d_b + r[:, None] * d_r + c[None, :] * d_c, store_cast(x, dst), mask=ok)
 
 
 def _as_3d(t: torch.Tensor) -> tuple[int, int, int, tuple[int, int, int]]:

@@ -34,7 +34,7 @@ from triton.runtime.jit import MockTensor
 
 from formloop.dtypes import KERNEL_DTYPES, get_dtype, torch_dtype
 from formloop.errors import InvalidInput
-from formloop.library.gemm_dot import _dot
+from formloop.library.gemm_dot import _dot, store_cast
 
 # Views of formloop.dtypes: storage, tl.dot's input_precision, allowed ‖out − ref‖ / ‖ref‖ vs float64.
 TORCH_DTYPES = {d: torch_dtype(d) for d in KERNEL_DTYPES}
@@ -171,9 +171,9 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
     if TO_WORKSPACE:
         if _split_arrive(acc, ws_ptr, cnt_ptr, pid, pid_k, rm, rn, c_ok, M, N) == SPLIT_K - 1:
             total = _split_total(ws_ptr, cnt_ptr, pid, rm, rn, c_ok, M, N, SPLIT_K, BLOCK_M, BLOCK_N)
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=c_ok)
+            tl.store(c_ptrs, store_cast(total, c_ptr), mask=c_ok)
     else:
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_ok)
+        tl.store(c_ptrs, store_cast(acc, c_ptr), mask=c_ok)
 
 
 @triton.jit

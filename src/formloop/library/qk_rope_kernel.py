@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
+from formloop.library.gemm_dot import store_cast
 from formloop.library.pdl import launch_options, pdl_launch_dependents, pdl_wait
 from formloop.library.qk_rope import HEAD_DIMS
 from formloop.library.rowwise_kernel import DTYPE_OF, TORCH_DTYPES
@@ -77,8 +78,8 @@ def _qk_rope_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_p
     slot = tl.load(slot_ptr + t).to(tl.int64)
     b, l = slot // Lc, slot % Lc
     dst = tl.where(is_k, kc_ptr + b * sb_k + l * sl_k + hk * sh_kc, qo_ptr + t * st_o + hq * sh_o)
-    tl.store(dst[:, None] + d[None, :], out_lo.to(qo_ptr.dtype.element_ty), mask=m)
-    tl.store(dst[:, None] + D // 2 + d[None, :], out_hi.to(qo_ptr.dtype.element_ty), mask=m)
+    tl.store(dst[:, None] + d[None, :], store_cast(out_lo, qo_ptr), mask=m)
+    tl.store(dst[:, None] + D // 2 + d[None, :], store_cast(out_hi, qo_ptr), mask=m)
     vm = kk & (d < D // 2)[None, :]
     vsrc = (v_ptr + t * st_v + hk * sh_v)[:, None] + d[None, :]
     vdst = (vc_ptr + b * sb_v + l * sl_v + hk * sh_vc)[:, None] + d[None, :]

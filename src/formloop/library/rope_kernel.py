@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
+from formloop.library.gemm_dot import store_cast
 from formloop.library.rope import pairs_block
 from formloop.library.rowwise_kernel import DTYPE_OF, TORCH_DTYPES
 
@@ -51,8 +52,8 @@ def _rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, R, P, Q, s_x, s_o, s_cs, s_sn
     s_lo = tl.load(so, mask=m, other=0.0).to(tl.float32)
     s_hi = tl.load(so + HALF, mask=m, other=0.0).to(tl.float32)
     oo = out_ptr + r[:, None] * s_o + d[None, :]
-    tl.store(oo, (lo * c_lo - hi * s_lo).to(out_ptr.dtype.element_ty), mask=m)
-    tl.store(oo + HALF, (hi * c_hi + lo * s_hi).to(out_ptr.dtype.element_ty), mask=m)
+    tl.store(oo, store_cast(lo * c_lo - hi * s_lo, out_ptr), mask=m)
+    tl.store(oo + HALF, store_cast(hi * c_hi + lo * s_hi, out_ptr), mask=m)
 
 
 class RopeProgram:

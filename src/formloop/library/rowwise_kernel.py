@@ -17,6 +17,7 @@ import triton.language as tl
 
 from formloop.dtypes import torch_dtype
 from formloop.errors import InvalidInput
+from formloop.library.gemm_dot import store_cast
 from formloop.library.pdl import launch_options, pdl_launch_dependents, pdl_wait
 from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS, solved_design
 
@@ -75,7 +76,7 @@ def _load_rows(x_ptr, r_ptr, ro_ptr, r64, cols, m, sx, sr, sro, RESIDUAL: tl.con
     x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=0.0).to(tl.float32)
     if RESIDUAL:
         x = x + tl.load(r_ptr + r64[:, None] * sr + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        xr = x.to(ro_ptr.dtype.element_ty)
+        xr = store_cast(x, ro_ptr)
         tl.store(ro_ptr + r64[:, None] * sro + cols[None, :], xr, mask=m)
         x = xr.to(tl.float32)
     return x
@@ -104,7 +105,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sr
             w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
             rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / C + eps)
             y = x * rstd[:, None] * w[None, :]
-        tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
+        tl.store(y_ptr + r64[:, None] * sy + cols[None, :], store_cast(y, y_ptr), mask=m)
     else:
         # pass 1: statistics (layernorm shifts by the row's first value against cancellation)
         shift = tl.zeros([RP], tl.float32)
@@ -146,7 +147,7 @@ def _norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, ro_ptr, R, C, sx, sr, sy, sr
             else:
                 w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
                 y = x * rstd[:, None] * w[None, :]
-            tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
+            tl.store(y_ptr + r64[:, None] * sy + cols[None, :], store_cast(y, y_ptr), mask=m)
 
 
 @triton.jit
@@ -166,7 +167,7 @@ def _softmax_kernel(x_ptr, y_ptr, R, C, sx, sy, LOG: tl.constexpr, BC: tl.conste
             y = x - mx[:, None] - tl.log(s)[:, None]
         else:
             y = ex / s[:, None]
-        tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
+        tl.store(y_ptr + r64[:, None] * sy + cols[None, :], store_cast(y, y_ptr), mask=m)
     else:
         # one pass of statistics: the running row max (one value per row, from each tile's max) and lane sums
         # relative to it, rescaled by one exp per row and step: one exp per element
@@ -189,7 +190,7 @@ def _softmax_kernel(x_ptr, y_ptr, R, C, sx, sy, LOG: tl.constexpr, BC: tl.conste
                 y = x - mx[:, None] - tl.log(s)[:, None]
             else:
                 y = tl.exp(x - mx[:, None]) / s[:, None]
-            tl.store(y_ptr + r64[:, None] * sy + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=m)
+            tl.store(y_ptr + r64[:, None] * sy + cols[None, :], store_cast(y, y_ptr), mask=m)
 
 
 @triton.jit
