@@ -16,6 +16,7 @@ import torch
 from torch import fx, nn
 from torch.nn import functional as F
 
+from formloop.hw.chips import get_chip
 from formloop.optimize.capture import Captured
 from formloop.optimize.precision import check_option, decide
 from formloop.optimize.recognize import Implementer, Region, register
@@ -287,8 +288,6 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
 
 def _b_copy_us(region: Region) -> float:
     """B's copy at the H200's DRAM bandwidth: 8 bytes per fp32 element (read and written)."""
-    from formloop.hw.chips import get_chip
-
     p = region.params
     *lead, n, k = p["dims"]
     batch = lead[0] if p["op"] == "batched_gemm" else 1
