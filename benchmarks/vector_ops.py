@@ -5,8 +5,8 @@ torch eager and torch.compile, at Qwen3-8B and KernelBench-like sizes, on one GP
     PYTHONPATH=src python3 benchmarks/vector_ops.py --dry-run --out /tmp/v    # CPU: interpreter, tiny sizes
     PYTHONPATH=src python3 benchmarks/vector_ops.py --set --menu --no-compile --out $OUT   # H200, ~2-3 min
 
---set runs the problem set's single vector ops instead (problems/level1, fp32, KernelBench sizes: relu,
-silu, mish, gelu, hardtanh, leaky_relu, residual_add, row_sum, row_max, softmax_rows, log_softmax,
+--set runs the problem set's single vector ops instead (problems/level1, fp32 or --set-dtype bf16, KernelBench
+sizes: relu, silu, mish, gelu, hardtanh, leaky_relu, residual_add, row_sum, row_max, softmax_rows, log_softmax,
 logsumexp, argmax_dim, batch_norm, group_norm, instance_norm, max_pool2d). The vecops five, old designs (the
 2026-12-01 picks) vs the current pick beside torch.compile:
     PYTHONPATH=src python3 benchmarks/vector_ops.py --set --menu --menu-budget-s 900 --budget-s 900 \
@@ -41,6 +41,8 @@ def _args(argv):
     p.add_argument("--cases", default="", help="comma-separated case-name prefixes (default: all)")
     p.add_argument("--set", action="store_true", help="the problem set's single vector ops (KernelBench sizes)")
     p.add_argument("--menu", action="store_true", help="also time the model's top designs per case")
+    p.add_argument("--set-dtype", choices=("fp32", "bf16"), default="fp32",
+                   help="--set: the elementwise and row-wise cases' dtype (default fp32)")
     p.add_argument("--menu-k", type=int, default=2, help="designs per layout group in the menu (default 2)")
     p.add_argument("--menu-budget-s", type=float, default=160.0, help="no new menu after this many seconds")
     return p.parse_args(argv)
@@ -395,19 +397,20 @@ ACTS = {"relu": ("relu", torch.relu), "silu": ("silu", F.silu), "mish": ("mish",
         "leaky_relu": ("leaky_relu(slope=0.01)", lambda x: F.leaky_relu(x, 0.01))}
 
 
-def set_cases(device, small):
-    """The problem set's single vector ops (problems/level1), fp32, KernelBench sizes: what formloop optimize
-    picks for them, and the menu around it."""
+def set_cases(device, small, dtype="fp32"):
+    """The problem set's single vector ops (problems/level1), KernelBench sizes: what formloop optimize
+    picks for them, and the menu around it. `dtype` (--set-dtype): the elementwise and row-wise cases' dtype
+    (the bf16 variant of the set); the vecops cases stay fp32."""
     flat = {"BN": 16, "BM": 1, "W": 1, "F": 1, "BF": 64, "H": 0}  # the interpreter's flat walk (a tail: 6·70 % 64)
-    out = [ew_case(name, chain, 4096, 393216, "fp32", device, small, lambda o, f=fn: f(o["x"]),
+    out = [ew_case(name, chain, 4096, 393216, dtype, device, small, lambda o, f=fn: f(o["x"]),
                    small_design={**flat, "H": i % 2}) for i, (name, (chain, fn)) in enumerate(ACTS.items())]
-    out.append(ew_case("residual_add", "add(name=other)", 32 * 4096, 4096, "fp32", device, small,
+    out.append(ew_case("residual_add", "add(name=other)", 32 * 4096, 4096, dtype, device, small,
                        lambda o: o["x"] + o["other"], small_design=flat))
-    out += [row_case("sum", 32768, 32768, "fp32", device, small, "row_sum"),
-            row_case("max", 32768, 32768, "fp32", device, small, "row_max"),
-            row_case("softmax", 4096, 393216, "fp32", device, small, "softmax_rows"),
-            row_case("log-softmax", 4096, 393216, "fp32", device, small, "log_softmax"),
-            row_case("logsumexp", 16384, 65536, "fp32", device, small)]
+    out += [row_case("sum", 32768, 32768, dtype, device, small, "row_sum"),
+            row_case("max", 32768, 32768, dtype, device, small, "row_max"),
+            row_case("softmax", 4096, 393216, dtype, device, small, "softmax_rows"),
+            row_case("log-softmax", 4096, 393216, dtype, device, small, "log_softmax"),
+            row_case("logsumexp", 16384, 65536, dtype, device, small)]
     out.append(colarg_case(128, 4096, 4095, device, small))
     out += [norm_case("batch_norm", "batch", 64, 64, 512 * 512, 1, device, small),
             norm_case("group_norm", "group", 112, 64, 512 * 512, 8, device, small),
@@ -563,7 +566,7 @@ def main() -> int:
     print(f"{'case':34s} {'err(ours)':>9s} {'err(torch)':>10s} {'ours g/e us':>14s} {'eager g/e us':>14s} "
           f"{'compile g us':>12s} {'model us':>8s} {'x eager':>7s} {'x comp':>6s} {'copy%':>6s}")
     wanted = [w for w in args.cases.split(",") if w]
-    listed = set_cases(device, not gpu) if args.set else cases(device, not gpu)
+    listed = set_cases(device, not gpu, args.set_dtype) if args.set else cases(device, not gpu)
     picked = [c for c in listed if not wanted or any(c.name.startswith(w) for w in wanted)]
     os.makedirs(args.out, exist_ok=True)
     for case in picked:
