@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
+from formloop.library.gemm_dot import store_cast
 
 LOG2E = 1.4426950408889634
 PRECISIONS = ("ieee", "tf32", "tf32x3")
@@ -125,7 +126,7 @@ def _fp32_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr,
                            qk_scale, True, CAUSAL, DMASK, BC, DP, PREC, LOWP, WIDEN)
     out = acc / l_i[:, None]
     o_rows = ((b * Hq + head).to(tl.int64) * Lq + pos) * DH
-    tl.store(o_ptr + o_rows[:, None] + d[None, :], out.to(o_ptr.dtype.element_ty),
+    tl.store(o_ptr + o_rows[:, None] + d[None, :], store_cast(out, o_ptr),
              mask=valid[:, None] & (d < DH)[None, :])
 
 

@@ -15,11 +15,10 @@ Storage: fp32, bf16 or fp16 (FLOATS); the arithmetic is fp32 (statistics, partia
 comparisons), outputs are stored in x's dtype, as PyTorch's CUDA kernels do for these ops. In 16 bits the
 'torch' scan rounds every add to the storage type as PyTorch's does (its shared buffer holds scalar_t), so it
 stays bit for bit PyTorch's. Triton 3.6's interpreter truncates fp32 -> bf16 (the GPU rounds to nearest even):
-under TRITON_INTERPRET=1 bf16 stores round in integer arithmetic first (_rne), the same bits as the GPU's.
+under TRITON_INTERPRET=1 bf16 rounds in integer arithmetic (_rne, through gemm_dot.store_cast), the GPU's bits.
 Designs are vecops.solved_design's (BC, RP, W, SPLIT)."""
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 import torch
@@ -27,15 +26,9 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
-from formloop.library.gemm_dot import round_bf16
+from formloop.library.gemm_dot import store_cast
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def fix_bf16(t: torch.Tensor) -> bool:
-    """Whether stores into t need _rne's rounding first (bf16 under the interpreter)."""
-    return INTERPRETED and t.dtype == torch.bfloat16
 
 
 def float_x(x: torch.Tensor, what: str) -> None:
@@ -44,14 +37,10 @@ def float_x(x: torch.Tensor, what: str) -> None:
 
 
 @triton.jit
-def _rne(x, p, FIX: tl.constexpr):
-    """fp32 x rounded to the element type of pointer p, as fp32 (identity for an fp32 p); FIX: bf16 rounded
-    to nearest even in integer arithmetic (the interpreter's own conversion truncates)."""
-    if FIX:
-        out = round_bf16(x)
-    else:
-        out = x.to(p.dtype.element_ty).to(tl.float32)
-    return out
+def _rne(x, p):
+    """fp32 x rounded to the element type of pointer p, as fp32 (identity for an fp32 p): store_cast's rounding,
+    to nearest even under the interpreter too."""
+    return store_cast(x, p).to(tl.float32)
 
 
 @triton.jit
@@ -83,7 +72,7 @@ def _stats_kernel(x_ptr, cnt_ptr, mean_ptr, m2_ptr, ROWS, HW, CHUNK, SPLIT, BC: 
 
 @triton.jit
 def _combine_kernel(cnt_ptr, mean_ptr, m2_ptr, smean_ptr, srstd_ptr, rm_ptr, rv_ptr, A, ASTRIDE, STAT_MUL, SPLIT,
-                    eps, momentum, UPDATE: tl.constexpr, BLOCK: tl.constexpr, FIX: tl.constexpr):
+                    eps, momentum, UPDATE: tl.constexpr, BLOCK: tl.constexpr):
     """Statistic st combines the partials of rows st·STAT_MUL + a·ASTRIDE (a < A), SPLIT chunks each."""
     st = tl.program_id(0)
     total = A * SPLIT
@@ -113,14 +102,13 @@ def _combine_kernel(cnt_ptr, mean_ptr, m2_ptr, smean_ptr, srstd_ptr, rm_ptr, rv_
         rm = tl.load(rm_ptr + st).to(tl.float32)
         rv = tl.load(rv_ptr + st).to(tl.float32)
         unbiased = M2 / tl.maximum(count - 1.0, 1.0)
-        tl.store(rm_ptr + st, _rne((1.0 - momentum) * rm + momentum * mean, rm_ptr, FIX).to(rm_ptr.dtype.element_ty))
-        tl.store(rv_ptr + st, _rne((1.0 - momentum) * rv + momentum * unbiased, rv_ptr, FIX)
-                 .to(rv_ptr.dtype.element_ty))
+        tl.store(rm_ptr + st, store_cast((1.0 - momentum) * rm + momentum * mean, rm_ptr))
+        tl.store(rv_ptr + st, store_cast((1.0 - momentum) * rv + momentum * unbiased, rv_ptr))
 
 
 @triton.jit
 def _apply_kernel(x_ptr, y_ptr, smean_ptr, srstd_ptr, w_ptr, b_ptr, ROWS, HW, CHUNK, CH, SN, CG,
-                  AFFINE: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, FIX: tl.constexpr):
+                  AFFINE: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     s = tl.program_id(1)
     row_ok = rows < ROWS
@@ -142,12 +130,11 @@ def _apply_kernel(x_ptr, y_ptr, smean_ptr, srstd_ptr, w_ptr, b_ptr, ROWS, HW, CH
         m = row_ok[:, None] & ((cols < HW) & (cols < c0 + CHUNK))[None, :]
         off = base[:, None] + cols[None, :]
         x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
-        y = _rne((x - mean[:, None]) * scale[:, None] + shift[:, None], y_ptr, FIX)
-        tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
+        tl.store(y_ptr + off, store_cast((x - mean[:, None]) * scale[:, None] + shift[:, None], y_ptr), mask=m)
 
 
 @triton.jit
-def _scan_kernel(x_ptr, y_ptr, R, C, BC: tl.constexpr, RP: tl.constexpr, FIX: tl.constexpr):
+def _scan_kernel(x_ptr, y_ptr, R, C, BC: tl.constexpr, RP: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     row_ok = rows < R
     base = rows.to(tl.int64) * C
@@ -158,17 +145,14 @@ def _scan_kernel(x_ptr, y_ptr, R, C, BC: tl.constexpr, RP: tl.constexpr, FIX: tl
         off = base[:, None] + cols[None, :]
         x = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float64)   # fp64 sums: each output is the
         y = tl.cumsum(x, axis=1) + carry[:, None]                     # exact prefix, rounded once
-        if FIX:   # (bf16 in the interpreter: through fp32, to nearest even)
-            tl.store(y_ptr + off, _rne(y.to(tl.float32), y_ptr, FIX).to(y_ptr.dtype.element_ty), mask=m)
-        else:
-            tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
+        tl.store(y_ptr + off, store_cast(y, y_ptr), mask=m)
         # the carry is the tile's last prefix (masked lanes add 0); not `carry += tl.sum(x, 1)`, which crashes
         # Triton 3.6's thread-locality pass for some tiles
         carry = tl.sum(tl.where((tl.arange(0, BC) == BC - 1)[None, :], y, 0.0), 1)
 
 
 @triton.jit
-def _scan_torch_kernel(x_ptr, y_ptr, R, C, LOGX: tl.constexpr, RP: tl.constexpr, FIX: tl.constexpr):
+def _scan_torch_kernel(x_ptr, y_ptr, R, C, LOGX: tl.constexpr, RP: tl.constexpr):
     """PyTorch's CUDA cumsum order over rows (tensor_kernel_scan_innermost_dim): chunks of
     CH = 2 << LOGX columns, the running total added to each chunk's first value, then a Sklansky
     scan of the chunk. Written as: B = the Sklansky partials that do not reach back to the chunk's
@@ -192,15 +176,15 @@ def _scan_torch_kernel(x_ptr, y_ptr, R, C, LOGX: tl.constexpr, RP: tl.constexpr,
             pos = tl.arange(0, 1 << lv)[None, :]
             src = tl.sum(tl.sum(tl.where(((half == 0) & (pos == (1 << lv) - 1))[None, None, :, :], b4, 0.0), 3), 2)
             upd = ((tl.arange(0, CH // (2 << lv)) > 0)[:, None, None] & (half == 1)[None, :, :])[None, :, :, :]
-            b = tl.reshape(tl.where(upd, _rne(b4 + src[:, :, None, None], y_ptr, FIX), b4), (RP, CH))
-        e0 = _rne(tl.sum(tl.where((lane == 0)[None, :], b, 0.0), 1) + carry, y_ptr, FIX)    # E_0 = x_0 + carry
+            b = tl.reshape(tl.where(upd, _rne(b4 + src[:, :, None, None], y_ptr), b4), (RP, CH))
+        e0 = _rne(tl.sum(tl.where((lane == 0)[None, :], b, 0.0), 1) + carry, y_ptr)    # E_0 = x_0 + carry
         e = e0
         sel = tl.zeros([RP, CH], tl.float32) + e0[:, None]
         for k in tl.static_range(1, LOGX + 1):   # E_k = B[2^k - 1] + E_(k-1): the prefix through 2^k - 1
-            e = _rne(tl.sum(tl.where((lane == (1 << k) - 1)[None, :], b, 0.0), 1) + e, y_ptr, FIX)
+            e = _rne(tl.sum(tl.where((lane == (1 << k) - 1)[None, :], b, 0.0), 1) + e, y_ptr)
             sel = tl.where((lane >= (1 << k))[None, :], e[:, None], sel)
-        e = _rne(tl.sum(tl.where((lane == CH - 1)[None, :], b, 0.0), 1) + e, y_ptr, FIX)  # the chunk's last: carry
-        y = _rne(tl.where((lane == 0)[None, :], e0[:, None], b + sel), y_ptr, FIX)
+        e = _rne(tl.sum(tl.where((lane == CH - 1)[None, :], b, 0.0), 1) + e, y_ptr)  # the chunk's last: carry
+        y = _rne(tl.where((lane == 0)[None, :], e0[:, None], b + sel), y_ptr)
         tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=m)
         carry = e
 
@@ -287,8 +271,7 @@ def seg_norm(mode: str, x: torch.Tensor, *, stats: Mapping[str, int], apply: Map
         rv = running_var if update else srstd
         block = min(1024, _pow2(max(a * split, 16)))
         _combine_kernel[(nstat,)](part[0], part[1], part[2], smean, srstd, rm, rv, a, astride, mul, split,
-                                  float(eps), float(momentum), UPDATE=update, BLOCK=block, FIX=fix_bf16(rm),
-                                  num_warps=4)
+                                  float(eps), float(momentum), UPDATE=update, BLOCK=block, num_warps=4)
     bc, rp, split = int(apply["BC"]), int(apply["RP"]), int(apply["SPLIT"])
     chunk = triton.cdiv(triton.cdiv(hw, split), bc) * bc
     sn, cg = (0, 1) if mode == "batch" else (g, ch // g)
@@ -296,7 +279,7 @@ def seg_norm(mode: str, x: torch.Tensor, *, stats: Mapping[str, int], apply: Map
     w = weight if affine else smean
     b = (bias if bias is not None else torch.zeros_like(weight)) if affine else smean
     _apply_kernel[(triton.cdiv(rows, rp), triton.cdiv(hw, chunk))](x, y, smean, srstd, w, b, rows, hw, chunk, ch, sn,
-                                                                   cg, AFFINE=affine, BC=bc, RP=rp, FIX=fix_bf16(y),
+                                                                   cg, AFFINE=affine, BC=bc, RP=rp,
                                                                    num_warps=int(apply["W"]))
     return y
 
@@ -341,11 +324,10 @@ def row_scan(x: torch.Tensor, *, config: Mapping[str, int], order: str = "auto")
     if order == "torch" and r > 1:
         logx = torch_scan_log_x(r, c)
         rp = torch_scan_rows(config, logx)
-        _scan_torch_kernel[(triton.cdiv(r, rp),)](x, y, r, c, LOGX=logx, RP=rp, FIX=fix_bf16(y),
-                                                  num_warps=int(config["W"]))
+        _scan_torch_kernel[(triton.cdiv(r, rp),)](x, y, r, c, LOGX=logx, RP=rp, num_warps=int(config["W"]))
     else:
         rp = int(config["RP"])
-        _scan_kernel[(triton.cdiv(r, rp),)](x, y, r, c, BC=int(config["BC"]), RP=rp, FIX=fix_bf16(y),
+        _scan_kernel[(triton.cdiv(r, rp),)](x, y, r, c, BC=int(config["BC"]), RP=rp,
                                             num_warps=int(config["W"]))
     return y
 
