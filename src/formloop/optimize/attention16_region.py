@@ -63,7 +63,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str
         design = {"program": "flash", "config": inst["config"], "causal": int(causal), "source": inst["source"]}
         if p["scale"] is not None:
             design["scale"] = float(p["scale"])
-    design["tensors"] = []   # plain numbers and strings: the ModelNew prints the designs as JSON
+    design["tensors"] = []   # plain numbers and strings: the ModelNew writes the designs as a literal
     if inst.get("predicted_us") is not None:
         design["predicted_us"] = float(inst["predicted_us"])
     return design

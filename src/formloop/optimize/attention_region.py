@@ -23,6 +23,7 @@ from torch import fx
 from torch.nn import functional as F
 
 from formloop.optimize.capture import Captured
+from formloop.optimize.gemm_region import DTYPES
 from formloop.optimize.recognize import Implementer, Region, is_layout, register
 from formloop.sol.problem import call_inputs
 
@@ -32,7 +33,6 @@ STATIC_FUNCS = {"full", "ones", "zeros", "triu", "tril", "eq", "ne", "lt", "le",
                 "ones_like", "zeros_like", "full_like", "masked_fill", "float", "bool", "to", "view", "reshape",
                 "unsqueeze", "expand", "t", "transpose", "contiguous", "rsqrt", "type_as", "getattr"}
 MAX_STATIC = 1 << 26   # elements a mask evaluation may build
-STORAGE = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 NAME, NAME_16BIT = "attention-fp32", "attention-16bit"
 
 
@@ -145,7 +145,7 @@ def _region(cap: Captured, nodes: list[fx.Node], q, k, v, causal: bool, scale, n
         return None
     if sk != sv or sq[0] != sk[0] or sq[3] != sk[3] or sq[1] % sk[1]:
         return None
-    dtype = STORAGE.get(cap.dtype(q))
+    dtype = DTYPES.get(cap.dtype(q))
     if dtype is None or any(cap.dtype(x) != cap.dtype(q) for x in (k, v)):
         return None
     order = {n: i for i, n in enumerate(cap.gm.graph.nodes)}
