@@ -1,0 +1,173 @@
+"""Streaming elementwise kernels at the problem set's sizes: which walk moves the most bytes per second.
+
+    PYTHONPATH=src python3 benchmarks/stream_probe.py --out DIR [--budget-s 240] [--dtypes fp32,bf16]
+
+The single elementwise problems (relu, gelu, silu, ... on a 4096 × 393216 tensor: 6.4 GB in fp32) are
+pure streams: read x once, write y once. PyTorch's eager kernel, torch's device copy and formloop's
+flat walk are timed side by side in one process on the same buffers, with variants the flat walk does
+not have yet: cache modifiers on the loads and stores, persistent programs (grid-stride or one
+contiguous chunk each). (A bigger block is already more loads in flight per thread: Triton issues every
+load of a block before its store.)
+
+Correctness first, per variant: the output is poisoned with NaN, the kernel runs, and the result must
+equal torch.relu bit for bit (relu is exact in every dtype). Timing: CUDA events around one launch,
+median of REPS after two warm-ups (a launch streams ≥ 6 GB, far beyond the 60 MB L2; launch overhead
+is < 0.1 % of it). Bandwidth counts bytes read plus bytes written. SM clock and power are recorded.
+Writes DIR/stream_probe.json. Without CUDA (or --dry-run) every variant runs in the Triton interpreter
+on a small tensor, correctness only (no times)."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+SHAPE = (4096, 393216)  # level1 relu / gelu / silu / ... (KernelBench sizes)
+SMALL = (8, 1000)
+REPS = 7
+MODS = {"none": ("", ""), "evict_first": ("evict_first", ""), "cg_cs": ("", ".cs")}
+
+
+def kernels():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def flat(x, y, L, BLOCK: tl.constexpr, EV: tl.constexpr, ST: tl.constexpr):
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < L
+        v = tl.load(x + offs, mask=m, eviction_policy=EV)
+        tl.store(y + offs, tl.maximum(v, 0), mask=m, eviction_policy=EV, cache_modifier=ST)
+
+    @triton.jit
+    def persistent(x, y, L, n_blocks, per, BLOCK: tl.constexpr, CHUNK: tl.constexpr, ST: tl.constexpr):
+        pid = tl.program_id(0)
+        if CHUNK:  # program p walks blocks [p·per, (p+1)·per)
+            first, stop, step = pid * per, tl.minimum((pid + 1) * per, n_blocks), 1
+        else:  # grid-stride: program p walks blocks p, p + G, ...
+            first, stop, step = pid, n_blocks, tl.num_programs(0)
+        for b in range(first, stop, step):
+            offs = b * BLOCK + tl.arange(0, BLOCK)  # int32: L < 2**31 (asserted by the launcher)
+            m = offs < L
+            v = tl.load(x + offs, mask=m)
+            tl.store(y + offs, tl.maximum(v, 0), mask=m, cache_modifier=ST)
+
+    return flat, persistent
+
+
+def variants(n_sm: int):
+    """(label, launcher builder) for every design probed."""
+    flat, persistent = kernels()
+    out = []
+    for (block, warps), mod in itertools.product(((1024, 1), (1024, 4), (2048, 2), (2048, 4), (4096, 4), (4096, 8),
+                                                   (8192, 8), (16384, 16)), MODS):
+        ev, st = MODS[mod]
+        out.append((f"flat B{block} W{warps} {mod}", lambda x, y, L, b=block, w=warps, ev=ev, st=st: flat[
+            (-(-L // b),)](x, y, L, BLOCK=b, EV=ev, ST=st, num_warps=w)))
+    for (block, warps), waves, chunk, st in itertools.product(((1024, 4), (2048, 4), (4096, 8), (8192, 8)), (4, 16),
+                                                              (0, 1), ("", ".cs")):
+        grid = n_sm * waves
+        label = f"persistent {'chunk' if chunk else 'stride'} B{block} W{warps} G{waves}xSM{' cs' if st else ''}"
+
+        def run(x, y, L, b=block, w=warps, g=grid, c=chunk, st=st):
+            assert L < 2**31, L
+            n_blocks = -(-L // b)
+            persistent[(g,)](x, y, L, n_blocks, -(-n_blocks // g), BLOCK=b, CHUNK=c, ST=st, num_warps=w)
+        out.append((label, run))
+    return out
+
+
+def time_ms(fn, reps: int) -> float:
+    import torch
+
+    fn(), fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def probe(dtype_name: str, gpu: bool, deadline: float) -> list[dict]:
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    dev = "cuda" if gpu else "cpu"
+    shape = SHAPE if gpu else SMALL
+    x = torch.randn(shape, device=dev, dtype=dtype)
+    y = torch.empty_like(x)
+    L, nbytes = x.numel(), 2 * x.numel() * x.element_size()
+    want = torch.relu(x)
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count if gpu else 4
+    rows = []
+
+    def record(label, fn, check=True):
+        if time.time() > deadline:
+            rows.append({"design": label, "skipped": "budget"})
+            return
+        if check:
+            y.fill_(float("nan"))
+            fn()
+            if not torch.equal(y, want):
+                rows.append({"design": label, "correct": False})
+                print(f"{dtype_name} {label}: WRONG", flush=True)
+                return
+        row = {"design": label, "correct": True}
+        if gpu:
+            ms = time_ms(fn, REPS)
+            row.update(ms=ms, tbs=nbytes / ms / 1e9)
+            print(f"{dtype_name} {label}: {ms:.3f} ms, {row['tbs']:.2f} TB/s", flush=True)
+        rows.append(row)
+
+    record("torch.relu (eager)", lambda: torch.relu(x), check=False)
+    record("torch copy (y.copy_(x))", lambda: y.copy_(x), check=False)
+    for label, run in variants(n_sm):
+        record(label, lambda run=run: run(x, y, L))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--dry-run", action="store_true", help="interpreter, small tensor, correctness only")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="no new variant after this many seconds")
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    args = ap.parse_args(argv)
+    import torch
+    gpu = torch.cuda.is_available() and not args.dry_run
+    if not gpu:
+        os.environ["TRITON_INTERPRET"] = "1"
+    from formloop.measure.device import PowerSampler, read_clocks
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + args.budget_s
+    result = {"tier": "gpu" if gpu else "interpreter (correctness only)", "shape": list(SHAPE if gpu else SMALL),
+              "device": torch.cuda.get_device_name() if gpu else "cpu", "dtypes": {}}
+    with PowerSampler() as power:
+        result["clock_before"] = read_clocks() if gpu else {}
+        for name in args.dtypes.split(","):
+            result["dtypes"][name] = probe(name, gpu, deadline)
+        result["clock_after"] = read_clocks() if gpu else {}
+    result["mean_power_w"] = power.mean_w
+    (args.out / "stream_probe.json").write_text(json.dumps(result, indent=1))
+    for name, rows in result["dtypes"].items():
+        timed = sorted((r for r in rows if "tbs" in r), key=lambda r: -r["tbs"])
+        eager = next((r["ms"] for r in rows if r["design"].startswith("torch.relu") and "ms" in r), None)
+        print(f"\n{name}: best designs (TB/s, read + write; × = eager relu ms / design ms, gpu)")
+        for r in timed[:12]:
+            print(f"  {r['design']:<48} {r['tbs']:.2f} TB/s  {eager / r['ms']:.3f}×")
+    bad = [r["design"] for rows in result["dtypes"].values() for r in rows if r.get("correct") is False]
+    print("wrong:", bad or "none", "| clocks", result["clock_before"], "->", result["clock_after"],
+          "| power", result["mean_power_w"])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
