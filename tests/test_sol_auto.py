@@ -158,6 +158,14 @@ def test_dtype_override_halves_bytes_only():
     assert b.compute_precision == "bf16" and a.compute_precision == "tf32"
 
 
+def test_floor_note_names_data_and_arithmetic_apart():
+    # a bf16 elementwise problem stores bf16 and computes in fp32 on the SIMT units: the note says both
+    relu = sol_for_problem(BY_NAME["relu"], "h200", dtype="bf16")
+    assert (relu.dtype, relu.compute_precision) == ("bf16", "fp32")
+    assert relu.precision_words == "bf16 data, fp32 arithmetic"
+    assert sol_for_problem(BY_NAME["swiglu_mlp"], "h200", dtype="bf16").precision_words == "bf16"
+
+
 GOOD = "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n        return x + x\n\n"
 CASES = {
     "no_inputs.py": (GOOD + "def get_init_inputs():\n    return []\n", "get_inputs"),

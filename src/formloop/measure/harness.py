@@ -103,7 +103,7 @@ def sol_floor(problem: Any, chip: str, dtype: str | None = None,
     generous, name = generous_floor_s(report)
     lower = ", a LOWER bound (uncounted operators)" if report.lower_bound else ""
     return float(report.time_floor_s), (f"SOL floor on {report.chip} at {report.clock_mhz:g} MHz, "
-                                        f"{report.compute_precision or report.dtype}, {report.bound}-bound (model)"
+                                        f"{report.precision_words}, {report.bound}-bound (model)"
                                         f"{lower}; warning below 90% of {generous * 1e3:.4g} ms ({name})"), generous
 
 

@@ -144,7 +144,7 @@ def bootstrap(path: str, *, small: bool, chip: str, dtype: str = "fp32") -> dict
         with _timed(phases, "sol"):
             r = sol_for_problem(prob, chip, None if out["dtype"] == "fp32" else out["dtype"])
         out["sol_floor_s"] = float(r.time_floor_s)
-        out["sol_note"] = f"SOL floor on {r.chip}, {r.compute_precision or r.dtype}, {r.bound}-bound (model)"
+        out["sol_note"] = f"SOL floor on {r.chip}, {r.precision_words}, {r.bound}-bound (model)"
     except Exception as exc:  # noqa: BLE001 - no floor: the SOL-gap rule cannot fire for it
         out["sol_note"] = f"no SOL floor: {type(exc).__name__}: {exc}"[:300]
     try:

@@ -52,6 +52,12 @@ class SOLReport:
     by_op: Mapping[str, Mapping[str, int]] = field(default_factory=dict)   # op -> calls, flops, unfused_bytes
 
     @property
+    def precision_words(self) -> str:
+        """'bf16 data, fp32 arithmetic' (or one word where they agree): what a floor's note names."""
+        c = self.compute_precision or self.dtype
+        return self.dtype if c == self.dtype else f"{self.dtype} data, {c} arithmetic"
+
+    @property
     def lower_bound(self) -> bool:
         """True when some operator had no FLOP rule: the floor is below the true speed of light."""
         return bool(self.uncounted)
