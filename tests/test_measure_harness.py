@@ -211,3 +211,26 @@ def test_the_floor_is_counted_at_the_precision_that_ran():
     res = harness.HarnessResult(s.name, "relu_triton", "cuda", 1, s.weights, [], [])
     harness._sol(s, res, "h200", None, None, timed=False)
     assert res.sol_floor_s == pytest.approx(2 * 6 * 3000 * 2 / 4.8e12, rel=1e-6)   # 2-byte elements
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter tier: no GPU")
+def test_triton_imported_before_the_interpreter_is_refused_by_name():
+    # Triton fixes interpreted-or-compiled when triton.language is imported: imported earlier without
+    # TRITON_INTERPRET=1, an honest kernel would fail inside tl.zeros and be judged incorrect. The harness
+    # refuses instead, naming the variable; with it set first, the same candidate is correct.
+    import subprocess
+    import sys
+    body = ("import sys; sys.path.insert(0, {src!r})\n{first}import triton.language\n"
+            "from formloop.measure.harness import evaluate\nfrom formloop.errors import InvalidInput\n"
+            "try:\n    r = evaluate({p!r}, {c!r}, sets=1, seed=2, timing=False); print('correct', r.correct)\n"
+            "except InvalidInput as e:\n    print('refused', e.field)\n")
+    src = str(Path(__file__).parents[1] / "src")
+    args = dict(src=src, p=str(FIX / "problems" / "linear_relu.py"), c=str(FIX / "honest" / "linear_relu.py"))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    late = subprocess.run([sys.executable, "-c", body.format(first="", **args)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    early = subprocess.run([sys.executable, "-c", body.format(first="import os; os.environ['TRITON_INTERPRET'] = '1'\n",
+                                                              **args)], env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert late.stdout.split() == ["refused", "TRITON_INTERPRET"], late.stderr[-2000:]
+    assert early.stdout.split() == ["correct", "True"], early.stderr[-2000:]

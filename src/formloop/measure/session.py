@@ -86,9 +86,26 @@ class Candidate:
     files: tuple[str, ...] = ()
 
 
+def _interpreter_ready() -> None:
+    """No GPU: Triton kernels run interpreted, which Triton decides when `triton.language` is imported (its
+    own @jit helpers, tl.zeros among them, are interpreted or compiled from then on). Imported earlier without
+    TRITON_INTERPRET=1 (by torch's own Triton integration, say), every candidate kernel would fail inside those
+    helpers and an honest candidate would be judged incorrect: refuse instead, saying what to do."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    lang = sys.modules.get("triton.language")
+    if lang is None or os.environ["TRITON_INTERPRET"] != "1":
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(getattr(lang, "zeros", None), InterpretedFunction):
+        raise InvalidInput("TRITON_INTERPRET", "unset when triton was first imported in this process",
+                           "1 before triton is imported (no GPU: candidates run in Triton's interpreter)",
+                           fix="export TRITON_INTERPRET=1, or evaluate in a fresh process (formloop harness)")
+
+
 def load_candidate(candidate: Any) -> Candidate:
     if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # no GPU: Triton kernels run interpreted
+        _interpreter_ready()
     if isinstance(candidate, Candidate):
         return candidate
     if isinstance(candidate, (str, Path)):
