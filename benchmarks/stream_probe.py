@@ -133,6 +133,55 @@ def probe(dtype_name: str, gpu: bool, deadline: float) -> list[dict]:
     return rows
 
 
+CANDIDATE = """import torch
+from torch import nn
+from formloop.library.elementwise_kernel import ElementwiseProgram, EwConfig
+
+PROG = ElementwiseProgram("relu", EwConfig.from_assignment({design!r}), {dtype!r})
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return PROG(x)
+"""
+CAMPAIGN_DESIGN = {"BN": 16, "BM": 1, "W": 1, "F": 1, "BF": 1024, "H": 0}  # the campaign's relu pick, both dtypes
+
+
+def timer_check(dtype_name: str, gpu: bool, out: Path) -> list[dict]:
+    """The campaign's timing path on relu: formloop.measure.timer in graph mode over Model-style calls (a new
+    output per call), the candidate and eager relu alternated twice; then formloop.measure.harness.evaluate on
+    problems/level1/relu.py with a ModelNew around the same program (candidate timed first, as in a campaign)."""
+    import torch
+
+    from formloop.library.elementwise_kernel import ElementwiseProgram, EwConfig
+    from formloop.measure.harness import evaluate
+    from formloop.measure.timer import time_calls
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    shape = SHAPE if gpu else SMALL
+    dev = "cuda" if gpu else "cpu"
+    prog = ElementwiseProgram("relu", EwConfig.from_assignment(CAMPAIGN_DESIGN), dtype_name)
+    sets = [[torch.randn(shape, device=dev, dtype=dtype)]]
+    rows = []
+    for rnd in range(2):
+        for name, fn in (("timer: candidate (flat B1024 W1)", prog), ("timer: eager relu", torch.relu)):
+            t = time_calls(fn, sets, device=dev, mode="graph" if gpu else "auto").timing
+            rows.append({"design": f"{name} #{rnd}", "ms": t.seconds * 1e3, "mode": t.mode, "source": t.source})
+    del sets
+    path = out / f"relu_candidate_{dtype_name}.py"
+    path.write_text(CANDIDATE.format(design=CAMPAIGN_DESIGN, dtype=dtype_name))
+    root = Path(__file__).resolve().parents[1]
+    small = None if gpu else {"ROWS": 16, "COLS": 4096}
+    r = evaluate(root / "problems" / "level1" / "relu.py", path, sets=1, seed=0, tolerance="kernelbench",
+                 precision=None if dtype_name == "fp32" else dtype_name, timing=True, overrides=small)
+    rows.append({"design": "harness.evaluate", "correct": r.correct,
+                 "cand_ms": r.cand_time and r.cand_time.seconds * 1e3, "ref_ms": r.ref_time and r.ref_time.seconds * 1e3,
+                 "mode": r.cand_time and r.cand_time.mode})
+    for row in rows:
+        print(dtype_name, row, flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -154,6 +203,7 @@ def main(argv=None) -> int:
         result["clock_before"] = read_clocks() if gpu else {}
         for name in args.dtypes.split(","):
             result["dtypes"][name] = probe(name, gpu, deadline)
+            result.setdefault("timer_check", {})[name] = timer_check(name, gpu, args.out)
         result["clock_after"] = read_clocks() if gpu else {}
     result["mean_power_w"] = power.mean_w
     (args.out / "stream_probe.json").write_text(json.dumps(result, indent=1))
