@@ -174,11 +174,60 @@ def timer_check(dtype_name: str, gpu: bool, out: Path) -> list[dict]:
     small = None if gpu else {"ROWS": 16, "COLS": 4096}
     r = evaluate(root / "problems" / "level1" / "relu.py", path, sets=1, seed=0, tolerance="kernelbench",
                  precision=None if dtype_name == "fp32" else dtype_name, timing=True, overrides=small)
-    rows.append({"design": "harness.evaluate", "correct": r.correct,
-                 "cand_ms": r.cand_time and r.cand_time.seconds * 1e3, "ref_ms": r.ref_time and r.ref_time.seconds * 1e3,
-                 "mode": r.cand_time and r.cand_time.mode})
+    ms = {k: t and t.seconds * 1e3 for k, t in (("cand_ms", r.cand_time), ("ref_ms", r.ref_time))}
+    rows.append({"design": "harness.evaluate", "correct": r.correct, **ms, "mode": r.cand_time and r.cand_time.mode})
     for row in rows:
         print(dtype_name, row, flush=True)
+    return rows
+
+
+OFFSETS_KB = (0, 4, 64, 512, 1024, 2048, 3072, 4096, 6144, 8192, 16384, 32768)
+
+
+def placement_check(dtype_name: str, gpu: bool) -> list[dict]:
+    """Does a stream's speed depend on where its output lies? x fixed, y a view into one larger buffer at
+    OFFSETS_KB from its start; eager clamp_min(x, 0, out=y) and formloop's flat walk (B1024 W1) timed by raw
+    events; then one CUDA graph of torch.relu(x) (output in the graph's pool) and one of clamp_min into the
+    offset-0 view, replayed and timed the same way."""
+    import torch
+
+    flat, _ = kernels()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    shape = SHAPE if gpu else SMALL
+    dev = "cuda" if gpu else "cpu"
+    x = torch.randn(shape, device=dev, dtype=dtype)
+    L = x.numel()
+    per_kb = 1024 // x.element_size()
+    big = torch.empty(L + OFFSETS_KB[-1] * per_kb, device=dev, dtype=dtype)
+    want = torch.relu(x)
+    rows = []
+    for kb in OFFSETS_KB if gpu else OFFSETS_KB[:3]:
+        y = big[kb * per_kb: kb * per_kb + L].view(shape)
+        for name, fn in (("eager clamp_min", lambda: torch.clamp_min(x, 0, out=y)),
+                         ("flat B1024 W1", lambda: flat[(-(-L // 1024),)](x, y, L, BLOCK=1024, EV="", ST="",
+                                                                          num_warps=1))):
+            y.fill_(float("nan"))
+            fn()
+            row = {"design": f"{name} y at +{kb} KB", "correct": bool(torch.equal(y, want))}
+            if gpu:
+                row["ms"] = time_ms(fn, REPS)
+            rows.append(row)
+    if gpu:
+        y0 = big[:L].view(shape)
+        for name, body in (("graph: torch.relu(x), output in the graph pool", lambda: torch.relu(x)),
+                           ("graph: clamp_min into y at +0 KB", lambda: torch.clamp_min(x, 0, out=y0))):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                body()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                body()
+            rows.append({"design": name, "ms": time_ms(g.replay, REPS)})
+            del g
+    for row in rows:
+        print(dtype_name, "placement", row, flush=True)
     return rows
 
 
@@ -188,6 +237,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="interpreter, small tensor, correctness only")
     ap.add_argument("--budget-s", type=float, default=240.0, help="no new variant after this many seconds")
     ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--placement-only", action="store_true", help="only the output-placement check")
     args = ap.parse_args(argv)
     import torch
     gpu = torch.cuda.is_available() and not args.dry_run
@@ -202,8 +252,10 @@ def main(argv=None) -> int:
     with PowerSampler() as power:
         result["clock_before"] = read_clocks() if gpu else {}
         for name in args.dtypes.split(","):
-            result["dtypes"][name] = probe(name, gpu, deadline)
-            result.setdefault("timer_check", {})[name] = timer_check(name, gpu, args.out)
+            result["dtypes"][name] = [] if args.placement_only else probe(name, gpu, deadline)
+            if not args.placement_only:
+                result.setdefault("timer_check", {})[name] = timer_check(name, gpu, args.out)
+            result.setdefault("placement", {})[name] = placement_check(name, gpu)
         result["clock_after"] = read_clocks() if gpu else {}
     result["mean_power_w"] = power.mean_w
     (args.out / "stream_probe.json").write_text(json.dumps(result, indent=1))
@@ -213,7 +265,8 @@ def main(argv=None) -> int:
         print(f"\n{name}: best designs (TB/s, read + write; × = eager relu ms / design ms, gpu)")
         for r in timed[:12]:
             print(f"  {r['design']:<48} {r['tbs']:.2f} TB/s  {eager / r['ms']:.3f}×")
-    bad = [r["design"] for rows in result["dtypes"].values() for r in rows if r.get("correct") is False]
+    bad = [r["design"] for part in ("dtypes", "placement") for rows in result.get(part, {}).values() for r in rows
+           if r.get("correct") is False]
     print("wrong:", bad or "none", "| clocks", result["clock_before"], "->", result["clock_after"],
           "| power", result["mean_power_w"])
     return 1 if bad else 0
