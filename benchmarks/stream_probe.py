@@ -231,6 +231,46 @@ def placement_check(dtype_name: str, gpu: bool) -> list[dict]:
     return rows
 
 
+def graphs_check(dtype_name: str, gpu: bool, n_graphs: int) -> list[dict]:
+    """The same call captured in `n_graphs` CUDA graphs kept alive together, each output allocated in its own
+    graph's pool (fresh memory, as the timer's capture of a Model gets): is a slow replay a property of the
+    output's memory? Eager torch.relu and formloop's flat walk (B1024 W1, output by torch.empty_like)."""
+    import torch
+
+    flat, _ = kernels()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    x = torch.randn(SHAPE if gpu else SMALL, device="cuda" if gpu else "cpu", dtype=dtype)
+    L = x.numel()
+
+    def ours():
+        y = torch.empty_like(x)
+        flat[(-(-L // 1024),)](x, y, L, BLOCK=1024, EV="", ST="", num_warps=1)
+        return y
+    rows = []
+    if not gpu:
+        return [{"design": "graphs", "skipped": "no GPU"}]
+    for name, body in (("torch.relu", lambda: torch.relu(x)), ("flat B1024 W1", ours)):
+        graphs = []
+        for k in range(n_graphs):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                body()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = body()
+            g.replay()
+            rows.append({"design": f"graph {k}: {name}", "ms": time_ms(g.replay, REPS),
+                         "out_ptr_mb": out.data_ptr() // 2**20, "correct": bool(torch.equal(out, torch.relu(x)))})
+            print(dtype_name, "graphs", rows[-1], flush=True)
+            graphs.append((g, out))
+        del graphs
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -238,6 +278,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=240.0, help="no new variant after this many seconds")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--placement-only", action="store_true", help="only the output-placement check")
+    ap.add_argument("--graphs", type=int, default=0, help="also: the call in this many live CUDA graphs")
     args = ap.parse_args(argv)
     import torch
     gpu = torch.cuda.is_available() and not args.dry_run
@@ -256,6 +297,8 @@ def main(argv=None) -> int:
             if not args.placement_only:
                 result.setdefault("timer_check", {})[name] = timer_check(name, gpu, args.out)
             result.setdefault("placement", {})[name] = placement_check(name, gpu)
+            if args.graphs:
+                result.setdefault("graphs", {})[name] = graphs_check(name, gpu, args.graphs)
         result["clock_after"] = read_clocks() if gpu else {}
     result["mean_power_w"] = power.mean_w
     (args.out / "stream_probe.json").write_text(json.dumps(result, indent=1))
@@ -265,7 +308,7 @@ def main(argv=None) -> int:
         print(f"\n{name}: best designs (TB/s, read + write; × = eager relu ms / design ms, gpu)")
         for r in timed[:12]:
             print(f"  {r['design']:<48} {r['tbs']:.2f} TB/s  {eager / r['ms']:.3f}×")
-    bad = [r["design"] for part in ("dtypes", "placement") for rows in result.get(part, {}).values() for r in rows
+    bad = [r["design"] for part in ("dtypes", "placement", "graphs") for rows in result.get(part, {}).values() for r in rows
            if r.get("correct") is False]
     print("wrong:", bad or "none", "| clocks", result["clock_before"], "->", result["clock_after"],
           "| power", result["mean_power_w"])
