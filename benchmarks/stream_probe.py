@@ -271,14 +271,46 @@ def graphs_check(dtype_name: str, gpu: bool, n_graphs: int) -> list[dict]:
     return rows
 
 
+def inputs_check(dtype_name: str, gpu: bool) -> list[dict]:
+    """The harness's inputs: a set drawn in fp32 and cast (`original`, what the reference is timed on) and its
+    clone (what the candidate is timed on, in memory the cast's fp32 temporary left free), beside a tensor drawn
+    directly in the dtype. Eager relu and the campaign's program timed by formloop.measure.timer on each
+    (graph and eager modes): does the input's memory decide a stream's speed?"""
+    import torch
+
+    from formloop.library.elementwise_kernel import ElementwiseProgram, EwConfig
+    from formloop.measure.timer import time_calls
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    dev = "cuda" if gpu else "cpu"
+    shape = SHAPE if gpu else SMALL
+    prog = ElementwiseProgram("relu", EwConfig.from_assignment(CAMPAIGN_DESIGN), dtype_name)
+    x32 = torch.randn(shape, device=dev)
+    original = x32.to(dtype) if dtype != torch.float32 else x32
+    del x32
+    kinds = {"original": original, "clone": original.clone(), "fresh": torch.randn(shape, device=dev, dtype=dtype)}
+    rows = []
+    for mode in ("graph", "eager") if gpu else ("auto",):
+        for kind, x in kinds.items():
+            for name, fn in (("eager relu", torch.relu), ("flat B1024 W1", prog)):
+                t = time_calls(fn, [[x]], device=dev, mode=mode).timing
+                rows.append({"design": f"{mode}: {name} on the {kind} input", "ms": t.seconds * 1e3})
+                print(dtype_name, "inputs", rows[-1], flush=True)
+                if gpu:
+                    torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--dry-run", action="store_true", help="interpreter, small tensor, correctness only")
     ap.add_argument("--budget-s", type=float, default=240.0, help="no new variant after this many seconds")
     ap.add_argument("--dtypes", default="fp32,bf16")
-    ap.add_argument("--placement-only", action="store_true", help="only the output-placement check")
+    ap.add_argument("--checks-only", action="store_true", help="skip the design probe and the timer check")
+    ap.add_argument("--placement", action="store_true", help="also: the output-placement check")
     ap.add_argument("--graphs", type=int, default=0, help="also: the call in this many live CUDA graphs")
+    ap.add_argument("--inputs", action="store_true", help="also: the harness's original, cloned and fresh inputs")
     args = ap.parse_args(argv)
     import torch
     gpu = torch.cuda.is_available() and not args.dry_run
@@ -293,22 +325,28 @@ def main(argv=None) -> int:
     with PowerSampler() as power:
         result["clock_before"] = read_clocks() if gpu else {}
         for name in args.dtypes.split(","):
-            result["dtypes"][name] = [] if args.placement_only else probe(name, gpu, deadline)
-            if not args.placement_only:
+            if not args.checks_only:
+                result["dtypes"][name] = probe(name, gpu, deadline)
                 result.setdefault("timer_check", {})[name] = timer_check(name, gpu, args.out)
-            result.setdefault("placement", {})[name] = placement_check(name, gpu)
+            if args.placement:
+                result.setdefault("placement", {})[name] = placement_check(name, gpu)
+            if args.inputs:
+                result.setdefault("inputs", {})[name] = inputs_check(name, gpu)
             if args.graphs:
                 result.setdefault("graphs", {})[name] = graphs_check(name, gpu, args.graphs)
         result["clock_after"] = read_clocks() if gpu else {}
     result["mean_power_w"] = power.mean_w
     (args.out / "stream_probe.json").write_text(json.dumps(result, indent=1))
     for name, rows in result["dtypes"].items():
+        if not rows:
+            continue
         timed = sorted((r for r in rows if "tbs" in r), key=lambda r: -r["tbs"])
         eager = next((r["ms"] for r in rows if r["design"].startswith("torch.relu") and "ms" in r), None)
         print(f"\n{name}: best designs (TB/s, read + write; × = eager relu ms / design ms, gpu)")
         for r in timed[:12]:
             print(f"  {r['design']:<48} {r['tbs']:.2f} TB/s  {eager / r['ms']:.3f}×")
-    bad = [r["design"] for part in ("dtypes", "placement", "graphs") for rows in result.get(part, {}).values() for r in rows
+    parts = ("dtypes", "placement", "graphs", "inputs")
+    bad = [r["design"] for part in parts for rows in result.get(part, {}).values() for r in rows
            if r.get("correct") is False]
     print("wrong:", bad or "none", "| clocks", result["clock_before"], "->", result["clock_after"],
           "| power", result["mean_power_w"])
