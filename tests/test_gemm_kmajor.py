@@ -25,6 +25,19 @@ def test_only_32_bit_tensor_core_operands_stored_row_are_copied():
     assert not kmajor_b("tf32x3", "col")
 
 
+def test_the_copy_is_made_only_where_it_costs_less_than_the_tensor_core_time():
+    # bmm_heads [128, 512, 2048, 1024]: B is 1.07 GB, the copy ~0.45 ms at 4.8 TB/s, the GEMM 2.75e11 FLOP
+    # (~0.56 ms tf32 at 494 TFLOP/s): copied (measured 7762 -> 5315 us in tf32x3)
+    assert kmajor_b("tf32", "row", [128, 512, 2048, 1024], "batched_gemm")
+    assert kmajor_b("tf32x3", "row", [128, 512, 2048, 1024], "batched_gemm")
+    # gemm_skinny 16 x 8192 x 8192: the copy (~0.11 ms) is 6-19x the GEMM's tensor-core time: B stays as it is
+    # (measured 78 -> 545 us with the copy)
+    assert not kmajor_b("tf32x3", "row", [16, 8192, 8192], "gemm")
+    assert not kmajor_b("tf32", "row", [16, 8192, 8192], "gemm")
+    # the boundary moves with M: a square 8192^3 GEMM copies
+    assert kmajor_b("tf32", "row", [8192, 8192, 8192], "gemm")
+
+
 @pytest.mark.parametrize("op", ["gemm", "batched_gemm"])
 def test_the_copy_gives_the_kernels_own_result_on_the_k_major_operand(op):
     g = torch.Generator().manual_seed(3)
@@ -40,18 +53,23 @@ def test_the_copy_gives_the_kernels_own_result_on_the_k_major_operand(op):
     assert torch.equal(col, given)
 
 
-@pytest.mark.parametrize("dtype,expect", [(None, True), (torch.bfloat16, False)])
-def test_the_bmm_region_reads_b_k_major_at_fp32_only(dtype, expect):
+@pytest.mark.parametrize("dtype,expect,small", [(None, True, False), (torch.bfloat16, False, False),
+                                                (None, False, True)])
+def test_the_bmm_region_reads_b_k_major_at_fp32_only(dtype, expect, small):
     from formloop.optimize.capture import capture
     from formloop.optimize.gemm_region import choose, match
     from formloop.sol.problem import load_problem
 
-    cap = capture(load_problem(ROOT / "problems" / "level1" / "bmm_heads.py", small=True), dtype)
+    # full size: captured on shapes (no data); SMALL (16 x 64 x 64 x 128): the copy would cost more than the GEMM
+    cap = capture(load_problem(ROOT / "problems" / "level1" / "bmm_heads.py", small=small), dtype)
     node = next(n for n in cap.gm.graph.nodes if n.op == "call_function" and n.target is torch.bmm)
     region = match(node, cap, set())
     design = choose(region, tier="gpu")
     if expect:
         assert design["ab"] in ("tf32", "tf32x3") and design.get("b_kmajor") is True
         assert f"b = {design['ab']} col" in design["spec"] and any("K-major" in n for n in region.notes)
+    elif dtype is None:
+        assert design["ab"] in ("tf32", "tf32x3") and "b_kmajor" not in design
+        assert f"b = {design['ab']} row" in design["spec"]
     else:
         assert design["ab"] == "bf16" and "b_kmajor" not in design and "b = bf16 row" in design["spec"]

@@ -178,21 +178,36 @@ def match(node: fx.Node, cap: Captured, taken: set) -> Region | None:
                    "shape_text": " x ".join(str(d) for d in dims)})
 
 
-def kmajor_b(ab: str, lb: str) -> bool:
-    """Whether B is copied K-major before the GEMM: tf32 and tf32x3 operands stored [K, N] (row).
-    Hopper's wgmma reads 32-bit operands from shared memory K-major only (the transposed forms are
-    for 16-bit types); Triton serves an N-major fp32 B by rearranging it on chip: its tf32 GEMM
-    measured 4.1x cuBLAS TF32's time on bmm_heads' [128, 1024, 2048] B, against 1.29x on an
-    nn.Linear weight, which is K-major (benchmarks/fp32_gemm.py, RESULTS.md). The copy reads and
-    writes B once."""
-    return ab in ("tf32", "tf32x3") and lb == "row"
+def kmajor_b(ab: str, lb: str, dims: list[int] | None = None, op: str = "gemm") -> bool:
+    """Whether B is copied K-major before the GEMM: tf32 and tf32x3 operands stored [K, N] (row), where
+    the copy pays. Hopper's wgmma reads 32-bit operands from shared memory K-major only (the transposed
+    forms are for 16-bit types); Triton serves an N-major fp32 B by rearranging it on chip: its tf32 GEMM
+    measured 4.1x cuBLAS TF32's time on bmm_heads' [128, 1024, 2048] B, against 1.29x on an nn.Linear
+    weight, which is K-major (benchmarks/fp32_gemm.py, RESULTS.md). The copy reads and writes B once,
+    so it pays only where the rearrangement's cost, a multiple of the tensor-core time, exceeds it: at
+    `dims` ([batch,] M, N, K) the copy is made when its DRAM time is at most the GEMM's tensor-core time
+    (tf32x3: three products). Measured (2026-12-02): bmm_heads, copy 0.2-0.6x the GEMM, tf32x3 7762 ->
+    5315 us with the copy; gemm_skinny (16 x 8192 x 8192), copy 6-19x, tf32x3 78 -> 545 us."""
+    if ab not in ("tf32", "tf32x3") or lb != "row":
+        return False
+    if dims is None:
+        return True
+    copy_s, gemm_s = _b_copy_us(dims, op) / 1e6, _tensor_core_s(dims, op, ab)
+    return copy_s <= gemm_s
+
+
+def _tensor_core_s(dims: list[int], op: str, ab: str) -> float:
+    """The GEMM's time at the H200's tf32 tensor-core peak (tf32x3: three products)."""
+    *lead, n, k = dims
+    flops = 2 * math.prod(lead) * n * k
+    return flops * (3 if ab == "tf32x3" else 1) / get_chip("h200").peak("tf32")
 
 
 def spec_text(region: Region, chain: list[str], *, ab: str, tile: tuple[int, int, int] | None = None,
               interpreter: bool = False) -> str:
     p = region.params
     c = p["dtype"]
-    lb = "col" if kmajor_b(ab, p["lb"]) else p["lb"]
+    lb = "col" if kmajor_b(ab, p["lb"], p["dims"], p["op"]) else p["lb"]
     lines = [f"kernel region = {p['op']} {{", f"    a = {ab} row", f"    b = {ab} {lb}", f"    c = {c} row",
              "    arch = sm90", f"    shape = {p['shape_text']}"]
     if interpreter:  # the interpreter runs every program serially: few, large tiles, one split, pointer loads
@@ -276,8 +291,8 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
               "predicted_us": design.get("predicted_us"), "template_hash": design.get("template_hash"),
               "solver": solver_of(design),
               "tensors": [k for k in p["tensors"] if f"name={k}" in " ".join(chain)]}
-    if kmajor_b(ab, p["lb"]):   # the copy's DRAM time (B read and written once) joins the prediction
-        copy_us = _b_copy_us(region)
+    if kmajor_b(ab, p["lb"], p["dims"], p["op"]):   # the copy's DRAM time (B read and written once) joins
+        copy_us = _b_copy_us(p["dims"], p["op"])       # the prediction
         region.notes.append(f"B ({p['lb']}, [K, N]) copied K-major before the {ab} GEMM (the tensor cores read "
                             f"32-bit operands K-major): {copy_us:.3g} us model")
         chosen["b_kmajor"] = True
@@ -286,11 +301,10 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     return chosen
 
 
-def _b_copy_us(region: Region) -> float:
+def _b_copy_us(dims: list[int], op: str) -> float:
     """B's copy at the H200's DRAM bandwidth: 8 bytes per fp32 element (read and written)."""
-    p = region.params
-    *lead, n, k = p["dims"]
-    batch = lead[0] if p["op"] == "batched_gemm" else 1
+    *lead, n, k = dims
+    batch = lead[0] if op == "batched_gemm" else 1
     return 1e6 * 8 * batch * k * n / get_chip("h200").bandwidth
 
 
