@@ -181,6 +181,21 @@ def timer_check(dtype_name: str, gpu: bool, out: Path) -> list[dict]:
     return rows
 
 
+def captured(body):
+    """(a CUDA graph of body(), the output captured): one warm-up call on a side stream, as capture requires."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        body()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = body()
+    return g, out
+
+
 OFFSETS_KB = (0, 4, 64, 512, 1024, 2048, 3072, 4096, 6144, 8192, 16384, 32768)
 
 
@@ -216,14 +231,7 @@ def placement_check(dtype_name: str, gpu: bool) -> list[dict]:
         y0 = big[:L].view(shape)
         for name, body in (("graph: torch.relu(x), output in the graph pool", lambda: torch.relu(x)),
                            ("graph: clamp_min into y at +0 KB", lambda: torch.clamp_min(x, 0, out=y0))):
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                body()
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                body()
+            g, _ = captured(body)
             rows.append({"design": name, "ms": time_ms(g.replay, REPS)})
             del g
     for row in rows:
@@ -252,14 +260,7 @@ def graphs_check(dtype_name: str, gpu: bool, n_graphs: int) -> list[dict]:
     for name, body in (("torch.relu", lambda: torch.relu(x)), ("flat B1024 W1", ours)):
         graphs = []
         for k in range(n_graphs):
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                body()
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                out = body()
+            g, out = captured(body)
             g.replay()
             rows.append({"design": f"graph {k}: {name}", "ms": time_ms(g.replay, REPS),
                          "out_ptr_mb": out.data_ptr() // 2**20, "correct": bool(torch.equal(out, torch.relu(x)))})
