@@ -178,7 +178,7 @@ def match(node: fx.Node, cap: Captured, taken: set) -> Region | None:
                    "shape_text": " x ".join(str(d) for d in dims)})
 
 
-def kmajor_b(ab: str, lb: str, dims: list[int] | None = None, op: str = "gemm") -> bool:
+def kmajor_b(ab: str, lb: str, dims: list[int], op: str = "gemm") -> bool:
     """Whether B is copied K-major before the GEMM: tf32 and tf32x3 operands stored [K, N] (row), where
     the copy pays. Hopper's wgmma reads 32-bit operands from shared memory K-major only (the transposed
     forms are for 16-bit types); Triton serves an N-major fp32 B by rearranging it on chip: its tf32 GEMM
@@ -190,8 +190,6 @@ def kmajor_b(ab: str, lb: str, dims: list[int] | None = None, op: str = "gemm") 
     5315 us with the copy; gemm_skinny (16 x 8192 x 8192), copy 6-19x, tf32x3 78 -> 545 us."""
     if ab not in ("tf32", "tf32x3") or lb != "row":
         return False
-    if dims is None:
-        return True
     copy_s, gemm_s = _b_copy_us(dims, op) / 1e6, _tensor_core_s(dims, op, ab)
     return copy_s <= gemm_s
 
