@@ -175,7 +175,8 @@ def timer_check(dtype_name: str, gpu: bool, out: Path) -> list[dict]:
     r = evaluate(root / "problems" / "level1" / "relu.py", path, sets=1, seed=0, tolerance="kernelbench",
                  precision=None if dtype_name == "fp32" else dtype_name, timing=True, overrides=small)
     ms = {k: t and t.seconds * 1e3 for k, t in (("cand_ms", r.cand_time), ("ref_ms", r.ref_time))}
-    rows.append({"design": "harness.evaluate", "correct": r.correct, **ms, "mode": r.cand_time and r.cand_time.mode})
+    rows.append({"design": "harness.evaluate", "correct": r.correct, **ms, "mode": r.cand_time and r.cand_time.mode,
+                 "rounds": [t and t.note for t in (r.cand_time, r.ref_time)]})
     for row in rows:
         print(dtype_name, row, flush=True)
     return rows
@@ -310,6 +311,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--checks-only", action="store_true", help="skip the design probe and the timer check")
     ap.add_argument("--placement", action="store_true", help="also: the output-placement check")
+    ap.add_argument("--timer", action="store_true", help="with --checks-only: the campaign's timing path on relu")
     ap.add_argument("--graphs", type=int, default=0, help="also: the call in this many live CUDA graphs")
     ap.add_argument("--inputs", action="store_true", help="also: the harness's original, cloned and fresh inputs")
     args = ap.parse_args(argv)
@@ -328,6 +330,8 @@ def main(argv=None) -> int:
         for name in args.dtypes.split(","):
             if not args.checks_only:
                 result["dtypes"][name] = probe(name, gpu, deadline)
+                result.setdefault("timer_check", {})[name] = timer_check(name, gpu, args.out)
+            if args.timer:
                 result.setdefault("timer_check", {})[name] = timer_check(name, gpu, args.out)
             if args.placement:
                 result.setdefault("placement", {})[name] = placement_check(name, gpu)

@@ -28,6 +28,7 @@ from formloop.measure.compare import Comparison, flatten
 from formloop.measure.integrity import check_sol_ceiling, generous_floor_s
 from formloop.measure.mathmode import describe
 from formloop.measure.memory import changed_inputs, clone_all
+from formloop.measure.rounds import run_rounds
 from formloop.measure.sandbox import phase
 from formloop.measure.session import PRECISIONS, Session
 from formloop.measure.timer import MODES, Timing, TimingPolicy, operand_sets_for, time_calls
@@ -182,6 +183,14 @@ def _nan_fill(protect: list) -> Any:
     return fill
 
 
+def _refill(sets: list, seeds: list[int], s: Session) -> None:
+    """Write each set's drawn values into its buffers again (the buffers' memory stays where it is)."""
+    for values, seed in zip(sets, seeds):
+        for buf, fresh in zip(flatten(values), flatten(s.inputs(seed))):
+            if isinstance(buf, torch.Tensor):
+                buf.copy_(fresh)
+
+
 def _timing(s: Session, mode: str, policy: TimingPolicy, result: HarnessResult) -> None:
     phase("harness", "timing")
     gpu = str(s.device).startswith("cuda")
@@ -193,24 +202,46 @@ def _timing(s: Session, mode: str, policy: TimingPolicy, result: HarnessResult) 
     else:
         n = CPU_OPERAND_SETS
     seeds = [s.set_seed(1000 + k) for k in range(n)]
-    ref_sets = [first] + [s.inputs(x) for x in seeds[1:]]
-    cand_sets = [clone_all(x) for x in ref_sets]
+    buffers = [[first] + [s.inputs(x) for x in seeds[1:]]]
+    buffers.append([clone_all(x) for x in buffers[0]])
+    rounds = max(1, policy.rounds) if gpu else 1
+    pool = torch.cuda.graph_pool_handle() if gpu else None
+    modes: dict[str, str] = {}
+
+    def time_one(side: str, buf: int):
+        if side == "candidate":
+            phase("candidate", "timed calls")
+            run = time_calls(s.cand_fn, buffers[buf], device=s.device, mode=modes.get("both", mode), policy=policy,
+                             poison=_nan_fill(buffers[buf]), pool=pool)
+        else:
+            phase("problem", "timed reference calls")
+            run = time_calls(s.ref_model, buffers[buf], device=s.device, mode=modes.get("both", mode), policy=policy,
+                             pool=pool)
+        modes.setdefault(side, run.timing.mode)
+        return run
+
+    def before_round(r: int) -> None:
+        if r:
+            for k in (0, 1):
+                _refill(buffers[k], seeds, s)
+
     with torch.no_grad():
-        phase("candidate", "timed calls")
-        run = time_calls(s.cand_fn, cand_sets, device=s.device, mode=mode, policy=policy,
-                         poison=_nan_fill(cand_sets))
-        phase("problem", "timed reference calls")
-        ref = time_calls(s.ref_model, ref_sets, device=s.device, mode=run.timing.mode if gpu else mode, policy=policy)
-        if gpu and ref.timing.mode != run.timing.mode:  # the reference could not be captured: both eager
-            phase("candidate", "timed calls (eager)")
-            run = time_calls(s.cand_fn, cand_sets, device=s.device, mode="eager", policy=policy)
-            result.notes.append(f"reference timed eagerly ({ref.timing.note}); candidate re-timed eagerly to match")
-    result.cand_time, result.ref_time = run.timing, ref.timing
-    del ref_sets, cand_sets
+        timed = run_rounds(rounds, time_one, before_round)
+        if gpu and modes["reference"] != modes["candidate"]:  # one side could not be captured: both eager
+            modes["both"] = "eager"
+            timed = run_rounds(rounds, time_one, before_round)
+            result.notes.append(f"timed eagerly: the {'reference' if modes['reference'] == 'eager' else 'candidate'}"
+                                " could not be captured in a CUDA graph")
+    (result.cand_time, run, cand_bufs), (result.ref_time, _, _) = timed["candidate"], timed["reference"]
+    if rounds > 1:
+        result.notes.append(f"timing: {rounds} rounds, candidate and reference on swapped input buffers "
+                            "(formloop.measure.rounds)")
+    del buffers
     expected, truth = s.reference(s.inputs(seeds[run.last_set]))
-    timed = s.compare(run.last_output, expected, truth)
+    timed_cmp = s.compare(run.last_output, expected, truth)
     what = "output of the timed CUDA graph" if run.timing.mode == "graph" else "output of the last timed call"
-    result.timed_output = timed if timed.ok else Comparison(**{**timed.as_dict(), "reason": f"{what}: {timed.reason}"})
+    result.timed_output = timed_cmp if timed_cmp.ok else Comparison(**{**timed_cmp.as_dict(),
+                                                                         "reason": f"{what}: {timed_cmp.reason}"})
 
 
 def evaluate(problem: Any, candidate: Any, *, sets: int = 3, seed: int | None = None, timing: bool = True,

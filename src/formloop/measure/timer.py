@@ -34,7 +34,8 @@ MODES = ("auto", "graph", "eager")
 class TimingPolicy:
     """How long to time: a graph replay lasts about `graph_ms`; `budget_ms` of timed replays or
     calls per measurement, between `min_reps` and `max_reps` replays (`max_calls` eager calls);
-    operand sets spanning `l2_multiple` times the L2, at most `max_sets`."""
+    operand sets spanning `l2_multiple` times the L2, at most `max_sets`; a candidate and its reference
+    are timed in `rounds` rounds on a GPU (formloop.measure.rounds; one on a CPU)."""
 
     graph_ms: float = 2.0
     budget_ms: float = 40.0
@@ -44,6 +45,7 @@ class TimingPolicy:
     max_launches: int = 2000
     max_sets: int = 64
     l2_multiple: float = 3.0
+    rounds: int = 2
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ def _time_eager(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy, note
 
 
 def _time_graph(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy,
-                poison: Callable[[Any], Any] | None) -> TimedRun:
+                poison: Callable[[Any], Any] | None, pool: Any = None) -> TimedRun:
     import torch
 
     side = torch.cuda.Stream()
@@ -175,7 +177,7 @@ def _time_graph(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy,
     launches = max(n_sets, min(p.max_launches, math.ceil(p.graph_ms / estimate_ms)))
     launches = n_sets * math.ceil(launches / n_sets)
     graph, out = torch.cuda.CUDAGraph(), None
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         for k in range(launches):
             out = launch(k % n_sets)
     graph.replay()
@@ -201,13 +203,15 @@ def _time_graph(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy,
 
 
 def time_launches(launch: Callable[[int], Any], n_sets: int = 1, *, device: str = "cpu", mode: str = "auto",
-                  policy: TimingPolicy | None = None, poison: Callable[[Any], Any] | None = None) -> TimedRun:
+                  policy: TimingPolicy | None = None, poison: Callable[[Any], Any] | None = None,
+                  pool: Any = None) -> TimedRun:
     """Median time per call of `launch(i)` cycling over operand sets 0..n_sets-1.
 
     `device` 'cpu' times host wall time; a CUDA device uses `mode` (graph | eager | auto). `poison`,
     in graph mode, is applied to the last captured output before one more replay, so the returned
     output shows what the timed graph computes (a call that skips its work while being captured
-    leaves the poison in place)."""
+    leaves the poison in place). `pool` (torch.cuda.graph_pool_handle()): the graph's memory pool, shared
+    with other timings so that their outputs can take the same blocks (formloop.measure.rounds)."""
     if mode not in MODES:
         raise InvalidInput("timing mode", mode, MODES)
     if not isinstance(n_sets, int) or n_sets < 1:
@@ -218,9 +222,9 @@ def time_launches(launch: Callable[[int], Any], n_sets: int = 1, *, device: str 
     if mode == "eager":
         return _time_eager(launch, n_sets, p)
     if mode == "graph":
-        return _time_graph(launch, n_sets, p, poison)
+        return _time_graph(launch, n_sets, p, poison, pool)
     try:
-        return _time_graph(launch, n_sets, p, poison)
+        return _time_graph(launch, n_sets, p, poison, pool)
     except Exception as exc:  # noqa: BLE001 - not capturable: time it eagerly and say why
         import torch
 
@@ -232,9 +236,9 @@ def time_launches(launch: Callable[[int], Any], n_sets: int = 1, *, device: str 
 
 def time_calls(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *, device: str = "cpu",
                mode: str = "auto", policy: TimingPolicy | None = None,
-               poison: Callable[[Any], Any] | None = None) -> TimedRun:
+               poison: Callable[[Any], Any] | None = None, pool: Any = None) -> TimedRun:
     """`time_launches` for a callable over prepared argument lists (one per operand set)."""
     if not input_sets:
         raise InvalidInput("input sets", 0, "at least one argument list")
     return time_launches(lambda i: fn(*input_sets[i]), len(input_sets), device=device, mode=mode, policy=policy,
-                         poison=poison)
+                         poison=poison, pool=pool)
