@@ -62,3 +62,24 @@ def test_report_only_rebuilds_the_report_from_a_store(tmp_path):
     text = (out / "report.md").read_text()
     assert "# formloop optimize (gpu, fp32)" in text and "nothing measured" in text
     assert "| fast |" in text and "| slow |" in text and "geomean 1x" not in text
+
+
+def test_the_report_says_which_best_kernels_were_timed_in_rounds(tmp_path):
+    from formloop.optimize.report import _row, markdown
+
+    store = OptimizeStore(tmp_path / "p.db", "fp32/full")
+    for name, notes in (("old", ["reference for correctness: fp32 math"]),
+                        ("new", ["timing: 2 rounds, candidate and reference on swapped input buffers "
+                                 "(formloop.measure.rounds)"])):
+        store.put_problem(name, path=str(tmp_path / f"{name}.py"), level=1, tier="gpu", status="ready")
+        store.add_attempt(name, candidate=str(tmp_path / f"{name}_a0.py"), origin="formloop", correct=True,
+                          accepted=True, verdict="clean", time_s=1.0, ref_s=1.0, time_source="gpu", sol_fraction=0.5,
+                          detail={"harness": {"notes": notes}})
+    rows = [_row(store, n) for n in ("old", "new")]
+    assert [r["timing_rounds"] for r in rows] == [1, 2]
+    summary = _summary(rows)
+    assert summary["timing_protocol"] == {"rounds": 1, "one_round": 1}
+    report = {"summary": summary, "tier": "gpu", "dtype": "fp32", "note": "", "engine": {}, "store": "s",
+              "campaign": "c", "source": "gpu", "settings": {"tolerance": "kernelbench"}, "problems": rows}
+    assert "1 against their reference in rounds" in markdown(report)
+    store.close()

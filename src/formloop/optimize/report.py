@@ -55,10 +55,19 @@ def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
         if rec.get("compile_s"):
             row["speedup_compile"] = rec["compile_s"] / best["time_s"]
         row["sol_fraction"] = best["sol_fraction"]
+        row["timing_rounds"] = timing_rounds(best)
     elif rec.get("compile_s"):   # keeps the reference: eager (what ModelNew is) vs torch.compile, one run's times
         eager = (rec.get("compile") or {}).get("ref_s") or ref
         row["speedup_compile"] = rec["compile_s"] / eager if eager else None
     return row
+
+
+def timing_rounds(attempt: dict) -> int:
+    """How many rounds the harness timed the attempt in (formloop.measure.rounds; 1 before rounds existed)."""
+    for note in ((attempt.get("detail") or {}).get("harness") or {}).get("notes") or []:
+        if note.startswith("timing: ") and " rounds" in note:
+            return int(note.split()[1])
+    return 1
 
 
 COMPILE_MEANING = ("speedup vs torch.compile = torch.compile's time / formloop's: a problem with an accepted "
@@ -91,6 +100,8 @@ def _summary(rows: list[dict]) -> dict[str, Any]:
                              "kept_reference": sum(1 for r in rows if r["problem"] in comp and not r["best"])}
     else:
         out["vs_compile"] = None
+    timed = [r.get("timing_rounds", 1) for r in rows if r["best"] is not None]
+    out["timing_protocol"] = {"rounds": sum(1 for k in timed if k > 1), "one_round": sum(1 for k in timed if k == 1)}
     out["compile_baselines"] = {"measured": sum(1 for r in rows if r["compile_s"]),
                                 "failed": sum(1 for r in rows if r["compile_s"] == 0.0),
                                 "not_measured": sum(1 for r in rows if r["compile_s"] is None)}
@@ -175,6 +186,11 @@ def markdown(report: dict[str, Any]) -> str:
     lines.append(f"rule: {report['settings'].get('tolerance')}; reference for correctness: fp32 math (TF32 off); "
                  "eager timing: PyTorch defaults (cuDNN TF32 on)")
     lines.append(f"median SOL fraction of the chosen kernels: {_x(s['median_sol_fraction'], '')}")
+    tp = s.get("timing_protocol") or {}
+    if tp.get("rounds") or tp.get("one_round"):
+        lines.append(f"timing of the best kernels: {tp.get('rounds', 0)} against their reference in rounds on swapped "
+                     f"input buffers (formloop.measure.rounds), {tp.get('one_round', 0)} in one round (earlier "
+                     "protocol: a multi-GB stream may then differ by up to 12 % by where its memory lies)")
     if s.get("phase_seconds"):
         lines.append("time per phase, all attempts (host wall s): " + ", ".join(
             f"{k} {v:.3g}" for k, v in sorted(s["phase_seconds"].items(), key=lambda kv: -kv[1])))
