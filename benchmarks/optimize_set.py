@@ -7,6 +7,8 @@
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --compile-only --workers 12   # baselines only
     PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --only conv2d_3x3 --restart conv2d_3x3   # again,
         # from the MILP's design, after the problem's kernels changed (the old attempts are kept as 'retired')
+    PYTHONPATH=src python3 benchmarks/optimize_set.py --out /tmp/opt --compile-only --recompile relu   # its
+        # torch.compile baseline timed again, after the harness's timing changed (the old one kept as 'previous')
 
 Every problem at its real size, fp32 as written, KernelBench's tolerances: capture, recognize, choose
 each region's instance by MILP, assemble ModelNew, check it with the harness (fresh inputs, poisoned
@@ -58,6 +60,9 @@ def main(argv=None) -> int:
     ap.add_argument("--restart", action="append", default=[], metavar="NAME",
                     help="retire NAME's attempts (kept in the store as 'retired', no longer counted) and start it "
                          "again from the MILP's design: after its kernels changed (repeatable)")
+    ap.add_argument("--recompile", action="append", default=[], metavar="NAME",
+                    help="clear NAME's torch.compile baseline (the old one kept in its record as 'previous') so that "
+                         "--compile-only times it again: after the harness's timing changed (repeatable)")
     ap.add_argument("--fp32-operands", default="auto", help="GEMM operands of fp32 problems: auto | tf32 | tf32x3 | "
                                                            "fp32 (auto: the fastest whose error bound fits)")
     ap.add_argument("--small", action="store_true", help="SMALL sizes (forced without CUDA)")
@@ -99,6 +104,8 @@ def main(argv=None) -> int:
         return 0
     if args.restart:
         restart(args, small)
+    if args.recompile:
+        recompile(args, small)
     report = api.optimize([str(d) for d in dirs], out=str(args.out), budget=args.attempts, small=small,
                           tier="gpu" if gpu else "interpreter", chip=args.chip, tolerance="kernelbench",
                           workers=args.workers, deadline_s=args.budget_s, dtype=args.dtype, ray=args.ray,
@@ -124,6 +131,21 @@ def restart(args, small: bool) -> None:
         for name in args.restart:
             n = store.retire_attempts(name, "--restart: its kernels changed since they were measured")
             print(f"{name}: {n} attempts retired, starts again from the MILP's design", flush=True)
+
+
+def recompile(args, small: bool) -> None:
+    from formloop.optimize.store import OptimizeStore
+
+    campaign = f"{args.dtype}/{'small' if small else 'full'}"
+    with OptimizeStore(args.store or args.out / "population.db", campaign) as store:
+        for name in args.recompile:
+            rec = store.problem(name)
+            if rec is None:
+                raise SystemExit(f"--recompile: {name} has no record in campaign {campaign}")
+            previous = {"compile_s": rec.get("compile_s"), **(rec.get("compile") or {})}
+            store.set_compile(name, None, {"previous": previous, "cleared": "--recompile"})
+            print(f"{name}: torch.compile baseline cleared (was {previous['compile_s']} s); --compile-only times it "
+                  "again", flush=True)
 
 
 def report_only(args, files) -> int:

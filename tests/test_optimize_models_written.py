@@ -83,3 +83,28 @@ def test_the_report_says_which_best_kernels_were_timed_in_rounds(tmp_path):
               "campaign": "c", "source": "gpu", "settings": {"tolerance": "kernelbench"}, "problems": rows}
     assert "1 against their reference in rounds" in markdown(report)
     store.close()
+
+
+def test_recompile_clears_a_baseline_and_keeps_the_old_one(tmp_path):
+    import importlib.util
+    import types
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("optimize_set", Path(__file__).parent.parent / "benchmarks" /
+                                                  "optimize_set.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    store = _store(tmp_path)
+    store.set_compile("fast", 0.5, {"ref_s": 2.0, "source": "gpu"})
+    store.close()
+    args = types.SimpleNamespace(dtype="fp32", store=tmp_path / "p.db", out=tmp_path, recompile=["fast"])
+    bench.recompile(args, small=False)
+    with OptimizeStore(tmp_path / "p.db", "fp32/full") as again:
+        rec = again.problem("fast")
+        assert rec["compile_s"] is None                                   # --compile-only measures it again
+        assert rec["compile"]["previous"] == {"compile_s": 0.5, "ref_s": 2.0, "source": "gpu"}
+        assert again.problem("slow")["compile_s"] is None and again.problem("slow")["compile"] is None
+    args.recompile = ["nope"]
+    with pytest.raises(SystemExit, match="nope"):
+        bench.recompile(args, small=False)
