@@ -232,7 +232,7 @@ def _timing(s: Session, mode: str, policy: TimingPolicy, result: HarnessResult) 
             timed = run_rounds(rounds, time_one, before_round)
             result.notes.append(f"timed eagerly: the {'reference' if modes['reference'] == 'eager' else 'candidate'}"
                                 " could not be captured in a CUDA graph")
-    (result.cand_time, run, cand_bufs), (result.ref_time, _, _) = timed["candidate"], timed["reference"]
+    (result.cand_time, run, _), (result.ref_time, _, _) = timed["candidate"], timed["reference"]
     if rounds > 1:
         result.notes.append(f"timing: {rounds} rounds, candidate and reference on swapped input buffers "
                             "(formloop.measure.rounds)")
