@@ -464,11 +464,11 @@ def check(case, fn, gen):
     return max(errs)
 
 
-def timings(fn, sets, device, poison_ok=True):
+def timings(fn, sets, device, pool=None):
     out = {}
     for mode in ("eager", "graph"):
         try:
-            r = time_launches(lambda i: fn(sets[i]), len(sets), device=device, mode=mode)
+            r = time_launches(lambda i: fn(sets[i]), len(sets), device=device, mode=mode, pool=pool)
             out[f"{mode}_us"] = r.timing.seconds * 1e6
         except Exception as exc:  # noqa: BLE001 - recorded with the reason
             out[f"{mode}_us"] = None
@@ -477,16 +477,19 @@ def timings(fn, sets, device, poison_ok=True):
 
 
 def measure_case(case, row, device, gen, l2, bw, args, start):
-    """Timings of ours, torch eager and torch.compile on the same operand sets (eager and CUDA graph)."""
+    """Timings of ours, torch eager and torch.compile on the same operand sets (eager and CUDA graph), every
+    graph in one memory pool (outputs freed between timings can take the same blocks: a multi-GB stream's speed
+    follows its memory, formloop.measure.rounds). Returns the sets, the best eager time and the pool."""
     n = operand_sets_for(case.sol_bytes, l2)
     sets = [case.make(gen) for _ in range(n)]
+    pool = torch.cuda.graph_pool_handle() if str(device).startswith("cuda") else None
     row["operand_sets"] = n
-    row["ours"] = timings(case.ours, sets, device)
-    row["eager"] = timings(case.torch_fn, sets, device)
+    row["ours"] = timings(case.ours, sets, device, pool)
+    row["eager"] = timings(case.torch_fn, sets, device, pool)
     if not args.no_compile and time.time() - start < args.budget_s:
         compiled = torch.compile(case.torch_fn)
         row["err_compile"] = check(case, compiled, gen)
-        row["compile"] = timings(compiled, sets, device)
+        row["compile"] = timings(compiled, sets, device, pool)
     else:
         row["compile"] = {"skipped": "--no-compile" if args.no_compile else "time budget"}
     ours_g = row["ours"].get("graph_us")
@@ -496,10 +499,10 @@ def measure_case(case, row, device, gen, l2, bw, args, start):
     row["speedup_vs_eager"] = best_eager / ours_g if ours_g and best_eager else None
     row["speedup_vs_compile"] = comp / ours_g if ours_g and comp else None
     row["copy_fraction"] = case.sol_bytes / (ours_g * 1e-6) / bw if ours_g else None
-    return sets, best_eager
+    return sets, best_eager, pool
 
 
-def run_menu(case, row, args, gen, tol, device=None, sets=None, best_eager=None):
+def run_menu(case, row, args, gen, tol, device=None, sets=None, best_eager=None, pool=None):
     """The model's top designs: each checked against float64 first, then (on the GPU) timed in a CUDA graph
     on the case's operand sets; the pick's row says where the model's choice ranks."""
     out = []
@@ -511,7 +514,7 @@ def run_menu(case, row, args, gen, tol, device=None, sets=None, best_eager=None)
             r["err"], r["failure"] = float("inf"), f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
         r["correct"] = r["err"] <= tol
         if sets is not None and r["correct"]:
-            r.update(timings_graph(fn, sets, device))
+            r.update(timings_graph(fn, sets, device, pool))
             if r.get("graph_us") and best_eager:
                 r["speedup_vs_eager"] = best_eager / r["graph_us"]
         out.append(r)
@@ -530,10 +533,10 @@ def run_menu(case, row, args, gen, tol, device=None, sets=None, best_eager=None)
     return all(r["correct"] for r in out)
 
 
-def timings_graph(fn, sets, device):
+def timings_graph(fn, sets, device, pool=None):
     try:
-        return {"graph_us": time_launches(lambda i: fn(sets[i]), len(sets), device=device,
-                                          mode="graph").timing.seconds * 1e6}
+        return {"graph_us": time_launches(lambda i: fn(sets[i]), len(sets), device=device, mode="graph",
+                                          pool=pool).timing.seconds * 1e6}
     except Exception as exc:  # noqa: BLE001 - recorded with the reason
         return {"graph_us": None, "graph_failure": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"}
 
@@ -577,17 +580,17 @@ def main() -> int:
         row["tolerance"] = tol
         row["correct"] = row["err_ours"] <= tol
         row["torch_correct"] = row["err_torch"] <= tol  # the baseline is held to the same tolerance
-        sets = best_eager = None
+        sets = best_eager = pool = None
         if gpu and row["correct"]:
-            sets, best_eager = measure_case(case, row, device, gen, l2, bw, args, start)
+            sets, best_eager, pool = measure_case(case, row, device, gen, l2, bw, args, start)
         _print(row)
         if args.menu and case.menu is not None:
             if time.time() - start < args.menu_budget_s:
-                row["menu_correct"] = run_menu(case, row, args, gen, tol, device, sets, best_eager)
+                row["menu_correct"] = run_menu(case, row, args, gen, tol, device, sets, best_eager, pool)
             else:
                 row["menu"] = f"skipped: past --menu-budget-s {args.menu_budget_s} s"
                 print(f"    menu {row['menu']}")
-        del sets
+        del sets, pool
         result["cases"].append(row)
         with open(os.path.join(args.out, "vector_ops.json"), "w") as f:  # after every case: a cut run keeps its rows
             json.dump(result, f, indent=1, default=str)
