@@ -303,7 +303,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, fp32_operands: str = 
     region.notes.append(f"dot precision {precision}: predicted worst error {preds[precision]:.2g} (model, unit-scale "
                         f"inputs) vs KernelBench fp32 tolerance 1e-4; tf32 predicted {preds['tf32']:.2g}")
     design = {"config": inst["config"], "precision": precision, "causal": int(p["causal"]), "source": inst["source"],
-              "tensors": []}   # plain numbers and strings: the ModelNew prints the designs as JSON
+              "tensors": []}   # plain numbers and strings: the ModelNew writes the designs as a literal
     if p["scale"] is not None:
         design["scale"] = float(p["scale"])
     if inst.get("predicted_us") is not None:
@@ -316,10 +316,7 @@ def replace_with_call(region: Region, graph: fx.Graph, fn, kwargs: dict[str, Any
     p = region.params
     with graph.inserting_before(region.output):
         call = graph.call_function(fn, (p["q"], p["k"], p["v"]), kwargs)
-    region.output.replace_all_uses_with(call)
-    for n in reversed(region.nodes):
-        graph.erase_node(n)
-    return call
+    return region.swap_in(call, graph)
 
 
 def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:

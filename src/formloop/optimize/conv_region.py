@@ -219,10 +219,7 @@ def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
         if design["post"]:
             kw["post"], kw["post_config"] = design["post"], design["post_config"]
         call = graph.call_function(conv_chain, (p["x"], value(p["w"])), kw)
-    region.output.replace_all_uses_with(call)
-    for n in reversed(region.nodes):
-        graph.erase_node(n)
-    return call
+    return region.swap_in(call, graph)
 
 
 CONV_EPILOGUE = register(Implementer("conv2d-epilogue-gpu", "conv2d-epilogue", match, choose, emit,

@@ -335,10 +335,7 @@ def emit(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
                                    {"op": p["op"], "ab": design["ab"], "c": p["dtype"], "lb": p["lb"],
                                     "chain": design["chain"], "config": design["config"], "tensors": tensors,
                                     **({"b_kmajor": True} if design.get("b_kmajor") else {})})
-    region.output.replace_all_uses_with(call)
-    for n in reversed(region.nodes):
-        graph.erase_node(n)
-    return call
+    return region.swap_in(call, graph)
 
 
 GEMM_EPILOGUE = register(Implementer("gemm-epilogue-gpu", "gemm-epilogue", match, choose, emit,

@@ -39,6 +39,13 @@ class Region:
     def output(self) -> fx.Node:
         return self.nodes[-1]
 
+    def swap_in(self, call: fx.Node, graph: fx.Graph) -> fx.Node:
+        """`call` (inserted before the output) takes the output's uses; the region's nodes are erased."""
+        self.output.replace_all_uses_with(call)
+        for n in reversed(self.nodes):
+            graph.erase_node(n)
+        return call
+
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "implementer": self.implementer, "nodes": [n.name for n in self.nodes],
                 "params": {k: v for k, v in self.params.items() if isinstance(v, (str, int, float, bool, list))},

@@ -123,9 +123,7 @@ def emit_row(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node
         if "eps" in p:
             kw["eps"] = p["eps"]
         call = graph.call_function(row_op, (p["op"], p["x"]), kw)
-    region.output.replace_all_uses_with(call)
-    graph.erase_node(region.output)
-    return call
+    return region.swap_in(call, graph)   # the region is the one node
 
 
 def match_ew(node: fx.Node, cap: Captured, taken: set) -> Region | None:
@@ -184,10 +182,7 @@ def emit_ew(region: Region, design: dict[str, Any], graph: fx.Graph) -> fx.Node:
     with graph.inserting_before(region.output):
         call = graph.call_function(ew_chain, (design["chain"], p["x"], dict(p["tensors"])),
                                    {"config": design["config"]})
-    region.output.replace_all_uses_with(call)
-    for n in reversed(region.nodes):
-        graph.erase_node(n)
-    return call
+    return region.swap_in(call, graph)
 
 
 ROWWISE = register(Implementer("rowwise", "rowwise", match_row, choose_row, emit_row,
