@@ -24,13 +24,29 @@ import sys
 from pathlib import Path
 
 # (name, batch, M, N, K, B layout): "col" = an nn.Linear weight [N, K], "row" = a randn [K, N] matrix
-CASES = (("linear_bias_gelu", 1, 16384, 16384, 4096, "col"), ("gemm_scale_clamp", 1, 8192, 8192, 4096, "col"), ("gateup_silu_mul", 1, 8192, 28672, 4096, "col"),
+CASES = (("linear_bias_gelu", 1, 16384, 16384, 4096, "col"), ("gemm_scale_clamp", 1, 8192, 8192, 4096, "col"),
+         ("gateup_silu_mul", 1, 8192, 28672, 4096, "col"),
          ("gemm_skinny", 1, 16, 8192, 8192, "row"), ("bmm_heads", 128, 512, 2048, 1024, "row"))
 SMALL = (("gemm_scale_clamp", 1, 64, 256, 128, "col"), ("bmm_heads", 4, 64, 64, 128, "row"))
 PRECISIONS = ("tf32", "tf32x3", "fp32")
 # tf32x3 with the operands split before the GEMM (formloop.library.tf32_split): one TF32 GEMM over 3K,
 # its tile the MILP's (None) or pinned
 SPLIT_TILES = (None, (128, 256, 32), (128, 128, 64))
+
+
+def milp_config(check_spec, op: str, ab: str, lb: str, dims, gpu: bool, tile=None):
+    """(the MILP's tile configuration of the kernel spec for `op` at dims (batch, M, N, K), or None; the
+    check's answer). Without a GPU the interpreter's coarse tile is pinned; on the GPU `tile` pins one."""
+    batch, M, N, K = dims
+    shape = f"{batch} x {M} x {N} x {K}" if batch > 1 else f"{M} x {N} x {K}"
+    extra = f"    tile = {tile[0]} x {tile[1]} x {tile[2]}\n" if tile and gpu else ""
+    if not gpu:
+        extra = "    tile = 64 x 64 x 64\n    split_k = 1\n    load = ptr\n"
+    chosen = check_spec(text=f"kernel k = {op} {{\n    a = {ab} row\n    b = {ab} {lb}\n    c = fp32 row\n"
+                             f"    arch = sm90\n    shape = {shape}\n{extra}}}\n")
+    if not chosen.get("ok"):
+        return None, chosen
+    return {k: int(v) for k, v in chosen["design"]["assignment"].items()}, chosen
 
 
 def main(argv=None) -> int:
@@ -65,36 +81,21 @@ def main(argv=None) -> int:
         calls = {"torch fp32 (eager ref)": (lambda a, b: torch.matmul(a, b.T if lb == "col" else b), False),
                  "torch allow_tf32": (lambda a, b: torch.matmul(a, b.T if lb == "col" else b), True)}
         for p in PRECISIONS:
-            shape = f"{batch} x {M} x {N} x {K}" if batch > 1 else f"{M} x {N} x {K}"
-            extra = "" if gpu else "    tile = 64 x 64 x 64\n    split_k = 1\n    load = ptr\n"
-            text = (f"kernel k = {op} {{\n    a = {p} row\n    b = {p} {lb}\n    c = fp32 row\n    arch = sm90\n"
-                    f"    shape = {shape}\n{extra}}}\n")
-            chosen = check_spec(text=text)
-            if not chosen.get("ok"):
+            cfg, chosen = milp_config(check_spec, op, p, lb, (batch, M, N, K), gpu)
+            if cfg is None:
                 print(f"{name} {p}: spec refused: {chosen.get('lines')}", flush=True)
                 continue
-            cfg = {k: int(v) for k, v in chosen["design"]["assignment"].items()}
             calls[f"formloop {p}"] = (lambda a, b, p=p, cfg=cfg: gemm_chain(a, b, op=op, ab=p, lb=lb, config=cfg),
                                       False)
         for p in ("tf32", "tf32x3") if lb == "row" else ():   # B copied K-major first (gemm_region.kmajor_b)
-            shape = f"{batch} x {M} x {N} x {K}" if batch > 1 else f"{M} x {N} x {K}"
-            extra = "" if gpu else "    tile = 64 x 64 x 64\n    split_k = 1\n    load = ptr\n"
-            chosen = check_spec(text=f"kernel k = {op} {{\n    a = {p} row\n    b = {p} col\n    c = fp32 row\n"
-                                     f"    arch = sm90\n    shape = {shape}\n{extra}}}\n")
-            if chosen.get("ok"):
-                cfg = {k: int(v) for k, v in chosen["design"]["assignment"].items()}
+            cfg, _ = milp_config(check_spec, op, p, "col", (batch, M, N, K), gpu)
+            if cfg is not None:
                 calls[f"formloop {p} b k-major"] = (lambda a, b, p=p, cfg=cfg: gemm_chain(
                     a, b, op=op, ab=p, lb="row", config=cfg, b_kmajor=True), False)
-        for tile in SPLIT_TILES:
-            shape = f"{batch} x {M} x {N} x {3 * K}" if batch > 1 else f"{M} x {N} x {3 * K}"
-            pin = f"    tile = {tile[0]} x {tile[1]} x {tile[2]}\n" if tile and gpu else ""
-            extra = "" if gpu else "    tile = 64 x 64 x 64\n    split_k = 1\n    load = ptr\n"
-            text = (f"kernel k = {op} {{\n    a = tf32 row\n    b = tf32 {lb}\n    c = fp32 row\n    arch = sm90\n"
-                    f"    shape = {shape}\n{extra}{pin}}}\n")
-            chosen = check_spec(text=text)
-            if not chosen.get("ok") or (tile and not gpu):
+        for tile in SPLIT_TILES if gpu else SPLIT_TILES[:1]:   # the interpreter: the MILP's tile only
+            cfg, _ = milp_config(check_spec, op, "tf32", lb, (batch, M, N, 3 * K), gpu, tile)
+            if cfg is None:
                 continue
-            cfg = {k: int(v) for k, v in chosen["design"]["assignment"].items()}
             label = "formloop tf32x3 split " + ("milp" if tile is None else "x".join(map(str, tile)))
             calls[label] = (lambda a, b, cfg=cfg: gemm_chain(a, b, op=op, ab="tf32x3", lb=lb, config=cfg,
                                                              presplit=True), False)
