@@ -92,6 +92,7 @@ def test_input_sets_are_fresh_and_replayable():
 def test_timing_on_cpu_is_labelled_cpu_and_never_compared_with_sol():
     res = evaluate(FIX / "problems" / "add.py", FIX / "honest" / "add.py", sets=1, seed=1)
     assert res.correct and res.cand_time.source == "cpu" and res.ref_time.source == "cpu"
+    assert res.protocol["timing_rounds"] == 1   # rounds are for the GPU (formloop.measure.rounds)
     assert res.speedup == pytest.approx(res.ref_time.seconds / res.cand_time.seconds)
     res.sol_floor_s = 1e-6
     assert res.sol_fraction is None  # a CPU time against a GPU floor means nothing

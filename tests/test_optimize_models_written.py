@@ -68,13 +68,12 @@ def test_the_report_says_which_best_kernels_were_timed_in_rounds(tmp_path):
     from formloop.optimize.report import _row, markdown
 
     store = OptimizeStore(tmp_path / "p.db", "fp32/full")
-    for name, notes in (("old", ["reference for correctness: fp32 math"]),
-                        ("new", ["timing: 2 rounds, candidate and reference on swapped input buffers "
-                                 "(formloop.measure.rounds)"])):
+    for name, protocol in (("old", {"reference_math": "fp32"}),
+                           ("new", {"reference_math": "fp32", "timing_rounds": 2})):
         store.put_problem(name, path=str(tmp_path / f"{name}.py"), level=1, tier="gpu", status="ready")
         store.add_attempt(name, candidate=str(tmp_path / f"{name}_a0.py"), origin="formloop", correct=True,
                           accepted=True, verdict="clean", time_s=1.0, ref_s=1.0, time_source="gpu", sol_fraction=0.5,
-                          detail={"harness": {"notes": notes}})
+                          detail={"harness": {"protocol": protocol}})
     rows = [_row(store, n) for n in ("old", "new")]
     assert [r["timing_rounds"] for r in rows] == [1, 2]
     summary = _summary(rows)

@@ -233,6 +233,7 @@ def _timing(s: Session, mode: str, policy: TimingPolicy, result: HarnessResult) 
             result.notes.append(f"timed eagerly: the {'reference' if modes['reference'] == 'eager' else 'candidate'}"
                                 " could not be captured in a CUDA graph")
     (result.cand_time, run, _), (result.ref_time, _, _) = timed["candidate"], timed["reference"]
+    result.protocol["timing_rounds"] = rounds
     if rounds > 1:
         result.notes.append(f"timing: {rounds} rounds, candidate and reference on swapped input buffers "
                             "(formloop.measure.rounds)")

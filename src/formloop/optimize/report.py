@@ -63,11 +63,9 @@ def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
 
 
 def timing_rounds(attempt: dict) -> int:
-    """How many rounds the harness timed the attempt in (formloop.measure.rounds; 1 before rounds existed)."""
-    for note in ((attempt.get("detail") or {}).get("harness") or {}).get("notes") or []:
-        if note.startswith("timing: ") and " rounds" in note:
-            return int(note.split()[1])
-    return 1
+    """How many rounds the harness timed the attempt in (its protocol's; 1 before rounds existed)."""
+    protocol = ((attempt.get("detail") or {}).get("harness") or {}).get("protocol") or {}
+    return int(protocol.get("timing_rounds", 1))
 
 
 COMPILE_MEANING = ("speedup vs torch.compile = torch.compile's time / formloop's: a problem with an accepted "
