@@ -60,7 +60,7 @@ def judge(s: Session, out: Any, ref: Any, truth: Any):
         return cand_vs_truth, (f"the reference itself is off the float64 truth ({ref_vs_truth.reason}); the "
                                f"candidate passes the same rule against the truth")
     if not ref_vs_truth.ok:   # both off the truth: the output dtype's own limit unless the candidate is farther
-        c, r = compare_outputs(out, ref, truth, rtol=s.rtol), compare_outputs(ref, ref, truth, rtol=s.rtol)
+        c, r = cmp, compare_outputs(ref, ref, truth, rtol=s.rtol)   # cmp's errors are already against the truth
         if c.all_written and all(getattr(c, k) <= AS_ACCURATE * getattr(r, k) for k in ("norm_rel_error",
                                                                                          "max_error_rms")):
             return replace(cand_vs_truth, ok=True), (
