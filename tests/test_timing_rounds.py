@@ -70,10 +70,11 @@ def test_refill_restores_the_drawn_values_in_the_same_memory():
                                  get_init_inputs=lambda: [])
     s = Session(prob, lambda x: x * 2, seed=3)
     seeds = [s.set_seed(1000), s.set_seed(1001)]
-    sets = [s.inputs(x) for x in seeds]
-    ptrs = [t[0].data_ptr() for t in sets]
-    for values in sets:
-        values[0].zero_()          # a mutating side
-    _refill(sets, seeds, s)
-    assert [t[0].data_ptr() for t in sets] == ptrs
-    assert all(torch.equal(values[0], s.inputs(seed)[0]) for values, seed in zip(sets, seeds))
+    buffers = [[s.inputs(x) for x in seeds], [s.inputs(x) for x in seeds]]
+    ptrs = [t[0].data_ptr() for sets in buffers for t in sets]
+    for sets in buffers:
+        for values in sets:
+            values[0].zero_()          # a mutating side
+    _refill(buffers, seeds, s)
+    assert [t[0].data_ptr() for sets in buffers for t in sets] == ptrs
+    assert all(torch.equal(values[0], s.inputs(seed)[0]) for sets in buffers for values, seed in zip(sets, seeds))

@@ -183,12 +183,15 @@ def _nan_fill(protect: list) -> Any:
     return fill
 
 
-def _refill(sets: list, seeds: list[int], s: Session) -> None:
-    """Write each set's drawn values into its buffers again (the buffers' memory stays where it is)."""
-    for values, seed in zip(sets, seeds):
-        for buf, fresh in zip(flatten(values), flatten(s.inputs(seed))):
-            if isinstance(buf, torch.Tensor):
-                buf.copy_(fresh)
+def _refill(buffers: list[list], seeds: list[int], s: Session) -> None:
+    """Write each set's drawn values into every buffer's copy of it again (the memory stays where it is):
+    one draw per set."""
+    for k, seed in enumerate(seeds):
+        fresh = flatten(s.inputs(seed))
+        for sets in buffers:
+            for buf, value in zip(flatten(sets[k]), fresh):
+                if isinstance(buf, torch.Tensor):
+                    buf.copy_(value)
 
 
 def _timing(s: Session, mode: str, policy: TimingPolicy, result: HarnessResult) -> None:
@@ -222,8 +225,7 @@ def _timing(s: Session, mode: str, policy: TimingPolicy, result: HarnessResult) 
 
     def before_round(r: int) -> None:
         if r:
-            for k in (0, 1):
-                _refill(buffers[k], seeds, s)
+            _refill(buffers, seeds, s)
 
     with torch.no_grad():
         timed = run_rounds(rounds, time_one, before_round)
