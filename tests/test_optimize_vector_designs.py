@@ -42,7 +42,40 @@ def test_real_size_row_ops_pass_the_register_walls(name, op):
     t = rowwise.make(op, "fp32")
     wl = rowwise.workload(4096, 393216, "fp32") if op == "log-softmax" else rowwise.workload(32768, 32768, "fp32")
     assert not t.check(cfg, wl, get_chip("h200")), (p, cfg)
-    assert cfg["W"] * 32 * (rowwise.LIVE_LOOP[op] * cfg["BC"] * cfg["RP"] // (32 * cfg["W"]) + 32) <= 65536
+    live = rowwise.LIVE_LOOP[op] + rowwise.wide_accumulator(op, "fp32")
+    assert cfg["W"] * 32 * (live * cfg["BC"] * cfg["RP"] // (32 * cfg["W"]) + 32) <= 65536
+
+
+def test_row_attempts_spread_the_tile_width_over_the_models_tie_band():
+    """row_sum at its real size: attempt 0 is the MILP's design; attempts 1-3 are feasible designs of other tile
+    widths, each priced within the tie band of the optimum, attempt 1 the farthest width (log2) from the pick.
+    Checked against every feasible design the template admits (brute force over the joint menu)."""
+    import itertools
+    import math
+
+    from formloop.library import rowwise
+    from formloop.optimize.vector_regions import ROW_TIE_BAND
+
+    cap = capture(load_problem(str(P / "row_sum.py"), small=False))
+    rec = recognize(cap)
+    cfgs = [assemble(cap, rec, tier="gpu", attempt=a).regions[0]["design"]["config"] for a in range(4)]
+    t, wl, chip = rowwise.make("sum", "fp32"), rowwise.workload(32768, 32768, "fp32"), get_chip("h200")
+    assert cfgs[0] == rowwise.solved_design("sum", 32768, 32768, "fp32")
+    params = t.bind(wl, chip)
+    menus = [d.decision.menu for d in (rowwise.BC, rowwise.RP, rowwise.W, rowwise.S)]
+    cost = {}
+    for v in itertools.product(*menus):
+        d = dict(zip("BC RP W S".split(), v))
+        if not t.check(d, wl, chip):
+            cost[v] = float(t.evaluate_terms(d, params)["cost"])
+    best = min(cost.values())
+    band_widths = {v[0] for v, c in cost.items() if c <= best * (1 + ROW_TIE_BAND)}
+    assert len({c["BC"] for c in cfgs}) == 4
+    for c in cfgs[1:]:
+        assert not t.check(c, wl, chip) and c["BC"] in band_widths
+        assert cost[tuple(c[k] for k in "BC RP W S".split())] <= best * (1 + ROW_TIE_BAND)
+    far = max(abs(math.log2(w) - math.log2(cfgs[0]["BC"])) for w in band_widths)
+    assert abs(math.log2(cfgs[1]["BC"]) - math.log2(cfgs[0]["BC"])) == far
 
 
 @pytest.mark.parametrize("name,chain,shape", [("gelu", "gelu(approx=erf)", (8, 8192)),

@@ -13,7 +13,7 @@ Decisions:
   RP  rows per program: an [RP, BC] tile; short rows want several per program
   W   warps per program (num_warps)
   S   pipeline stages of the column loop (num_stages; 1 when the row is one tile)
-Walls: C1 registers: the live fp32 tiles (LIVE per op, LIVE_LOOP when looping) spread over 32·W threads
+Walls: C1 registers: the live fp32 tiles (LIVE per op, LIVE_LOOP when looping, one more for an fp64 accumulator)
 fit `regs` per thread;
 C2 no idle warp: RP·BC >= 32·W; C3 the tile is no wider than the row rounded up to a power of two
 (BC < 2C, or the narrowest tile); C4 rows per program <= R (or 1); C5 cross-warp scratch of the
@@ -115,6 +115,20 @@ def sol_bytes(op: str, rows, cols, elem):
     return x + rows * (INDEX_BYTES if op in ("argmax", "argmin") else elem)
 
 
+def wide_accumulator(op: str, dtype: str) -> bool:
+    """fp32 row sums and means accumulate in fp64. The reference's own fp32 rounding on a long row is of the
+    order of a 1e-4 tolerance near a zero sum (KernelBench's row_sum, 32768 wide); fp32 partials add an error of
+    their own to it, fp64 partials leave only the reference's. fp64 adds are cheap beside the DRAM stream, but
+    the accumulator tile takes two registers per element (live_tiles)."""
+    return op in ("sum", "mean") and dtype == "fp32"
+
+
+def live_tiles(op: str, dtype: str, looped) -> object:
+    """fp32-register tiles the op keeps live per element (an expression in `looped`)."""
+    wide = 1 if wide_accumulator(op, dtype) else 0
+    return where(looped, LIVE_LOOP[op] + wide, LIVE[op] + wide)
+
+
 def resident(programs, warps, regs_per_thread):
     """The streaming families' wave terms: (programs resident per SM (warps and the register file, at most
     32), programs active at once, waves). `regs_per_thread`: live values per thread plus ~32 registers of
@@ -123,13 +137,14 @@ def resident(programs, warps, regs_per_thread):
     return occupancy, maximum(1, minimum(programs, n_sm * occupancy)), ceildiv(programs, n_sm * occupancy)
 
 
-def _terms(op: str):
+def _terms(op: str, dtype: str):
     tiles = ceildiv(C, BC)
     programs = ceildiv(R, RP)
     threads = 32 * W
     per_thread = ceildiv(RP * BC, threads)
     looped = tiles > 1
-    _, active, waves = resident(programs, W, LIVE[op] * per_thread + 32)   # live tiles + addresses per thread
+    live = (LIVE[op] + 1) if wide_accumulator(op, dtype) else LIVE[op]
+    _, active, waves = resident(programs, W, live * per_thread + 32)   # live tiles + addresses per thread
     bytes_ = sol_bytes(op, R, C, e)
     in_flight = RP * BC * e * where(looped, maximum(S - 1, 1), 1)
     pull = active * in_flight / lat_m
@@ -148,7 +163,7 @@ def _terms(op: str):
     T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
     scratch = 2 * RP * W * 4 * (2 if op in ("argmax", "argmin", "layernorm", "groupnorm") else 1)
     return {"T": T, "T_mem_us": T_mem, "T_comp_us": T_comp, "sol_bytes": bytes_, "programs": programs,
-            "smem_bytes": scratch, "per_thread": per_thread}
+            "smem_bytes": scratch, "per_thread": per_thread, "live": live_tiles(op, dtype, looped)}
 
 
 def chip_params(chip: Chip, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -178,7 +193,7 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
         raise InvalidInput("dtype", dtype, DTYPES)
     if pre != "exact":
         raise InvalidInput("contract (--pre)", pre, ["exact"])
-    t = _terms(op)
+    t = _terms(op, dtype)
     narrowest = BC.decision.menu[0]
     return Template(
         name=template_name(op),
@@ -188,7 +203,7 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
                 t_launch, alpha),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),),
         constraints=(
-            Constraint("C1", where(ceildiv(C, BC) > 1, LIVE_LOOP[op], LIVE[op]) * t["per_thread"] <= regs, "capacity",
+            Constraint("C1", t["live"] * t["per_thread"] <= regs, "capacity",
                        "the live fp32 tiles fit the registers"),
             Constraint("C2", RP * BC > 32 * (W - 1), "capacity", "every warp holds at least one element"),
             Constraint("C3", (BC < 2 * C) | BC.eq(narrowest), "layout",
@@ -196,7 +211,7 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
             Constraint("C4", (RP <= R) | RP.eq(1), "layout", "a program's rows exist"),
             Constraint("C5", t["smem_bytes"] <= Ms, "capacity", "the cross-warp reduction scratch fits"),
             Constraint("C6", (BC < C) | S.eq(1), "schedule", "stages only when the program loops over the row"),
-            Constraint("C7", where(ceildiv(C, BC) > 1, LIVE_LOOP[op], LIVE[op]) * t["per_thread"] + 32
+            Constraint("C7", t["live"] * t["per_thread"] + 32
                        <= regs_sm / (32 * W), "capacity",
                        "the live tiles and addresses fit one program's share of the register file"),
         ),
@@ -205,7 +220,7 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
         ),
         cost=t["T"],
         unit="us",
-        terms={k: v for k, v in t.items() if k != "T"},
+        terms={k: v for k, v in t.items() if k not in ("T", "live")},
         tie_break=("T_comp_us", "smem_bytes"),
         bind_chip=lambda chip: chip_params(chip, calibration),
         program=lambda assignment, wl: program(op, assignment, wl, dtype),

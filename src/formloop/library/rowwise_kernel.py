@@ -19,7 +19,7 @@ from formloop.dtypes import torch_dtype
 from formloop.errors import InvalidInput
 from formloop.library.gemm_dot import store_cast
 from formloop.library.pdl import launch_options, pdl_launch_dependents, pdl_wait
-from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS, solved_design
+from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS, solved_design, wide_accumulator
 
 TORCH_DTYPES = {d: torch_dtype(d) for d in ("fp32", "bf16", "fp16")}
 DTYPE_OF = {v: k for k, v in TORCH_DTYPES.items()}
@@ -194,7 +194,8 @@ def _softmax_kernel(x_ptr, y_ptr, R, C, sx, sy, LOG: tl.constexpr, BC: tl.conste
 
 
 @triton.jit
-def _reduce_kernel(x_ptr, y_ptr, R, C, sx, OP: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr):
+def _reduce_kernel(x_ptr, y_ptr, R, C, sx, OP: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr,
+                   ACC64: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)
     row_ok = rows < R
     r64 = rows.to(tl.int64)
@@ -204,14 +205,19 @@ def _reduce_kernel(x_ptr, y_ptr, R, C, sx, OP: tl.constexpr, BC: tl.constexpr, R
         other = float("-inf")
     else:
         other = float("inf")
-    acc = tl.full([RP, BC], other, tl.float32)
+    if ACC64:   # sum and mean of fp32 rows: fp64 partials (see wide_accumulator)
+        acc = tl.zeros([RP, BC], tl.float64)
+    else:
+        acc = tl.full([RP, BC], other, tl.float32)
     idx = tl.zeros([RP, BC], tl.int32)
     sv = tl.zeros([RP, BC], tl.float32)
     for c0 in range(0, C, BC):
         cols = c0 + tl.arange(0, BC)
         m = row_ok[:, None] & (cols < C)[None, :]
         x = tl.load(x_ptr + r64[:, None] * sx + cols[None, :], mask=m, other=other).to(tl.float32)
-        if OP == 0 or OP == 1:
+        if ACC64:
+            acc += x.to(tl.float64)
+        elif OP == 0 or OP == 1:
             acc += x
         elif OP == 2:
             acc = tl.maximum(acc, x)
@@ -324,7 +330,8 @@ class RowwiseProgram:
         assert self.op in REDUCTIONS
         arg = self.op in ("argmax", "argmin")
         y = torch.empty(R, dtype=torch.int64 if arg else x.dtype, device=x.device) if out is None else out
-        _reduce_kernel[grid](x, y, R, C, x.stride(0), OP=RED_CODE[self.op], BC=cfg.BC, RP=cfg.RP, **launch)
+        _reduce_kernel[grid](x, y, R, C, x.stride(0), OP=RED_CODE[self.op], BC=cfg.BC, RP=cfg.RP,
+                             ACC64=wide_accumulator(self.op, DTYPE_OF[x.dtype]), **launch)
         return y
 
 

@@ -105,3 +105,22 @@ def ranked_designs(f: Formulation, k: int, *, group: str | None = None, distinct
         seen.add(same)
         picked.append((a, float(term_grid(f, f.cost).ravel()[int(i)])))
     return sorted(picked, key=lambda p: p[1])
+
+
+def spread_designs(f: Formulation, n: int, *, axis: str, band: float, first: dict | None = None) -> list[dict]:
+    """`n` designs for measurement where the model cannot choose: among the best design per value of `axis`
+    whose cost is within `band` (a fraction) of the optimum, each next one the farthest in log2(axis) from
+    those already taken, starting from `first` (the solver's pick) or the cheapest. A tie band of a
+    memory-bound model spans layouts that measure apart by more than the model's spread."""
+    if n < 1 or band < 0:
+        raise InvalidInput("spread designs n, band", (n, band), "n >= 1 and band >= 0")
+    ranked = ranked_designs(f, 1, group=axis)
+    best = ranked[0][1]
+    pool = [d for d, c in ranked if c <= best * (1 + band)]
+    taken = [first if first is not None else pool[0]]
+    pool = [d for d in pool if d[axis] != taken[0][axis]]
+    while pool and len(taken) < n:
+        far = max(pool, key=lambda d: min(abs(np.log2(d[axis]) - np.log2(t[axis])) for t in taken))
+        taken.append(far)
+        pool.remove(far)
+    return taken
