@@ -42,12 +42,12 @@ def test_real_size_row_ops_pass_the_register_walls(name, op):
     t = rowwise.make(op, "fp32")
     wl = rowwise.workload(4096, 393216, "fp32") if op == "log-softmax" else rowwise.workload(32768, 32768, "fp32")
     assert not t.check(cfg, wl, get_chip("h200")), (p, cfg)
-    live = rowwise.LIVE_LOOP[op] + rowwise.wide_accumulator(op, "fp32")
+    live = rowwise.LIVE_LOOP[op]
     assert cfg["W"] * 32 * (live * cfg["BC"] * cfg["RP"] // (32 * cfg["W"]) + 32) <= 65536
 
 
 def test_row_attempts_spread_the_tile_width_over_the_models_tie_band():
-    """row_sum at its real size: attempt 0 is the MILP's design; attempts 1-3 are feasible designs of other tile
+    """row_max at its real size: attempt 0 is the MILP's design; attempts 1-3 are feasible designs of other tile
     widths, each priced within the tie band of the optimum, attempt 1 the farthest width (log2) from the pick.
     Checked against every feasible design the template admits (brute force over the joint menu)."""
     import itertools
@@ -56,11 +56,11 @@ def test_row_attempts_spread_the_tile_width_over_the_models_tie_band():
     from formloop.library import rowwise
     from formloop.optimize.vector_regions import ROW_TIE_BAND
 
-    cap = capture(load_problem(str(P / "row_sum.py"), small=False))
+    cap = capture(load_problem(str(P / "row_max.py"), small=False))
     rec = recognize(cap)
     cfgs = [assemble(cap, rec, tier="gpu", attempt=a).regions[0]["design"]["config"] for a in range(4)]
-    t, wl, chip = rowwise.make("sum", "fp32"), rowwise.workload(32768, 32768, "fp32"), get_chip("h200")
-    assert cfgs[0] == rowwise.solved_design("sum", 32768, 32768, "fp32")
+    t, wl, chip = rowwise.make("max", "fp32"), rowwise.workload(32768, 32768, "fp32"), get_chip("h200")
+    assert cfgs[0] == rowwise.solved_design("max", 32768, 32768, "fp32")
     params = t.bind(wl, chip)
     menus = [d.decision.menu for d in (rowwise.BC, rowwise.RP, rowwise.W, rowwise.S)]
     cost = {}

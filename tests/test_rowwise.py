@@ -73,3 +73,28 @@ def test_long_rows_price_the_second_pass_from_dram_and_loop_registers():
     assert any(v.name == "C1" for v in t.check({"BC": 2048, "RP": 16, "W": 16, "S": 2}, wl, chip))
     short = workload(4096, 4096, "fp32")  # one tile: two live tiles suffice
     assert not any(v.name == "C1" for v in t.check({"BC": 4096, "RP": 1, "W": 8, "S": 1}, short, chip))
+
+
+def test_fp32_sums_keep_their_sequential_partials_short():
+    """Wall C8: every design the fp32 sum and mean templates admit at row_sum's size adds at most
+    FP32_SUM_CHAIN tiles per lane (brute force over the joint menu); bf16 sums and fp32 maxima are not bound
+    by it; a row longer than the widest tile times the chain still has a design (the widest tile)."""
+    import itertools
+
+    from formloop.library import rowwise
+
+    chip = get_chip("h200")
+    menus = [d.decision.menu for d in (rowwise.BC, rowwise.RP, rowwise.W, rowwise.S)]
+
+    def admitted(op, dtype, R, C):
+        t, wl = rowwise.make(op, dtype), workload(R, C, dtype)
+        return [d for d in (dict(zip(("BC", "RP", "W", "S"), v)) for v in itertools.product(*menus))
+                if not t.check(d, wl, chip)]
+
+    for op in ("sum", "mean"):
+        fp32 = admitted(op, "fp32", 32768, 32768)
+        assert fp32 and all(-(-32768 // d["BC"]) <= rowwise.FP32_SUM_CHAIN for d in fp32)
+    assert any(-(-32768 // d["BC"]) > rowwise.FP32_SUM_CHAIN for d in admitted("sum", "bf16", 32768, 32768))
+    assert any(-(-32768 // d["BC"]) > rowwise.FP32_SUM_CHAIN for d in admitted("max", "fp32", 32768, 32768))
+    assert {d["BC"] for d in admitted("sum", "fp32", 1, 1_000_000)} == {rowwise.BC.decision.menu[-1]}
+    assert rowwise.solved_design("sum", 32768, 32768, "fp32")["BC"] * rowwise.FP32_SUM_CHAIN >= 32768

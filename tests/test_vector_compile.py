@@ -16,7 +16,7 @@ from triton.compiler import ASTSource
 from formloop.library import rowwise_kernel as rk, qk_rope_kernel as qk
 from formloop.library.elementwise_kernel import ElementwiseProgram, EwConfig, load
 from formloop.library.gemm_epilogue_emit import tensor_params
-from formloop.library.rowwise import solved_design, wide_accumulator
+from formloop.library.rowwise import solved_design
 from formloop.library.elementwise import solved_design as ew_design
 from formloop.library.qk_rope import solved_design as qk_design
 
@@ -56,7 +56,7 @@ for op, R, C, dt in [("rmsnorm", 4096, 4096, "bf16"), ("rmsnorm", 1, 4096, "bf16
         fn = rk._softmax_kernel
     else:
         sig = {"x_ptr": ty, "y_ptr": "*i64" if op.startswith("arg") else ty, "R": I, "C": I, "sx": I}
-        consts = {"OP": rk.RED_CODE[op], "BC": d["BC"], "RP": d["RP"], "ACC64": wide_accumulator(op, dt)}
+        consts = {"OP": rk.RED_CODE[op], "BC": d["BC"], "RP": d["RP"], "ACC64": False}
         fn = rk._reduce_kernel
     sig.update({k: "constexpr" for k in consts})
     out.append([f"{op} {R}x{C} {dt} {d}", *stack(fn, sig, consts, d["W"], d["S"])])

@@ -13,14 +13,15 @@ Decisions:
   RP  rows per program: an [RP, BC] tile; short rows want several per program
   W   warps per program (num_warps)
   S   pipeline stages of the column loop (num_stages; 1 when the row is one tile)
-Walls: C1 registers: the live fp32 tiles (LIVE per op, LIVE_LOOP when looping, one more for an fp64 accumulator)
+Walls: C1 registers: the live fp32 tiles (LIVE per op, LIVE_LOOP when looping)
 fit `regs` per thread;
 C2 no idle warp: RP·BC >= 32·W; C3 the tile is no wider than the row rounded up to a power of two
 (BC < 2C, or the narrowest tile); C4 rows per program <= R (or 1); C5 cross-warp scratch of the
 reductions fits shared memory; C6 stages only with a loop (S = 1 when BC >= C); C7 the live tiles plus ~32
 address registers fit the register file's share of a thread of one program (65536 / (32·W): 128 at
 W = 16, where the 255 cap of C1 does not bind; sm_90 spilled the 1024 x 32 x 16-warp row sum and the
-2048 x 16 x 16-warp looped softmax that C1 alone admitted).
+2048 x 16 x 16-warp looped softmax that C1 alone admitted); C8 (fp32 sum and mean) at most FP32_SUM_CHAIN
+tile steps of sequential partials per lane, so that the candidate's rounding stays below the tolerance's order.
 
 Cost (µs, memory-bound): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp).
 T_mem: the op's DRAM bytes (SOL bytes: x read once, outputs written once, weights once) at
@@ -63,6 +64,11 @@ LIVE = {"rmsnorm": 2, "rmsnorm-residual": 3, "layernorm": 3, "groupnorm": 4, "so
 # ... when the program loops over the row: the online max/sum keep two accumulator tiles beside x and the
 # new max (softmax, log-softmax, logsumexp); the other ops' loops hold what their one-tile path holds
 LIVE_LOOP = {**LIVE, "softmax": 4, "log-softmax": 4, "logsumexp": 5}
+# C8: tile steps of an fp32 row sum's sequential partials. Each lane adds C/BC values in order, then a tree joins
+# the lanes. KernelBench's row_sum (32768 x 32768, allclose 1e-4 against torch.sum, itself up to 1.2e-4 off the
+# float64 sum) failed 8-11 rows per seed at 512 steps (BC 64), 0-1 at 128 (BC 256), 0 at 16 (BC 2048): 4 seeds on
+# the H200, benchmarks/row_sum_error.py. (fp64 partials fail none but ran at 0.65-0.89x of torch.sum.)
+FP32_SUM_CHAIN = 16
 REGS = 128  # fp32 values per thread for the live tiles (255-register cap less addresses and state)
 US = 1e6
 
@@ -115,18 +121,9 @@ def sol_bytes(op: str, rows, cols, elem):
     return x + rows * (INDEX_BYTES if op in ("argmax", "argmin") else elem)
 
 
-def wide_accumulator(op: str, dtype: str) -> bool:
-    """fp32 row sums and means accumulate in fp64. The reference's own fp32 rounding on a long row is of the
-    order of a 1e-4 tolerance near a zero sum (KernelBench's row_sum, 32768 wide); fp32 partials add an error of
-    their own to it, fp64 partials leave only the reference's. fp64 adds are cheap beside the DRAM stream, but
-    the accumulator tile takes two registers per element (live_tiles)."""
+def long_fp32_sum(op: str, dtype: str) -> bool:
+    """fp32 row sums and means, which wall C8 keeps short (FP32_SUM_CHAIN)."""
     return op in ("sum", "mean") and dtype == "fp32"
-
-
-def live_tiles(op: str, dtype: str, looped) -> object:
-    """fp32-register tiles the op keeps live per element (an expression in `looped`)."""
-    wide = 1 if wide_accumulator(op, dtype) else 0
-    return where(looped, LIVE_LOOP[op] + wide, LIVE[op] + wide)
 
 
 def resident(programs, warps, regs_per_thread):
@@ -143,8 +140,7 @@ def _terms(op: str, dtype: str):
     threads = 32 * W
     per_thread = ceildiv(RP * BC, threads)
     looped = tiles > 1
-    live = (LIVE[op] + 1) if wide_accumulator(op, dtype) else LIVE[op]
-    _, active, waves = resident(programs, W, live * per_thread + 32)   # live tiles + addresses per thread
+    _, active, waves = resident(programs, W, LIVE[op] * per_thread + 32)   # live tiles + addresses per thread
     bytes_ = sol_bytes(op, R, C, e)
     in_flight = RP * BC * e * where(looped, maximum(S - 1, 1), 1)
     pull = active * in_flight / lat_m
@@ -163,7 +159,7 @@ def _terms(op: str, dtype: str):
     T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
     scratch = 2 * RP * W * 4 * (2 if op in ("argmax", "argmin", "layernorm", "groupnorm") else 1)
     return {"T": T, "T_mem_us": T_mem, "T_comp_us": T_comp, "sol_bytes": bytes_, "programs": programs,
-            "smem_bytes": scratch, "per_thread": per_thread, "live": live_tiles(op, dtype, looped)}
+            "smem_bytes": scratch, "per_thread": per_thread, "live": where(looped, LIVE_LOOP[op], LIVE[op])}
 
 
 def chip_params(chip: Chip, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -214,6 +210,9 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
             Constraint("C7", t["live"] * t["per_thread"] + 32
                        <= regs_sm / (32 * W), "capacity",
                        "the live tiles and addresses fit one program's share of the register file"),
+            *((Constraint("C8", (ceildiv(C, BC) <= FP32_SUM_CHAIN) | BC.eq(BC.decision.menu[-1]), "precision",
+                          "an fp32 sum's lanes add at most FP32_SUM_CHAIN tiles in order (or the widest tile)"),)
+              if long_fp32_sum(op, dtype) else ()),
         ),
         preconditions=(
             Constraint("row_cover", BC * ceildiv(C, BC) >= C, "layout", "the column tiles cover the row"),

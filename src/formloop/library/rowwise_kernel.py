@@ -19,7 +19,7 @@ from formloop.dtypes import torch_dtype
 from formloop.errors import InvalidInput
 from formloop.library.gemm_dot import store_cast
 from formloop.library.pdl import launch_options, pdl_launch_dependents, pdl_wait
-from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS, solved_design, wide_accumulator
+from formloop.library.rowwise import DTYPES, NORMS, REDUCTIONS, ROW_OPS, solved_design
 
 TORCH_DTYPES = {d: torch_dtype(d) for d in ("fp32", "bf16", "fp16")}
 DTYPE_OF = {v: k for k, v in TORCH_DTYPES.items()}
@@ -205,7 +205,7 @@ def _reduce_kernel(x_ptr, y_ptr, R, C, sx, OP: tl.constexpr, BC: tl.constexpr, R
         other = float("-inf")
     else:
         other = float("inf")
-    if ACC64:   # sum and mean of fp32 rows: fp64 partials (see wide_accumulator)
+    if ACC64:   # fp64 partials (sum, mean): measured slower than fp32 ones under wall C8 (row_sum_error.py)
         acc = tl.zeros([RP, BC], tl.float64)
     else:
         acc = tl.full([RP, BC], other, tl.float32)
@@ -331,7 +331,7 @@ class RowwiseProgram:
         arg = self.op in ("argmax", "argmin")
         y = torch.empty(R, dtype=torch.int64 if arg else x.dtype, device=x.device) if out is None else out
         _reduce_kernel[grid](x, y, R, C, x.stride(0), OP=RED_CODE[self.op], BC=cfg.BC, RP=cfg.RP,
-                             ACC64=wide_accumulator(self.op, DTYPE_OF[x.dtype]), **launch)
+                             ACC64=False, **launch)
         return y
 
 
