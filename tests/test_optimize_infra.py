@@ -356,3 +356,33 @@ def test_an_attempt_the_battery_finds_incorrect_is_not_called_clean():
     good = integrity_outcome({"correct": True, "verdict": "clean", "accepted": True, "checks": [
         {"obligation": "sol", "details": {"severity": "clean"}}]})
     assert good == {"accepted": True, "verdict": "clean", "integrity_flags": []}
+
+
+def test_a_build_with_an_earlier_attempts_source_is_not_measured_again(tmp_path, monkeypatch):
+    """Attempts 0 and 1 build the same ModelNew source (as the elementwise regions do: one design per
+    shape), attempt 2 another: attempt 1 is recorded as a repeat of attempt 0 without a measurement (a
+    second timing would only re-draw the noise of the first) and counts toward the budget."""
+    import hashlib
+
+    from formloop import api
+    from formloop.optimize import attempt as steps
+    probs = tmp_path / "probs"
+    probs.mkdir()
+    (probs / "slow.py").write_text("# stand-in\n")
+    calls = {"bootstrap": [], "measure": []}
+    _fake_steps(monkeypatch, calls)
+    fake_build = steps.build
+
+    def build(path, *, attempt, out_dir, **kw):
+        b = fake_build(path, attempt=attempt, out_dir=out_dir, **kw)
+        source = f"class ModelNew: design = {0 if attempt < 2 else attempt}\n"
+        Path(b["candidate"]).write_text(source)
+        return {**b, "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
+    monkeypatch.setattr(steps, "build", build)
+    report = api.optimize([str(probs)], out=str(tmp_path / "out"), budget=3, small=True, tier="interpreter",
+                          workers=1, progress=False, store=str(tmp_path / "pop.db"), window=5)
+    assert calls["measure"] == ["slow_a0", "slow_a2"]
+    row = report["problems"][0]
+    verdicts = {v["attempt"]: v for v in row["verdicts"]}
+    assert verdicts[1]["verdict"].startswith("repeat of a0") and not verdicts[1]["accepted"]
+    assert row["attempts"] == 3 and row["best"]["attempt"] == 2

@@ -15,6 +15,8 @@ cannot be cast (integer or boolean inputs, or a reference that fails in bf16) st
 bootstrap says why (`dtype_reason`)."""
 from __future__ import annotations
 
+import hashlib
+
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -191,7 +193,8 @@ def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(asm.source)
     return {"candidate": str(target), "regions": asm.regions, "skipped": asm.skipped,
-            "fallbacks": rec.fallbacks, "phase_seconds": phases}
+            "fallbacks": rec.fallbacks, "phase_seconds": phases,
+            "source_sha256": hashlib.sha256(asm.source.encode()).hexdigest()}
 
 
 def _options(tier: str, tolerance: str, dtype: str = "fp32") -> dict[str, Any]:

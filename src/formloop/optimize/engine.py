@@ -11,7 +11,8 @@ CPU work (capture, recognition, MILP, assembly) runs in a process pool, or as Ra
 child) or as Ray tasks of one GPU each, so timings never share a device. Everything lands in the
 population store (formloop.optimize.store; `store`, default the settings' store) under the
 campaign of the dtype and sizes: a second call resumes (bootstraps and attempts already recorded
-are reused, the budget counts them). One failing problem never stops the campaign."""
+are reused, the budget counts them). An attempt whose ModelNew source equals an earlier attempt's is
+recorded as a repeat without a measurement (`repeat_of`). One failing problem never stops the campaign."""
 from __future__ import annotations
 
 import math
@@ -249,7 +250,10 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
     built: dict[str, dict] = {}
     for name, future in zip(batch, builds):   # a measurement is submitted as soon as its build is back
         built[name] = b = pool.result(future)
-        if b["candidate"] is not None and (deadline is None or time.monotonic() <= deadline):
+        same = repeat_of(store, name, b)
+        if same is not None:
+            built[name] = b = {**b, "repeat_of": same}
+        if b["candidate"] is not None and same is None and (deadline is None or time.monotonic() <= deadline):
             measures[name] = pool.submit_measure(steps.measure, pfile[name], b["candidate"], tier=tier,
                                                  tolerance=settings.tolerance, chip=settings.chip,
                                                  integrity=settings.integrity, limit_s=_limit(deadline),
@@ -265,11 +269,26 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
     return True
 
 
+def repeat_of(store: OptimizeStore, name: str, b: dict) -> int | None:
+    """The earlier attempt (not retired) whose ModelNew source equals this build's, or None. Such a build is
+    recorded without a measurement: a second timing of one kernel only re-draws its noise, and keeping the
+    faster draw would bias the problem's best time."""
+    sha = b.get("source_sha256")
+    if sha is None or b.get("candidate") is None:
+        return None
+    for a in store.attempts(name):
+        if a["origin"] == "formloop" and (a.get("detail") or {}).get("source_sha256") == sha:
+            return int(a["attempt"])
+    return None
+
+
 def _record(name: str, number: int, b: dict, measure, pool, store: OptimizeStore, bar, on_event,
             deadline: float | None) -> bool:
     """Measure (if not done) and store one attempt; False when the deadline stops the round here."""
-    if b["candidate"] is None:
-        row = {"correct": False, "accepted": False, "verdict": b["reason"], "time_s": None, "ref_s": None,
+    if b["candidate"] is None or b.get("repeat_of") is not None:
+        verdict = b["reason"] if b["candidate"] is None else (
+            f"repeat of a{b['repeat_of']}: the same kernel source, not measured again")
+        row = {"correct": False, "accepted": False, "verdict": verdict, "time_s": None, "ref_s": None,
                "time_source": None, "sol_fraction": None, "phase_seconds": {}}
     elif measure is None or (deadline is not None and time.monotonic() > deadline and pool.unstarted(measure)):
         return False   # built but not measured: rebuilt on the next call
