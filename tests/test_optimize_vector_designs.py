@@ -54,7 +54,7 @@ def test_row_attempts_spread_the_tile_width_over_the_models_tie_band():
     import math
 
     from formloop.library import rowwise
-    from formloop.optimize.vector_regions import ROW_TIE_BAND
+    from formloop.optimize.vector_regions import TIE_BAND
 
     cap = capture(load_problem(str(P / "row_max.py"), small=False))
     rec = recognize(cap)
@@ -69,11 +69,11 @@ def test_row_attempts_spread_the_tile_width_over_the_models_tie_band():
         if not t.check(d, wl, chip):
             cost[v] = float(t.evaluate_terms(d, params)["cost"])
     best = min(cost.values())
-    band_widths = {v[0] for v, c in cost.items() if c <= best * (1 + ROW_TIE_BAND)}
+    band_widths = {v[0] for v, c in cost.items() if c <= best * (1 + TIE_BAND)}
     assert len({c["BC"] for c in cfgs}) == 4
     for c in cfgs[1:]:
         assert not t.check(c, wl, chip) and c["BC"] in band_widths
-        assert cost[tuple(c[k] for k in "BC RP W S".split())] <= best * (1 + ROW_TIE_BAND)
+        assert cost[tuple(c[k] for k in "BC RP W S".split())] <= best * (1 + TIE_BAND)
     far = max(abs(math.log2(w) - math.log2(cfgs[0]["BC"])) for w in band_widths)
     assert abs(math.log2(cfgs[1]["BC"]) - math.log2(cfgs[0]["BC"])) == far
 
@@ -89,3 +89,41 @@ def test_small_model_new_keeps_the_milp_layout_and_is_accepted(name, chain, shap
     assert f"'F': {solved_design(chain, *shape, 'fp32')['F']}" in src, src[-800:]
     r = evaluate(problem_file(path, True, tmp_path), b["candidate"], sets=1, timing=False, tolerance="kernelbench")
     assert r.correct, r.comparisons
+
+
+@pytest.mark.parametrize("name", ["batch_norm", "argmax_dim"])
+def test_vecops_attempts_take_other_widths_of_the_tie_band(name):
+    """vecops regions: attempt 1's kernels (norm: stats and apply; colreduce: the one config) are feasible
+    designs of another tile width, priced within the tie band of their template's optimum."""
+    from formloop.library import vecops
+    from formloop.optimize.vector_regions import TIE_BAND
+    from formloop.solve.enumerate import ranked_designs
+
+    cap = capture(load_problem(str(P / f"{name}.py"), small=False))
+    rec = recognize(cap)
+    d0, d1 = (assemble(cap, rec, tier="gpu", attempt=a).regions[0]["design"] for a in (0, 1))
+    p = rec.regions[0].params
+    keys = ("stats", "apply") if name == "batch_norm" else ("config",)
+    assert d0["solver"] == "milp (HiGHS)" and d1["solver"].startswith("enumeration")
+    for key in keys:
+        kind = {"stats": "norm-stats", "apply": "norm-apply"}.get(key, "colreduce")
+        assert d1[key]["BC"] != d0[key]["BC"], key
+        # the workload the region solved for: the one whose optimum is attempt 0's design
+        wl = _vecops_workload(name, key, p)
+        f = vecops.make(kind).formulate(wl, get_chip("h200"))
+        cost = {tuple(sorted(d.items())): c for d, c in ranked_designs(f, 10_000)}   # every feasible design
+        best = min(cost.values())
+        assert cost[tuple(sorted(d0[key].items()))] == pytest.approx(best)     # the MILP's pick is optimal
+        assert cost[tuple(sorted(d1[key].items()))] <= best * (1 + TIE_BAND)
+
+
+def _vecops_workload(name, key, p):
+    """The region's workload as vecops_regions.choose states it (restated: bytes per kernel)."""
+    from formloop.library import vecops
+
+    e = p.get("elem", 4)
+    if key == "stats":
+        return vecops.workload(p["rows"], p["cols"], p["numel"] * e, elem=e)
+    if key == "apply":
+        return vecops.workload(p["rows"], p["cols"], 2 * p["numel"] * e, elem=e)
+    return vecops.workload(p["rows"], p["cols"], p["numel"] * e + p["rows"] * 8, elem=e)

@@ -168,17 +168,29 @@ def match_xent(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     return _region("xent", node, {"x": x, "targets": t, "ignore_index": ignore, "rows": shape[0], "cols": shape[1]})
 
 
-def _milp(kind: str, rows: int, cols: int, nbytes: int, taps: int = 1, row_taps: int = 0, elem: int = 4) -> dict:
-    return solved_design(kind, rows, cols, nbytes, "h200", taps, row_taps, elem=elem)
+def _milp(kind: str, rows: int, cols: int, nbytes: int, taps: int = 1, row_taps: int = 0, elem: int = 4,
+          attempt: int = 0) -> dict:
+    """The MILP's design (attempt 0), or attempt k's: the k-th tile width of the model's tie band."""
+    first = solved_design(kind, rows, cols, nbytes, "h200", taps, row_taps, elem=elem)
+    if attempt < 1:
+        return first
+    from formloop.hw.chips import get_chip
+    from formloop.library.vecops import make, workload
+    from formloop.optimize.vector_regions import TIE_BAND
+    from formloop.solve.enumerate import spread_pick
+
+    f = make(kind).formulate(workload(rows, cols, nbytes, taps, row_taps, elem), get_chip("h200"))
+    return spread_pick(f, first, attempt, axis="BC", band=TIE_BAND)
 
 
 def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str, Any]:
     p, kind = region.params, region.kind.removeprefix("vecops-")
-    d: dict[str, Any] = {"solver": "milp (HiGHS)"}
+    d: dict[str, Any] = {"solver": "milp (HiGHS)" if attempt < 1 else
+                         f"enumeration: tile widths {attempt} of the model's 2 % ties (the MILP's where fewer)"}
     e = p.get("elem", 4)
     if kind == "norm":
-        d["stats"] = _milp("norm-stats", p["rows"], p["cols"], p["numel"] * e, elem=e)
-        d["apply"] = _milp("norm-apply", p["rows"], p["cols"], 2 * p["numel"] * e, elem=e)
+        d["stats"] = _milp("norm-stats", p["rows"], p["cols"], p["numel"] * e, elem=e, attempt=attempt)
+        d["apply"] = _milp("norm-apply", p["rows"], p["cols"], 2 * p["numel"] * e, elem=e, attempt=attempt)
         d["template"] = "vecops-norm-stats + vecops-norm-apply"
     elif kind == "xent":
         from formloop.library.rowwise import solved_design
@@ -188,7 +200,7 @@ def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str
     else:
         nbytes = {"scan": 2 * p["rows"] * p["cols"] * e, "colreduce": p.get("numel", 0) * e + p["rows"] * 8,
                   "gather": p.get("bytes", 0)}[kind]
-        d["config"] = _milp(kind, p["rows"], p["cols"], nbytes, p.get("taps", 1), p.get("row_taps", 0), e)
+        d["config"] = _milp(kind, p["rows"], p["cols"], nbytes, p.get("taps", 1), p.get("row_taps", 0), e, attempt)
         d["template"] = f"vecops-{kind}"
     if tier != "gpu":   # the interpreter runs programs one by one: few coarse tiles (correctness only)
         for key in ("stats", "apply", "config"):

@@ -18,6 +18,7 @@ import torch
 from torch import fx, nn
 from torch.nn import functional as F
 
+from formloop.hw.chips import get_chip
 from formloop.optimize.capture import Captured
 from formloop.optimize.gemm_region import DTYPES, arg_of, chain_op, fn_of
 from formloop.optimize.recognize import Implementer, Region, register
@@ -105,27 +106,21 @@ def match_row(node: fx.Node, cap: Captured, taken: set) -> Region | None:
 
 # Attempts after the MILP's pick try tile widths the model prices within this fraction of its optimum (the
 # row reductions' model prices BC 64 ... 2048 within 2 %, while they measured 0.87-1.01x of eager).
-ROW_TIE_BAND = 0.02
+TIE_BAND = 0.02
 
 
 def choose_row(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str, Any]:
     """Attempt 0: the MILP's design; attempt k: the k-th of `spread_designs` over the tile width (the widest
     tie from the pick first), or the MILP's again when the tie band holds fewer."""
-    from formloop.library.rowwise import solved_design
+    from formloop.library.rowwise import make, solved_design, workload
+    from formloop.solve.enumerate import spread_pick
 
     p = region.params
-    cfg = solved_design(p["op"], p["rows"], p["cols"], p["dtype"], "h200")
-    solver = "milp (HiGHS)"
-    if attempt > 0:
-        from formloop.hw.chips import get_chip
-        from formloop.library.rowwise import make, workload
-        from formloop.solve.enumerate import spread_designs
-
-        f = make(p["op"], p["dtype"]).formulate(workload(p["rows"], p["cols"], p["dtype"]), get_chip("h200"))
-        menu = spread_designs(f, attempt + 1, axis="BC", band=ROW_TIE_BAND, first=cfg)
-        if len(menu) > attempt:
-            cfg = {k: int(v) for k, v in menu[attempt].items()}
-            solver = f"enumeration: tile width {attempt} of the model's {ROW_TIE_BAND:.0%} tie band"
+    first = solved_design(p["op"], p["rows"], p["cols"], p["dtype"], "h200")
+    cfg = first if attempt < 1 else spread_pick(
+        make(p["op"], p["dtype"]).formulate(workload(p["rows"], p["cols"], p["dtype"]), get_chip("h200")),
+        first, attempt, axis="BC", band=TIE_BAND)
+    solver = "milp (HiGHS)" if cfg == first else f"enumeration: tile width {attempt} of the model's 2 % ties"
     return {"config": cfg, "op": p["op"], "solver": solver, "template": f"rowwise-{p['op']}"}
 
 

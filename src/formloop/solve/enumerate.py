@@ -124,3 +124,12 @@ def spread_designs(f: Formulation, n: int, *, axis: str, band: float, first: dic
         taken.append(far)
         pool.remove(far)
     return taken
+
+
+def spread_pick(f: Formulation, first: dict, attempt: int, *, axis: str, band: float) -> dict:
+    """Attempt `attempt`'s design: 0 is `first` (the solver's pick), k the k-th of `spread_designs`, or
+    `first` again when the tie band holds fewer (the engine then records a repeat, unmeasured)."""
+    if attempt < 1:
+        return first
+    menu = spread_designs(f, attempt + 1, axis=axis, band=band, first=first)
+    return {k: int(v) for k, v in menu[attempt].items()} if len(menu) > attempt else first
