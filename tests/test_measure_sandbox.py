@@ -25,6 +25,27 @@ def _returns(x):
     return {"twice": 2 * x}
 
 
+def _staged():
+    phase("harness", "correctness, input set 0")
+    time.sleep(0.3)
+    phase("candidate", "forward")      # a step inside the stage: not a stage of its own
+    time.sleep(0.2)
+    phase("harness", "timing")
+    time.sleep(0.4)
+    return 1
+
+
+def test_stage_seconds_follow_the_childs_stages():
+    """The parent times each stage from the child's phase messages (the candidate's steps stay inside their
+    stage); the stages and the start before the first one add up to the child's wall time."""
+    out = run_in_child(_staged)
+    assert out.ok and out.value == 1
+    st = out.stage_seconds
+    assert set(st) == {"start", "harness: correctness, input set 0", "harness: timing"}
+    assert 0.45 <= st["harness: correctness, input set 0"] < 1.5 and 0.35 <= st["harness: timing"] < 1.5
+    assert sum(st.values()) == pytest.approx(out.seconds, abs=0.01)
+
+
 def _bad_input():
     raise InvalidInput("shape M", -1, "a positive integer")
 

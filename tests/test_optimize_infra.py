@@ -178,7 +178,8 @@ def _fake_steps(monkeypatch, calls: dict, *, interrupt_at: int | None = None):
         k = int(Path(candidate).stem.rsplit("_a", 1)[1])
         t = 0.5 if "fast" in candidate else 0.9 ** k
         return {"correct": True, "accepted": True, "verdict": "clean", "time_s": t, "ref_s": 1.0,
-                "time_source": "cpu", "sol_fraction": None, "phase_seconds": {"harness": 0.1}}
+                "time_source": "cpu", "sol_fraction": None, "phase_seconds": {"harness": 0.1},
+                "stage_seconds": {"harness: timing": 0.25}}
 
     monkeypatch.setattr(steps, "bootstrap", bootstrap)
     monkeypatch.setattr(steps, "build", build)
@@ -212,8 +213,10 @@ def test_interrupted_campaign_resumes_where_it_stopped(tmp_path, monkeypatch):
     assert report["summary"]["phase_seconds"]["harness"] == pytest.approx(0.1 * 6)
     assert report["summary"]["phase_seconds"]["solve"] == pytest.approx(0.01 * 6)
     assert report["summary"]["bootstrap_seconds"] == {"load": 0.0}
+    assert report["summary"]["stage_seconds"] == {"harness: timing": pytest.approx(0.25 * 6)}
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Engine: process-pool" in md and "time per phase" in md and "harness 0.6" in md
+    assert "time per stage of the verify children" in md and "harness: timing 1.5" in md
     assert (tmp_path / "out" / "fast_p.svg").is_file() and (tmp_path / "out" / "models" / "slow.py").is_file()
     calls = {"bootstrap": [], "measure": []}
     api.optimize([str(probs)], **kw)

@@ -85,6 +85,7 @@ class ChildOutcome:
     exitcode: int | None = None
     seconds: float = 0.0
     error: dict[str, Any] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)   # wall seconds per stage ('harness: timing')
 
     @property
     def ok(self) -> bool:
@@ -221,6 +222,8 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
     t0 = time.monotonic()
     writer.close()
     stage = step = ""
+    stages: dict[str, float] = {}
+    since = t0
     final: tuple[str, Any] | None = None
     status: RunStatus | None = None
     message = ""
@@ -239,6 +242,7 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                     if who in ("problem", "candidate"):
                         step = f"{who}: {what}"[:200]
                     else:
+                        since = _close_stage(stages, stage, since)
                         stage = f"{who}: {what}"[:200]
                     continue
                 final = (kind, payload)
@@ -262,7 +266,8 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
         proc.join(10)
         _kill(proc)  # whatever the untrusted code left running in its group
     seconds = time.monotonic() - t0
-    base = {"stage": stage, "step": step, "seconds": seconds, "exitcode": proc.exitcode}
+    _close_stage(stages, stage, since)
+    base = {"stage": stage, "step": step, "seconds": seconds, "exitcode": proc.exitcode, "stage_seconds": stages}
     if status is not None:
         return ChildOutcome(status, message=message, **base)
     if final is None:
@@ -282,6 +287,14 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                             **{**base, "exitcode": payload["code"]})
     return ChildOutcome(RunStatus.CRASHED, message=payload.get("message", ""), error=payload,
                         **{**base, "exitcode": None})  # the child reported the crash and left cleanly
+
+
+def _close_stage(stages: dict[str, float], stage: str, since: float) -> float:
+    """Add the time since `since` to `stage` (the child's start up to its first stage: 'start'); returns now."""
+    now = time.monotonic()
+    key = stage or "start"
+    stages[key] = stages.get(key, 0.0) + now - since
+    return now
 
 
 class UntrustedCodeFailed(StructureError):

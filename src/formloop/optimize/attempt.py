@@ -16,6 +16,7 @@ bootstrap says why (`dtype_reason`)."""
 from __future__ import annotations
 
 import hashlib
+import re
 
 import time
 from contextlib import contextmanager
@@ -293,12 +294,16 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
         return {**row, "cut_by_deadline": True} if cut else row
     v = outcome.value
     phases = {**v["phase_seconds"], "child start": round(max(0.0, wall - sum(v["phase_seconds"].values())), 4)}
+    stages: dict[str, float] = {}   # the child's stages, numbers folded: 'input set 2' -> 'input set #'
+    for k, sec in outcome.stage_seconds.items():
+        key = re.sub(r"\d+", "#", k)
+        stages[key] = round(stages.get(key, 0.0) + sec, 4)
     h = v["harness"]
     ct, rt = h.get("candidate_time") or {}, h.get("reference_time") or {}
     row = {"correct": bool(h.get("correct")), "accepted": False, "time_s": ct.get("seconds"),
            "ref_s": rt.get("seconds"), "time_source": ct.get("source"), "sol_fraction": h.get("sol_fraction"),
            "harness": {k: h.get(k) for k in ("summary", "speedup", "warnings", "notes", "seed", "verdict",
-                                             "protocol")}, "phase_seconds": phases}
+                                             "protocol")}, "phase_seconds": phases, "stage_seconds": stages}
     if not row["correct"]:
         reasons = [s.get("reason") for s in h.get("sets", []) if not s.get("ok")]
         row["verdict"] = "incorrect: " + str(h.get("summary") or (reasons[0] if reasons else "harness check failed"))

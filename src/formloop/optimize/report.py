@@ -36,6 +36,7 @@ def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
            "dtype": boot.get("dtype", "fp32"), "dtype_reason": boot.get("dtype_reason", ""),
            "bootstrap_seconds": boot.get("phase_seconds") or {},
            "phase_seconds": [{"attempt": a["attempt"], **(a["detail"].get("phase_seconds") or {})} for a in attempts],
+           "stage_seconds": [a["detail"].get("stage_seconds") or {} for a in attempts],
            "sol_floor_s": rec.get("sol_floor_s"), "sol_note": rec.get("sol_note", ""), "reference_s": ref,
            "compile_s": rec.get("compile_s"), "compile": rec.get("compile"), "attempts": len(attempts),
            "verdicts": [{"attempt": a["attempt"], "origin": a["origin"], "correct": bool(a["correct"]),
@@ -91,6 +92,7 @@ def _summary(rows: list[dict]) -> dict[str, Any]:
            "median_sol_fraction": statistics.median(sol) if sol else None,
            "dtypes": {d: sum(1 for r in rows if r["dtype"] == d) for d in sorted({r["dtype"] for r in rows})},
            "phase_seconds": _phase_totals(rows),
+           "stage_seconds": _phase_totals([{"phase_seconds": r.get("stage_seconds", [])} for r in rows]),
            "bootstrap_seconds": _phase_totals([{"phase_seconds": [r["bootstrap_seconds"]]} for r in rows])}
     if comp:
         out["vs_compile"] = {"fast_p": {f"{p:g}": fast_p(comp, p) for p in PS}, "geomean": geomean(comp),
@@ -192,6 +194,10 @@ def markdown(report: dict[str, Any]) -> str:
     if s.get("phase_seconds"):
         lines.append("time per phase, all attempts (host wall s): " + ", ".join(
             f"{k} {v:.3g}" for k, v in sorted(s["phase_seconds"].items(), key=lambda kv: -kv[1])))
+    if s.get("stage_seconds"):
+        lines.append("time per stage of the verify children, all attempts (wall s, as the child reported its "
+                     "stages): " + ", ".join(f"{k} {v:.3g}" for k, v in
+                                             sorted(s["stage_seconds"].items(), key=lambda kv: -kv[1])[:12]))
     if s.get("bootstrap_seconds"):
         lines.append("bootstrap, all problems (host wall s, in the pool: summed over workers): " + ", ".join(
             f"{k} {v:.3g}" for k, v in sorted(s["bootstrap_seconds"].items(), key=lambda kv: -kv[1])))
