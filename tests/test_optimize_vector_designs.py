@@ -127,3 +127,19 @@ def _vecops_workload(name, key, p):
     if key == "apply":
         return vecops.workload(p["rows"], p["cols"], 2 * p["numel"] * e, elem=e)
     return vecops.workload(p["rows"], p["cols"], p["numel"] * e + p["rows"] * 8, elem=e)
+
+
+def test_build_hash_covers_the_source_and_the_library(tmp_path, monkeypatch):
+    """attempt.build's source_sha256: the same problem and attempt build the same hash; other kernels in
+    formloop.library (the ModelNew text unchanged) or another design give another."""
+    from formloop.optimize import attempt as steps
+
+    path = str(P / "row_max.py")
+    kw = dict(small=False, tier="gpu", out_dir=str(tmp_path))
+    a, b = steps.build(path, attempt=0, **kw), steps.build(path, attempt=0, **kw)
+    assert a["source_sha256"] == b["source_sha256"]
+    assert steps.build(path, attempt=1, **kw)["source_sha256"] != a["source_sha256"]
+    monkeypatch.setattr(steps, "library_digest", lambda: "other kernels")
+    c = steps.build(path, attempt=0, **kw)
+    assert Path(c["candidate"]).read_text() == Path(a["candidate"]).read_text()
+    assert c["source_sha256"] != a["source_sha256"]

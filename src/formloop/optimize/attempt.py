@@ -15,6 +15,7 @@ cannot be cast (integer or boolean inputs, or a reference that fails in bf16) st
 bootstrap says why (`dtype_reason`)."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -195,7 +196,19 @@ def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
     target.write_text(asm.source)
     return {"candidate": str(target), "regions": asm.regions, "skipped": asm.skipped,
             "fallbacks": rec.fallbacks, "phase_seconds": phases,
-            "source_sha256": hashlib.sha256(asm.source.encode()).hexdigest()}
+            "source_sha256": hashlib.sha256((asm.source + library_digest()).encode()).hexdigest()}
+
+
+@functools.lru_cache(maxsize=1)
+def library_digest() -> str:
+    """sha256 of formloop.library's sources: what a ModelNew's kernels come from. Part of an attempt's source
+    hash, so that the same ModelNew text over changed kernels is not taken for a repeat."""
+    import formloop.library as lib
+
+    h = hashlib.sha256()
+    for f in sorted(Path(lib.__file__).parent.rglob("*.py")):
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
 
 
 def _options(tier: str, tolerance: str, dtype: str = "fp32") -> dict[str, Any]:

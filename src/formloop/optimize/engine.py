@@ -12,7 +12,8 @@ child) or as Ray tasks of one GPU each, so timings never share a device. Everyth
 population store (formloop.optimize.store; `store`, default the settings' store) under the
 campaign of the dtype and sizes: a second call resumes (bootstraps and attempts already recorded
 are reused, the budget counts them). An attempt whose ModelNew source equals an earlier attempt's is
-recorded as a repeat without a measurement (`repeat_of`). One failing problem never stops the campaign."""
+recorded as a repeat without a measurement (`repeat_of`; changed library kernels are not a repeat).
+One failing problem never stops the campaign."""
 from __future__ import annotations
 
 import math
@@ -270,7 +271,8 @@ def _round(by_name, settings: Settings, tier: str, store: OptimizeStore, pool, p
 
 
 def repeat_of(store: OptimizeStore, name: str, b: dict) -> int | None:
-    """The earlier attempt (not retired) whose ModelNew source equals this build's, or None. Such a build is
+    """The earlier attempt (not retired) whose ModelNew source, over the same formloop.library sources, equals
+    this build's (attempt.build's source_sha256), or None. Such a build is
     recorded without a measurement: a second timing of one kernel only re-draws its noise, and keeping the
     faster draw would bias the problem's best time."""
     sha = b.get("source_sha256")
