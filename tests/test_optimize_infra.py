@@ -217,6 +217,9 @@ def test_interrupted_campaign_resumes_where_it_stopped(tmp_path, monkeypatch):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Engine: process-pool" in md and "time per phase" in md and "harness 0.6" in md
     assert "time per stage of the verify children" in md and "harness: timing 1.5" in md
+    assert report["summary"]["children_wall_s"] == {"verify_s": pytest.approx(0.6), "attempts": 6,
+                                                    "baselines_s": 0.0, "baselines": 0}
+    assert "device-holding children, all calls (wall s): 1 in the verify children of 6 attempts" in md
     assert (tmp_path / "out" / "fast_p.svg").is_file() and (tmp_path / "out" / "models" / "slow.py").is_file()
     calls = {"bootstrap": [], "measure": []}
     api.optimize([str(probs)], **kw)
@@ -316,6 +319,8 @@ def test_compile_only_baselines_every_problem_warm_first_and_resumes(tmp_path, m
     assert rows["b_ref"]["speedup_compile"] == pytest.approx(0.8)      # eager vs torch.compile: 0.8 s / 1.0 s
     vc = report["summary"]["vs_compile"]
     assert vc["problems"] == 4 and vc["kept_reference"] == 4 and vc["geomean"] == pytest.approx(0.8)
+    cw = report["summary"]["children_wall_s"]
+    assert cw["baselines"] == 4 and cw["baselines_s"] == pytest.approx(400.0) and cw["verify_s"] == 0
     assert "eager vs torch.compile" in (tmp_path / "out" / "report.md").read_text()
 
 

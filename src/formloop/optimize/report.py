@@ -102,10 +102,24 @@ def _summary(rows: list[dict]) -> dict[str, Any]:
         out["vs_compile"] = None
     timed = [r.get("timing_rounds", 1) for r in rows if r["best"] is not None]
     out["timing_protocol"] = {"rounds": sum(1 for k in timed if k > 1), "one_round": sum(1 for k in timed if k == 1)}
+    out["children_wall_s"] = _children_wall(rows)
     out["compile_baselines"] = {"measured": sum(1 for r in rows if r["compile_s"]),
                                 "failed": sum(1 for r in rows if r["compile_s"] == 0.0),
                                 "not_measured": sum(1 for r in rows if r["compile_s"] is None)}
     return out
+
+
+CHILD_PHASES = ("child start", "compile", "harness", "integrity")   # a verify child's wall, on the device
+
+
+def _children_wall(rows: list[dict]) -> dict[str, float]:
+    """Wall seconds of the sandboxed children that hold the device, over every call of the campaign: the verify
+    children of the attempts counted now, and the torch.compile baselines' timing children (their warm compiles
+    run in the pool beforehand and are not counted)."""
+    verify = sum(v for r in rows for ph in r["phase_seconds"] for k, v in ph.items() if k in CHILD_PHASES)
+    baselines = [(r.get("compile") or {}).get("wall_s") for r in rows]
+    return {"verify_s": round(verify, 1), "attempts": sum(r["attempts"] for r in rows),
+            "baselines_s": round(sum(b for b in baselines if b), 1), "baselines": sum(1 for b in baselines if b)}
 
 
 def _phase_totals(rows: list[dict]) -> dict[str, float]:
@@ -194,6 +208,11 @@ def markdown(report: dict[str, Any]) -> str:
     if s.get("phase_seconds"):
         lines.append("time per phase, all attempts (host wall s): " + ", ".join(
             f"{k} {v:.3g}" for k, v in sorted(s["phase_seconds"].items(), key=lambda kv: -kv[1])))
+    cw = s.get("children_wall_s")
+    if cw and (cw["verify_s"] or cw["baselines_s"]):
+        lines.append(f"device-holding children, all calls (wall s): {cw['verify_s']:.0f} in the verify children of "
+                     f"{cw['attempts']} attempts, {cw['baselines_s']:.0f} in {cw['baselines']} torch.compile "
+                     f"baselines' timing children; {(cw['verify_s'] + cw['baselines_s']) / 60:.1f} min in all")
     if s.get("stage_seconds"):
         lines.append("time per stage of the verify children, all attempts (wall s, as the child reported its "
                      "stages): " + ", ".join(f"{k} {v:.3g}" for k, v in
