@@ -186,7 +186,8 @@ def _milp(kind: str, rows: int, cols: int, nbytes: int, taps: int = 1, row_taps:
 def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str, Any]:
     p, kind = region.params, region.kind.removeprefix("vecops-")
     d: dict[str, Any] = {"solver": "milp (HiGHS)" if attempt < 1 else
-                         f"enumeration: tile widths {attempt} of the model's 2 % ties (the MILP's where fewer)"}
+                         f"enumeration: attempt {attempt}'s tile widths among the model's ties (the MILP's where "
+                         "fewer)"}
     e = p.get("elem", 4)
     if kind == "norm":
         d["stats"] = _milp("norm-stats", p["rows"], p["cols"], p["numel"] * e, elem=e, attempt=attempt)

@@ -110,8 +110,8 @@ TIE_BAND = 0.02
 
 
 def choose_row(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str, Any]:
-    """Attempt 0: the MILP's design; attempt k: the k-th of `spread_designs` over the tile width (the widest
-    tie from the pick first), or the MILP's again when the tie band holds fewer."""
+    """Attempt 0: the MILP's design; attempt k: the k-th of `spread_designs` over the tile width (the tie
+    farthest from the pick's width first), or the MILP's again when the tie band holds fewer."""
     from formloop.library.rowwise import make, solved_design, workload
     from formloop.solve.enumerate import spread_pick
 
@@ -120,7 +120,7 @@ def choose_row(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict
     cfg = first if attempt < 1 else spread_pick(
         make(p["op"], p["dtype"]).formulate(workload(p["rows"], p["cols"], p["dtype"]), get_chip("h200")),
         first, attempt, axis="BC", band=TIE_BAND)
-    solver = "milp (HiGHS)" if cfg == first else f"enumeration: tile width {attempt} of the model's 2 % ties"
+    solver = "milp (HiGHS)" if cfg == first else f"enumeration: tile width {attempt} of the model's ties"
     return {"config": cfg, "op": p["op"], "solver": solver, "template": f"rowwise-{p['op']}"}
 
 
