@@ -219,7 +219,8 @@ def test_interrupted_campaign_resumes_where_it_stopped(tmp_path, monkeypatch):
     assert "time per stage of the verify children" in md and "harness: timing 1.5" in md
     assert report["summary"]["children_wall_s"] == {"verify_s": pytest.approx(0.6), "attempts": 6,
                                                     "baselines_s": 0.0, "baselines": 0}
-    assert "device-holding children, all calls (wall s): 1 in the verify children of 6 attempts" in md
+    assert "sandboxed measuring children (interpreter, no device), all calls (wall s): 1 in the verify children " \
+           "of 6 attempts" in md
     assert (tmp_path / "out" / "fast_p.svg").is_file() and (tmp_path / "out" / "models" / "slow.py").is_file()
     calls = {"bootstrap": [], "measure": []}
     api.optimize([str(probs)], **kw)

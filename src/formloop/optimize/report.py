@@ -210,7 +210,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"{k} {v:.3g}" for k, v in sorted(s["phase_seconds"].items(), key=lambda kv: -kv[1])))
     cw = s.get("children_wall_s")
     if cw and (cw["verify_s"] or cw["baselines_s"]):
-        lines.append(f"device-holding children, all calls (wall s): {cw['verify_s']:.0f} in the verify children of "
+        who = "device-holding children" if tier == "gpu" else "sandboxed measuring children (interpreter, no device)"
+        lines.append(f"{who}, all calls (wall s): {cw['verify_s']:.0f} in the verify children of "
                      f"{cw['attempts']} attempts, {cw['baselines_s']:.0f} in {cw['baselines']} torch.compile "
                      f"baselines' timing children; {(cw['verify_s'] + cw['baselines_s']) / 60:.1f} min in all")
     if s.get("stage_seconds"):
