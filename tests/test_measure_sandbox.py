@@ -175,3 +175,15 @@ def test_a_problem_that_dies_is_bad_input(tmp_path):
     assert r.exit_code == 2, r.output
     d = json.loads(r.stdout)
     assert d["verdict"] == "exited" and d["culprit"] == "problem" and "get_inputs" in d["step"]
+
+
+def test_the_sandboxed_harness_reports_where_its_time_went():
+    """run_harness's result carries its child's stage seconds, correctness per input set and timing among
+    them (what the torch.compile baselines keep, as the optimizer's verify children do)."""
+    from formloop.measure.jobs import run_harness
+
+    h = run_harness(FIX / "problems" / "add.py", FIX / "honest" / "add.py", seed=5, sets=2)
+    assert h["correct"]
+    st = h["stage_seconds"]
+    assert {"harness: correctness, input set 0", "harness: correctness, input set 1", "harness: timing"} <= set(st)
+    assert all(v >= 0 for v in st.values()) and st["harness: timing"] > 0

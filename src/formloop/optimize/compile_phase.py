@@ -122,7 +122,7 @@ def time_baseline(path: str, problem: str, *, small: bool, out_dir: str, toleran
         note = "correct only against the TF32 reference (PyTorch's defaults), not fp32 math: timed as users run it"
     return {"compile_s": t, "cut_by_deadline": cut, "ref_s": (h.get("reference_time") or {}).get("seconds"),
             "source": (h.get("candidate_time") or {}).get("source"), "wall_s": round(time.monotonic() - t0, 2),
-            "note": note}
+            "note": note, "stage_seconds": {k: round(v, 3) for k, v in (h.get("stage_seconds") or {}).items()}}
 
 
 def _order(store, names: list[str]) -> list[str]:
