@@ -395,3 +395,27 @@ def test_a_build_with_an_earlier_attempts_source_is_not_measured_again(tmp_path,
     verdicts = {v["attempt"]: v for v in row["verdicts"]}
     assert verdicts[1]["verdict"].startswith("repeat of a0") and not verdicts[1]["accepted"]
     assert row["attempts"] == 3 and row["best"]["attempt"] == 2
+
+
+def test_vs_compile_from_same_run_ratios_beside_the_direct_one(tmp_path):
+    """A problem whose attempt ran 1.0 s against eager's 2.0 s in its child, and whose torch.compile baseline
+    ran 1.5 s against eager's 2.4 s in another: direct 1.5 / 1.0 = 1.5x; from same-run ratios (2.0 / 1.0) /
+    (2.4 / 1.5) = 1.25x. A problem without the baseline's eager time is left out of the bridged figure."""
+    from formloop.optimize.engine import Settings
+    from formloop.optimize.report import build_report
+
+    with OptimizeStore(tmp_path / "pop.db", "fp32/full") as store:
+        for name, compile_detail in (("a", {"ref_s": 2.4}), ("b", {})):
+            store.put_problem(name, path=f"/{name}.py", level=1, tier="gpu", status="ready")
+            store.add_attempt(name, candidate="x.py", origin="formloop", correct=True, accepted=True,
+                              verdict="clean", time_s=1.0, ref_s=2.0, time_source="gpu", sol_fraction=None,
+                              detail={})
+            store.set_compile(name, 1.5, compile_detail)
+        report = build_report(store, ["a", "b"], tier="gpu", settings=Settings(out=tmp_path), out=tmp_path)
+    rows = {r["problem"]: r for r in report["problems"]}
+    assert rows["a"]["speedup_compile"] == pytest.approx(1.5)
+    assert rows["a"]["speedup_compile_bridged"] == pytest.approx(1.25) and "speedup_compile_bridged" not in rows["b"]
+    br = report["summary"]["vs_compile"]["bridged"]
+    assert br == {"problems": 1, "geomean": pytest.approx(1.25), "direct_geomean": pytest.approx(1.5)}
+    assert "1 problems with both: geomean 1.25x (the two children's times compared directly: 1.5x)" in \
+        (tmp_path / "report.md").read_text()
