@@ -13,7 +13,7 @@ Decisions:
   RP  rows per program: an [RP, BC] tile; short rows want several per program
   W   warps per program (num_warps)
   S   pipeline stages of the column loop (num_stages; 1 when the row is one tile)
-Walls: C1 registers: the live fp32 tiles (LIVE per op, LIVE_LOOP when looping)
+Walls: C1 registers: the live fp32 tiles (LIVE per op, LIVE_LOOP when looping) spread over 32·W threads
 fit `regs` per thread;
 C2 no idle warp: RP·BC >= 32·W; C3 the tile is no wider than the row rounded up to a power of two
 (BC < 2C, or the narrowest tile); C4 rows per program <= R (or 1); C5 cross-warp scratch of the
@@ -134,7 +134,7 @@ def resident(programs, warps, regs_per_thread):
     return occupancy, maximum(1, minimum(programs, n_sm * occupancy)), ceildiv(programs, n_sm * occupancy)
 
 
-def _terms(op: str, dtype: str):
+def _terms(op: str):
     tiles = ceildiv(C, BC)
     programs = ceildiv(R, RP)
     threads = 32 * W
@@ -159,7 +159,7 @@ def _terms(op: str, dtype: str):
     T = (1 - alpha) * maximum(T_mem, T_comp) + alpha * (T_mem + T_comp) + t_launch * US
     scratch = 2 * RP * W * 4 * (2 if op in ("argmax", "argmin", "layernorm", "groupnorm") else 1)
     return {"T": T, "T_mem_us": T_mem, "T_comp_us": T_comp, "sol_bytes": bytes_, "programs": programs,
-            "smem_bytes": scratch, "per_thread": per_thread, "live": where(looped, LIVE_LOOP[op], LIVE[op])}
+            "smem_bytes": scratch, "per_thread": per_thread}
 
 
 def chip_params(chip: Chip, calibration: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -189,7 +189,8 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
         raise InvalidInput("dtype", dtype, DTYPES)
     if pre != "exact":
         raise InvalidInput("contract (--pre)", pre, ["exact"])
-    t = _terms(op, dtype)
+    t = _terms(op)
+    live = where(ceildiv(C, BC) > 1, LIVE_LOOP[op], LIVE[op])   # fp32 tiles per element (C1, C7)
     narrowest = BC.decision.menu[0]
     return Template(
         name=template_name(op),
@@ -199,7 +200,7 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
                 t_launch, alpha),
         scope=(Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"),),
         constraints=(
-            Constraint("C1", t["live"] * t["per_thread"] <= regs, "capacity",
+            Constraint("C1", live * t["per_thread"] <= regs, "capacity",
                        "the live fp32 tiles fit the registers"),
             Constraint("C2", RP * BC > 32 * (W - 1), "capacity", "every warp holds at least one element"),
             Constraint("C3", (BC < 2 * C) | BC.eq(narrowest), "layout",
@@ -207,7 +208,7 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
             Constraint("C4", (RP <= R) | RP.eq(1), "layout", "a program's rows exist"),
             Constraint("C5", t["smem_bytes"] <= Ms, "capacity", "the cross-warp reduction scratch fits"),
             Constraint("C6", (BC < C) | S.eq(1), "schedule", "stages only when the program loops over the row"),
-            Constraint("C7", t["live"] * t["per_thread"] + 32
+            Constraint("C7", live * t["per_thread"] + 32
                        <= regs_sm / (32 * W), "capacity",
                        "the live tiles and addresses fit one program's share of the register file"),
             *((Constraint("C8", (ceildiv(C, BC) <= FP32_SUM_CHAIN) | BC.eq(BC.decision.menu[-1]), "precision",
@@ -219,7 +220,7 @@ def make(op: str, dtype: str = "bf16", calibration: Mapping[str, float] | None =
         ),
         cost=t["T"],
         unit="us",
-        terms={k: v for k, v in t.items() if k not in ("T", "live")},
+        terms={k: v for k, v in t.items() if k != "T"},
         tie_break=("T_comp_us", "smem_bytes"),
         bind_chip=lambda chip: chip_params(chip, calibration),
         program=lambda assignment, wl: program(op, assignment, wl, dtype),

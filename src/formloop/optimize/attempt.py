@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-
 import time
 from contextlib import contextmanager
 from pathlib import Path
