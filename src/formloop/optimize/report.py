@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,8 @@ def _summary(rows: list[dict]) -> dict[str, Any]:
            "median_sol_fraction": statistics.median(sol) if sol else None,
            "dtypes": {d: sum(1 for r in rows if r["dtype"] == d) for d in sorted({r["dtype"] for r in rows})},
            "phase_seconds": _phase_totals(rows),
-           "stage_seconds": _phase_totals([{"phase_seconds": r.get("stage_seconds", [])} for r in rows]),
-           "bootstrap_seconds": _phase_totals([{"phase_seconds": [r["bootstrap_seconds"]]} for r in rows])}
+           "stage_seconds": _sum_seconds(st for r in rows for st in r.get("stage_seconds", [])),
+           "bootstrap_seconds": _sum_seconds(r["bootstrap_seconds"] for r in rows)}
     if comp:
         bridged = {r["problem"]: r["speedup_compile_bridged"] for r in rows if r.get("speedup_compile_bridged")}
         out["vs_compile"] = {"fast_p": {f"{p:g}": fast_p(comp, p) for p in PS}, "geomean": geomean(comp),
@@ -134,12 +135,16 @@ def _children_wall(rows: list[dict]) -> dict[str, float]:
 
 def _phase_totals(rows: list[dict]) -> dict[str, float]:
     """Host wall seconds per phase, summed over every attempt of the campaign (all calls)."""
+    return _sum_seconds(ph for r in rows for ph in r["phase_seconds"])
+
+
+def _sum_seconds(parts: Iterable[dict]) -> dict[str, float]:
+    """Seconds per key summed over `parts` (an attempt's number under 'attempt' is not a time)."""
     total: dict[str, float] = {}
-    for r in rows:
-        for ph in r["phase_seconds"]:
-            for k, v in ph.items():
-                if k != "attempt" and isinstance(v, (int, float)):
-                    total[k] = round(total.get(k, 0.0) + v, 3)
+    for part in parts:
+        for k, v in part.items():
+            if k != "attempt" and isinstance(v, (int, float)):
+                total[k] = round(total.get(k, 0.0) + v, 3)
     return total
 
 
