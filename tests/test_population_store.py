@@ -196,3 +196,14 @@ def test_newer_store_is_refused(tmp_path):
     conn.close()
     with pytest.raises(Exception, match="newer than this formloop"):
         Population(path)
+
+
+def test_reading_a_missing_store_makes_no_file(tmp_path, monkeypatch):
+    from formloop.api.resolve import read_population
+    from formloop.settings import Settings
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nowhere" / "population.db"
+    pop, shown = read_population(Settings(store_path=missing))
+    with pop:
+        assert pop.schema_version == SCHEMA_VERSION and set(pop.counts().values()) == {0}
+    assert shown == str(missing) and list(tmp_path.iterdir()) == []

@@ -4,7 +4,8 @@ Writing: a missing store is created whole (built under a temporary name, migrate
 place, so no other process ever sees a half-made file); an existing one must pass the header
 checks, hold its schema's tables and pass `PRAGMA quick_check` before anything is written to it.
 Reading: the store must exist and pass the header and table checks; nothing is created, migrated or
-written (see formloop.storefile.connect)."""
+written (see formloop.storefile.connect). The path ':memory:' is SQLite's private in-memory store (an
+empty store for a reader whose file does not exist): no file is made."""
 from __future__ import annotations
 
 import sqlite3
@@ -17,6 +18,7 @@ from formloop.storefile import (StoreDamaged, StoreMissing, StoreReadOnly, as_st
                                 damage_in_header, inspect, quick_check)
 
 MODES = ("read", "write")
+IN_MEMORY = ":memory:"
 
 
 @dataclass
@@ -37,6 +39,10 @@ def open_store(path: Path, *, mode: str, timeout_ms: int) -> Opened:
 
 
 def _open(path: Path, mode: str, timeout_ms: int) -> Opened:
+    if str(path) == IN_MEMORY:
+        conn = sqlite3.connect(IN_MEMORY)
+        conn.execute("PRAGMA foreign_keys = ON")
+        return Opened(conn, migrate(conn, path=IN_MEMORY), "in-memory")
     writing = mode == "write"
     state = inspect(path)
     created: list[int] = []
