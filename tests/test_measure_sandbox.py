@@ -44,6 +44,12 @@ def test_stage_seconds_follow_the_childs_stages():
     assert set(st) == {"start", "harness: correctness, input set 0", "harness: timing"}
     assert 0.45 <= st["harness: correctness, input set 0"] < 1.5 and 0.35 <= st["harness: timing"] < 1.5
     assert sum(st.values()) == pytest.approx(out.seconds, abs=0.01)
+    steps = out.step_seconds   # the stage's own part and its candidate step, split
+    assert set(steps) == {"start", "harness: correctness, input set 0",
+                          "harness: correctness, input set 0 > candidate: forward", "harness: timing"}
+    assert 0.25 <= steps["harness: correctness, input set 0"] < 1.0
+    assert 0.15 <= steps["harness: correctness, input set 0 > candidate: forward"] < 1.0
+    assert sum(steps.values()) == pytest.approx(out.seconds, abs=0.01)
 
 
 def _bad_input():
@@ -187,3 +193,6 @@ def test_the_sandboxed_harness_reports_where_its_time_went():
     st = h["stage_seconds"]
     assert {"harness: correctness, input set 0", "harness: correctness, input set 1", "harness: timing"} <= set(st)
     assert all(v >= 0 for v in st.values()) and st["harness: timing"] > 0
+    steps = h["step_seconds"]   # the untrusted code's share of a correctness set: the reference and the candidate
+    assert {"harness: correctness, input set 0 > problem: reference forward",
+            "harness: correctness, input set 0 > candidate: forward"} <= set(steps)

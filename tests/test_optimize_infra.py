@@ -179,7 +179,8 @@ def _fake_steps(monkeypatch, calls: dict, *, interrupt_at: int | None = None):
         t = 0.5 if "fast" in candidate else 0.9 ** k
         return {"correct": True, "accepted": True, "verdict": "clean", "time_s": t, "ref_s": 1.0,
                 "time_source": "cpu", "sol_fraction": None, "phase_seconds": {"harness": 0.1},
-                "stage_seconds": {"harness: timing": 0.25}}
+                "stage_seconds": {"harness: timing": 0.25},
+                "step_seconds": {"harness: timing > candidate: timed calls": 0.2, "harness: timing": 0.05}}
 
     monkeypatch.setattr(steps, "bootstrap", bootstrap)
     monkeypatch.setattr(steps, "build", build)
@@ -217,6 +218,9 @@ def test_interrupted_campaign_resumes_where_it_stopped(tmp_path, monkeypatch):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Engine: process-pool" in md and "time per phase" in md and "harness 0.6" in md
     assert "time per stage of the verify children" in md and "harness: timing 1.5" in md
+    assert report["summary"]["step_seconds"] == {"harness: timing > candidate: timed calls": pytest.approx(1.2),
+                                                 "harness: timing": pytest.approx(0.3)}
+    assert "split by the untrusted code running in a stage" in md and "timing > candidate: timed calls 1.2" in md
     assert report["summary"]["children_wall_s"] == {"verify_s": pytest.approx(0.6), "attempts": 6,
                                                     "baselines_s": 0.0, "baselines": 0}
     assert "sandboxed measuring children (interpreter, no device), all calls (wall s): 1 in the verify children " \

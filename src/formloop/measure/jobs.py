@@ -63,9 +63,9 @@ def _run(job: Any, problem: Any, candidate: Any, options: dict[str, Any], limits
     if not sandbox:
         return job(p, c, options)
     outcome = run_in_child(job, p, c, options, limits=limits)
-    if outcome.status is RunStatus.COMPLETED:   # with the child's wall seconds per stage it reported
-        return {**outcome.value, "stage_seconds": outcome.stage_seconds} if isinstance(outcome.value, dict) \
-            else outcome.value
+    if outcome.status is RunStatus.COMPLETED:   # with the child's wall seconds per stage (and step) it reported
+        return {**outcome.value, "stage_seconds": outcome.stage_seconds, "step_seconds": outcome.step_seconds} \
+            if isinstance(outcome.value, dict) else outcome.value
     outcome.reraise()  # a formloop error (bad input) is the caller's to report
     return failed_run(outcome, p, c)
 

@@ -46,6 +46,10 @@ from formloop.errors import FormloopError, InvalidInput, StructureError
 
 START_METHODS = ("forkserver", "spawn")
 PRELOAD = ["torch", "formloop.measure.jobs"]
+# with a GPU, torch.compile's front and back ends too (a torch.compile baseline's child would import them itself;
+# neither initializes CUDA). Not without one: they import triton, which a CPU child must import after it has set
+# TRITON_INTERPRET.
+GPU_PRELOAD = ["torch._dynamo", "torch._inductor.compile_fx"]
 _CHANNEL: Any = None
 _CONTEXTS: dict[str, Any] = {}
 
@@ -86,6 +90,8 @@ class ChildOutcome:
     seconds: float = 0.0
     error: dict[str, Any] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)   # wall seconds per stage ('harness: timing')
+    # the same wall split further by the untrusted code that ran inside a stage, keyed 'stage > step'
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -187,9 +193,15 @@ def _context(method: str) -> Any:
     if method not in _CONTEXTS:
         ctx = multiprocessing.get_context(method)
         if method == "forkserver":
-            ctx.set_forkserver_preload(PRELOAD)
+            ctx.set_forkserver_preload(PRELOAD + (GPU_PRELOAD if _gpu_present() else []))
         _CONTEXTS[method] = ctx
     return _CONTEXTS[method]
+
+
+def _gpu_present() -> bool:
+    """A CUDA device is there and Triton is not asked to interpret (torch.cuda.is_available makes no context)."""
+    import torch
+    return os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
 
 
 def _kill(proc: Any) -> None:
@@ -223,7 +235,8 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
     writer.close()
     stage = step = ""
     stages: dict[str, float] = {}
-    since = t0
+    steps: dict[str, float] = {}
+    since = step_since = t0
     final: tuple[str, Any] | None = None
     status: RunStatus | None = None
     message = ""
@@ -239,11 +252,12 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                     break
                 if kind == "phase":
                     who, what = payload
+                    step_since = _close_stage(steps, f"{stage or 'start'} > {step}" if step else stage, step_since)
                     if who in ("problem", "candidate"):
                         step = f"{who}: {what}"[:200]
                     else:
                         since = _close_stage(stages, stage, since)
-                        stage = f"{who}: {what}"[:200]
+                        stage, step = f"{who}: {what}"[:200], ""
                     continue
                 final = (kind, payload)
             elif not proc.is_alive() and not reader.poll(0):
@@ -267,7 +281,9 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
         _kill(proc)  # whatever the untrusted code left running in its group
     seconds = time.monotonic() - t0
     _close_stage(stages, stage, since)
-    base = {"stage": stage, "step": step, "seconds": seconds, "exitcode": proc.exitcode, "stage_seconds": stages}
+    _close_stage(steps, f"{stage or 'start'} > {step}" if step else stage, step_since)
+    base = {"stage": stage, "step": step, "seconds": seconds, "exitcode": proc.exitcode, "stage_seconds": stages,
+            "step_seconds": steps}
     if status is not None:
         return ChildOutcome(status, message=message, **base)
     if final is None:

@@ -40,6 +40,15 @@ def _timed(phases: dict, name: str):
         phases[name] = round(phases.get(name, 0.0) + time.monotonic() - t0, 4)
 
 
+def folded(seconds: dict[str, float]) -> dict[str, float]:
+    """A child's seconds per stage (or step) with the numbers in the keys folded: 'input set 2' -> 'input set #'."""
+    out: dict[str, float] = {}
+    for k, sec in seconds.items():
+        key = re.sub(r"\d+", "#", k)
+        out[key] = round(out.get(key, 0.0) + sec, 4)
+    return out
+
+
 def _torch_dtype(dtype: str | None):
     import torch
     return torch.bfloat16 if dtype == "bf16" else None
@@ -306,16 +315,14 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
         return {**row, "cut_by_deadline": True} if cut else row
     v = outcome.value
     phases = {**v["phase_seconds"], "child start": round(max(0.0, wall - sum(v["phase_seconds"].values())), 4)}
-    stages: dict[str, float] = {}   # the child's stages, numbers folded: 'input set 2' -> 'input set #'
-    for k, sec in outcome.stage_seconds.items():
-        key = re.sub(r"\d+", "#", k)
-        stages[key] = round(stages.get(key, 0.0) + sec, 4)
+    stages, steps = folded(outcome.stage_seconds), folded(outcome.step_seconds)
     h = v["harness"]
     ct, rt = h.get("candidate_time") or {}, h.get("reference_time") or {}
     row = {"correct": bool(h.get("correct")), "accepted": False, "time_s": ct.get("seconds"),
            "ref_s": rt.get("seconds"), "time_source": ct.get("source"), "sol_fraction": h.get("sol_fraction"),
            "harness": {k: h.get(k) for k in ("summary", "speedup", "warnings", "notes", "seed", "verdict",
-                                             "protocol")}, "phase_seconds": phases, "stage_seconds": stages}
+                                             "protocol")}, "phase_seconds": phases, "stage_seconds": stages,
+           "step_seconds": steps}
     if not row["correct"]:
         reasons = [s.get("reason") for s in h.get("sets", []) if not s.get("ok")]
         row["verdict"] = "incorrect: " + str(h.get("summary") or (reasons[0] if reasons else "harness check failed"))

@@ -115,14 +115,15 @@ def time_baseline(path: str, problem: str, *, small: bool, out_dir: str, toleran
         return {"compile_s": None, "ref_s": None, "note": f"{type(exc).__name__}: {exc}"[:300],
                 "wall_s": round(time.monotonic() - t0, 2)}
     t = (h.get("candidate_time") or {}).get("seconds") if h.get("correct") else None
-    from formloop.optimize.attempt import CUT_S
+    from formloop.optimize.attempt import CUT_S, folded
     cut = limit_s is not None and limit_s < CUT_S and h.get("verdict") == "timed-out"
     note = "" if t else str(h.get("summary") or "torch.compile output incorrect")[:300]
     if t and (h.get("protocol") or {}).get("reference_math") == "defaults":
         note = "correct only against the TF32 reference (PyTorch's defaults), not fp32 math: timed as users run it"
     return {"compile_s": t, "cut_by_deadline": cut, "ref_s": (h.get("reference_time") or {}).get("seconds"),
             "source": (h.get("candidate_time") or {}).get("source"), "wall_s": round(time.monotonic() - t0, 2),
-            "note": note, "stage_seconds": {k: round(v, 3) for k, v in (h.get("stage_seconds") or {}).items()}}
+            "note": note, "stage_seconds": folded(h.get("stage_seconds") or {}),
+            "step_seconds": folded(h.get("step_seconds") or {})}
 
 
 def _order(store, names: list[str]) -> list[str]:

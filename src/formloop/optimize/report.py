@@ -38,6 +38,7 @@ def _row(store: OptimizeStore, name: str) -> dict[str, Any]:
            "bootstrap_seconds": boot.get("phase_seconds") or {},
            "phase_seconds": [{"attempt": a["attempt"], **(a["detail"].get("phase_seconds") or {})} for a in attempts],
            "stage_seconds": [a["detail"].get("stage_seconds") or {} for a in attempts],
+           "step_seconds": [a["detail"].get("step_seconds") or {} for a in attempts],
            "sol_floor_s": rec.get("sol_floor_s"), "sol_note": rec.get("sol_note", ""), "reference_s": ref,
            "compile_s": rec.get("compile_s"), "compile": rec.get("compile"), "attempts": len(attempts),
            "verdicts": [{"attempt": a["attempt"], "origin": a["origin"], "correct": bool(a["correct"]),
@@ -97,6 +98,9 @@ def _summary(rows: list[dict]) -> dict[str, Any]:
            "dtypes": {d: sum(1 for r in rows if r["dtype"] == d) for d in sorted({r["dtype"] for r in rows})},
            "phase_seconds": _phase_totals(rows),
            "stage_seconds": _sum_seconds(st for r in rows for st in r.get("stage_seconds", [])),
+           "step_seconds": _sum_seconds(st for r in rows for st in r.get("step_seconds", [])),
+           "baseline_stage_seconds": _sum_seconds((r.get("compile") or {}).get("stage_seconds") or {} for r in rows),
+           "baseline_step_seconds": _sum_seconds((r.get("compile") or {}).get("step_seconds") or {} for r in rows),
            "bootstrap_seconds": _sum_seconds(r["bootstrap_seconds"] for r in rows)}
     if comp:
         bridged = {r["problem"]: r["speedup_compile_bridged"] for r in rows if r.get("speedup_compile_bridged")}
@@ -235,10 +239,13 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"{who}, all calls (wall s): {cw['verify_s']:.0f} in the verify children of "
                      f"{cw['attempts']} attempts, {cw['baselines_s']:.0f} in {cw['baselines']} torch.compile "
                      f"baselines' timing children; {(cw['verify_s'] + cw['baselines_s']) / 60:.1f} min in all")
-    if s.get("stage_seconds"):
-        lines.append("time per stage of the verify children, all attempts (wall s, as the child reported its "
-                     "stages): " + ", ".join(f"{k} {v:.3g}" for k, v in
-                                             sorted(s["stage_seconds"].items(), key=lambda kv: -kv[1])[:12]))
+    for key, what in (("stage_seconds", "time per stage of the verify children, all attempts"),
+                      ("step_seconds", "the same split by the untrusted code running in a stage"),
+                      ("baseline_stage_seconds", "time per stage of the torch.compile baselines' timing children"),
+                      ("baseline_step_seconds", "the same split by the untrusted code running in a stage")):
+        if s.get(key):
+            lines.append(f"{what} (wall s, as the child reported them): " + ", ".join(
+                f"{k} {v:.3g}" for k, v in sorted(s[key].items(), key=lambda kv: -kv[1])[:12]))
     if s.get("bootstrap_seconds"):
         lines.append("bootstrap, all problems (host wall s, in the pool: summed over workers): " + ", ".join(
             f"{k} {v:.3g}" for k, v in sorted(s["bootstrap_seconds"].items(), key=lambda kv: -kv[1])))
