@@ -423,3 +423,16 @@ def test_vs_compile_from_same_run_ratios_beside_the_direct_one(tmp_path):
     assert br == {"problems": 1, "geomean": pytest.approx(1.25), "direct_geomean": pytest.approx(1.5)}
     assert "1 problems with both: geomean 1.25x (the two children's times compared directly: 1.5x)" in \
         (tmp_path / "report.md").read_text()
+
+
+def test_a_baseline_whose_harness_raises_is_a_recorded_failure(monkeypatch, tmp_path):
+    """time_baseline's every return carries the fields run_phase reads (a raising harness once ended the whole
+    campaign with a KeyError on the H200)."""
+    from formloop.measure import jobs
+    from formloop.optimize import compile_phase
+
+    def boom(*_, **__):
+        raise RuntimeError("the harness broke")
+    monkeypatch.setattr(jobs, "run_harness", boom)
+    c = compile_phase.time_baseline("p.py", "p.py", small=True, out_dir=str(tmp_path), tolerance="kernelbench")
+    assert c["compile_s"] is None and c["cut_by_deadline"] is False and "the harness broke" in c["note"]

@@ -45,11 +45,9 @@ from typing import Any
 from formloop.errors import FormloopError, InvalidInput, StructureError
 
 START_METHODS = ("forkserver", "spawn")
+# Not torch._dynamo or torch._inductor: they import triton, which a CPU child must import after it has set
+# TRITON_INTERPRET, and preloaded on the H200 (2026-12-02) every child then failed in its first CUDA call
 PRELOAD = ["torch", "formloop.measure.jobs"]
-# with a GPU, torch.compile's front and back ends too (a torch.compile baseline's child would import them itself;
-# neither initializes CUDA). Not without one: they import triton, which a CPU child must import after it has set
-# TRITON_INTERPRET.
-GPU_PRELOAD = ["torch._dynamo", "torch._inductor.compile_fx"]
 _CHANNEL: Any = None
 _CONTEXTS: dict[str, Any] = {}
 
@@ -193,15 +191,9 @@ def _context(method: str) -> Any:
     if method not in _CONTEXTS:
         ctx = multiprocessing.get_context(method)
         if method == "forkserver":
-            ctx.set_forkserver_preload(PRELOAD + (GPU_PRELOAD if _gpu_present() else []))
+            ctx.set_forkserver_preload(PRELOAD)
         _CONTEXTS[method] = ctx
     return _CONTEXTS[method]
-
-
-def _gpu_present() -> bool:
-    """A CUDA device is there and Triton is not asked to interpret (torch.cuda.is_available makes no context)."""
-    import torch
-    return os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
 
 
 def _kill(proc: Any) -> None:

@@ -112,8 +112,8 @@ def time_baseline(path: str, problem: str, *, small: bool, out_dir: str, toleran
                         limits=None if limit_s is None else Limits(wall_s=min(600.0, float(limit_s))),
                         tf32_baseline=dtype == "fp32", **({"precision": dtype} if dtype != "fp32" else {}))
     except Exception as exc:  # noqa: BLE001
-        return {"compile_s": None, "ref_s": None, "note": f"{type(exc).__name__}: {exc}"[:300],
-                "wall_s": round(time.monotonic() - t0, 2)}
+        return {"compile_s": None, "cut_by_deadline": False, "ref_s": None,
+                "note": f"{type(exc).__name__}: {exc}"[:300], "wall_s": round(time.monotonic() - t0, 2)}
     t = (h.get("candidate_time") or {}).get("seconds") if h.get("correct") else None
     from formloop.optimize.attempt import CUT_S, folded
     cut = limit_s is not None and limit_s < CUT_S and h.get("verdict") == "timed-out"
