@@ -140,19 +140,26 @@ def test_pool_model_prices_l1_lines_and_program_slots():
     assert tnew["waves"] * 1.9 < one["waves"] and tnew["cost"] < one["cost"] < old["cost"] < wide["cost"]
 
 
-def test_argmax_model_prices_the_unpipelined_walk():
+def test_argmax_model_prices_the_unpipelined_walk_and_a_warps_run():
     """Every design's loop waits one DRAM round trip per step (no async copies in the sm_90 TTGIR): the latency
-    term is steps x waves (the same product for every tile of 16 elements per thread), so the width RP no longer
-    buys a run length the H200 did not show (16x32x1 2973 µs, 32x128x8 2939). The BC = 16 tiles with W >= 2 (warps
-    all along the columns) carry the measured 2.3x factor; the pick avoids them."""
+    term is steps x waves. More warps across a tile do not lengthen a warp's 128-B run (16x32x1 2973 µs, 32x128x8
+    2939); one warp over 64 columns does (256-B runs: 16x64x1 2242 µs against 16x32x1 2402, fp32, and 1722 against
+    1737 in bf16, benchmarks/colreduce_variants.py, 2026-12-02) and is the pick for both dtypes. The BC = 16 tiles
+    with W >= 2 (warps all along the columns) carry the measured 2.3x factor, BC = 32 ones not (32x128x4 2441)."""
     wl = vecops.workload(*ARGMAX)
     new = vecops.solved_design("colreduce", *ARGMAX)
-    assert not (new["RP"] >= 32 * new["W"] and new["W"] >= 2)
-    slow = _terms("colreduce", wl, _design(16, 512, 16))   # the previous pick, measured 6850 µs
+    r, d1, nbytes = ARGMAX
+    new16 = vecops.solved_design("colreduce", r, d1, nbytes // 2 + r * 4, elem=2)
+    assert (new["BC"], new["RP"], new["W"]) == (16, 64, 1) == (new16["BC"], new16["RP"], new16["W"])
+    slow = _terms("colreduce", wl, _design(16, 512, 16))   # the 2026-12-01 pick, measured 6850 µs
     fast = _terms("colreduce", wl, _design(32, 128, 8))    # measured 2939 µs
+    one = _terms("colreduce", wl, _design(16, 32, 1))
     tnew = _terms("colreduce", wl, new)
     assert slow["T_comp_us"] > 2 * fast["T_comp_us"] and tnew["cost"] < slow["cost"] / 1.5
-    assert tnew["T_mem_us"] == pytest.approx(fast["T_mem_us"], rel=0.02)   # 128-B warp runs either way
+    assert one["T_mem_us"] == pytest.approx(fast["T_mem_us"], rel=0.08)   # 128-B warp runs either way (the SM fill differs)
+    assert tnew["T_mem_us"] < one["T_mem_us"] / 1.1
+    wide32 = _terms("colreduce", wl, _design(32, 128, 4))
+    assert wide32["T_comp_us"] < 1.2 * _terms("colreduce", wl, _design(32, 32, 1))["T_comp_us"]
 
 
 # measured 2026-12-01 on the H200, benchmarks/vector_ops.py --set --menu (CUDA graph µs, fp32; the JSON of that run:
@@ -164,6 +171,10 @@ POOL_MEASURED = {(64, 128, 16, 0): 483.8, (64, 1, 1, 1): 140.9, (64, 2, 2, 1): 1
 ARGMAX_MEASURED = {(16, 128, 4): 6882, (16, 512, 16): 6850, (16, 256, 8): 6885, (32, 256, 16): 3467,
                    (32, 128, 8): 2939, (128, 64, 16): 3049, (16, 64, 2): 6902, (128, 32, 8): 3334,
                    (256, 32, 16): 4759, (16, 32, 1): 2973}
+# measured 2026-12-02 on the H200, benchmarks/colreduce_variants.py (CUDA graph µs, fp32, the library's loop; another
+# process than the table above, whose 16x32x1 ran 2973 there, 2402 here)
+ARGMAX_MEASURED_2 = {(16, 32, 1): 2402.5, (32, 32, 1): 2533.0, (16, 64, 1): 2242.3, (16, 64, 2): 6397.8,
+                     (32, 64, 2): 2491.2, (32, 128, 4): 2440.7}
 
 
 def _ranks(v):
@@ -179,11 +190,15 @@ def _spearman(a, b):
     return num / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
 
 
-@pytest.mark.parametrize("kind,wl,measured", [("gather", POOL, POOL_MEASURED), ("colreduce", ARGMAX, ARGMAX_MEASURED)])
-def test_model_ranks_the_measured_best_designs_ahead_of_the_measured_slow(kind, wl, measured):
+@pytest.mark.parametrize("kind,wl,measured,rho,pick_in_table", [
+    ("gather", POOL, POOL_MEASURED, 0.75, True), ("colreduce", ARGMAX, ARGMAX_MEASURED, 0.75, False),
+    ("colreduce", ARGMAX, ARGMAX_MEASURED_2, None, True)])
+def test_model_ranks_the_measured_best_designs_ahead_of_the_measured_slow(kind, wl, measured, rho, pick_in_table):
     """The designs measured within 5 % of the best cost less in the model than every design measured 1.3x the best or
-    slower; the rank correlation of model and measurement over the whole table is >= 0.75 (it was 0.48 for the
-    pool and -0.38 for argmax before the L1 lines, program waves, issue rate and the unpipelined walk were priced)."""
+    slower; the rank correlation of model and measurement over the whole table is >= `rho` (it was 0.48 for the
+    pool and -0.38 for argmax before the L1 lines, program waves, issue rate and the unpipelined walk were priced);
+    the MILP's pick is measured within 10 % of the table's best. The second argmax table's middle designs lie within
+    5 % of each other, the model's within 0.6 %: no rank floor there, only the fast/slow order and the pick."""
     w = vecops.workload(*wl)
     model = {k: _terms(kind, w, _design(*k))["cost"] for k in measured}
     best = min(measured.values())
@@ -191,7 +206,10 @@ def test_model_ranks_the_measured_best_designs_ahead_of_the_measured_slow(kind, 
     slow = [model[k] for k, v in measured.items() if v >= 1.3 * best]
     assert fast and slow and max(fast) < min(slow)
     keys = list(measured)
-    assert _spearman([model[k] for k in keys], [measured[k] for k in keys]) >= 0.75
+    if rho is not None:
+        assert _spearman([model[k] for k in keys], [measured[k] for k in keys]) >= rho
+    if not pick_in_table:
+        return
     pick = vecops.solved_design(kind, *wl[:3], "h200", *wl[3:])
     key = tuple(pick[k] for k in ("BC", "RP", "W", "GL")[:len(next(iter(measured)))])
     assert measured.get(key, float("inf")) <= 1.1 * best

@@ -53,7 +53,9 @@ FILLED = ("norm-stats", "norm-apply", "colreduce")
 # fp32 values a tile element keeps live per thread (with its addresses and temporaries): set so that the designs C1
 # admits compile without spills on sm_90 (tests/test_vecops_compile.py; the scan needs room for its tree; norm-apply
 # compiled to 168 registers at 32 elements per thread, 78 at 16).
-LIVE = {"norm-stats": 3, "norm-apply": 4.25, "scan": 12, "colreduce": 6, "gather": 8}
+# colreduce: sm_90 builds of its kernel hold 64 / 108-128 / 219-250 registers at 16 / 32 / 64 elements per thread,
+# no spills (fp32 and bf16, 1-4 warps; triton.compile + cuobjdump, 2026-12-02): 3 per element plus the 32 added.
+LIVE = {"norm-stats": 3, "norm-apply": 4.25, "scan": 12, "colreduce": 3, "gather": 8}
 US = 1e6
 RUN_OVERHEAD = 40  # bytes: the DRAM cost of starting a strided run, as bytes of streaming (colreduce, norms)
 # fp32 loads a gather thread keeps in flight before it must wait (sm_90 SASS of the 3x3 pool's per-tap kernel: a
@@ -80,7 +82,8 @@ INSTR = {"gather": (76, 10, 0, 19), "colreduce": (0, 14, 0, 14)}   # per warp, p
 # identical, 16 loads per step; same resident warps): 16x64x2 6902 µs, 16x128x4 6882, 16x256x8 6885, 16x512x16
 # 6850 against 16x32x1 2973 and 32x128x8 2939 (argmax over dim 1 of [128, 4096, 4095], measured 2026-12-01 on the
 # H200, benchmarks/vector_ops.py --set --menu). The cause is not found (no pipelining, no barrier, int64 addresses
-# in all): an empirical factor on the loop's per-step latency, fitted to those rows.
+# in all): an empirical factor on the loop's per-step latency, fitted to those rows. Only at BC 16: 32x64x2 2491 µs
+# and 32x128x4 2441 against 16x64x2 6398 (benchmarks/colreduce_variants.py, 2026-12-02; a split-D1 loop likewise).
 COL_SLOW = 2.3
 LIVE_ROWS = 18  # a window-row gather's live registers per output element (sm_90: 4 outputs/thread 67, 8 -> 168)
 PARTIAL_BYTES = 24  # a norm-stats row chunk's (count, mean, M2) fp32, written once and read back by the combine
@@ -111,6 +114,13 @@ def _log2(d):
     return out
 
 
+def _col_run():
+    """colreduce: the contiguous bytes a warp reads of each reduced row. Triton spreads a tile row's RP columns
+    over min(W, RP/32) warps (32 lanes each, more columns per lane where the warp has them): RP/W columns when all
+    warps lie along the row, else 32 (or RP, fewer than a warp's lanes)."""
+    return where(RP >= 32 * W, RP / W, minimum(RP, 32)) * Eb
+
+
 def _terms(kind: str):
     threads = 32 * W
     per_thread = ceildiv(RP * BC, threads)
@@ -126,11 +136,11 @@ def _terms(kind: str):
     # reads 4 input elements per output: 20 B), the streaming kinds an element (E: 4 B fp32, 2 B bf16)
     pull = active * RP * BC * (Bt / (R * C) if kind == "gather" else Eb) / lat_m
     # every tile row is its own DRAM stream: a norm reads BC·E contiguous bytes of each of its RP rows per step,
-    # colreduce a warp's 32 lanes (min(RP, 32)·E bytes) of each reduced row, D2·E apart (the tile's width does not
-    # lengthen the run: 16x32x1 measured 2973 µs, 32x128x8 2939, 128x32x8 3334, 128x64x16 3049 on the H200,
-    # 2026-12-01). DRAM delivers a run at run / (run + RUN_OVERHEAD) of the streaming rate (prior: colreduce's
-    # 128 B runs measured 0.60 of the datasheet bandwidth on the H200, contiguous streams ~0.78)
-    run = {"colreduce": minimum(RP, 32) * Eb, "norm-stats": BC * Eb, "norm-apply": BC * Eb}.get(kind)
+    # colreduce a warp's run of each reduced row (_col_run), D2·E apart (more warps across the tile do not lengthen
+    # it: 16x32x1 measured 2973 µs, 32x128x8 2939 on the H200, 2026-12-01; one warp over 64 columns does: 16x64x1
+    # 2242 against 16x32x1 2402, 2026-12-02). DRAM delivers a run at run / (run + RUN_OVERHEAD) of the streaming
+    # rate (prior: colreduce's 128 B runs measured 0.60 of the datasheet bandwidth on the H200, contiguous ~0.78)
+    run = {"colreduce": _col_run(), "norm-stats": BC * Eb, "norm-apply": BC * Eb}.get(kind)
     run_eff = run / (run + RUN_OVERHEAD) if run is not None else 1
     rate = bw * eta_bw * run_eff
     T_mem = (Bt + (R * SPLIT * PARTIAL_BYTES if kind == "norm-stats" else 0)) / minimum(rate, pull) * US
@@ -150,7 +160,7 @@ def _terms(kind: str):
         # step waits one DRAM round trip; warps all along the columns measured COL_SLOW times longer per step
         # and a program retires with its slowest warp: the W warps' walks drift apart, priced (a prior) one more
         # round trip per doubling of W (a 16-warp program 4: 256x32x16 measured 4759 µs, 128x32x8 3334, 16x32x1 2973)
-        rounds = steps * where((RP >= 32 * W) & (W >= 2), COL_SLOW, 1) + _log2(W)
+        rounds = steps * where((RP >= 32 * W) & (W >= 2) & BC.eq(16), COL_SLOW, 1) + _log2(W)
     # the SM's issue rate: every warp runs the tile's straight-line code, per warp and per loaded element of its tile
     # (padding included; gathers and colreduce)
     if kind in INSTR:
