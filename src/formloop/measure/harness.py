@@ -153,8 +153,10 @@ def _sol(s: Session, result: HarnessResult, chip: str | None, dtype: str | None,
 def check_set(s: Session, index: int, label: str = "") -> tuple[Comparison, list[dict[str, Any]]]:
     """One correctness check on fresh input set `index`: (comparison, mutated inputs)."""
     inputs = s.inputs(s.set_seed(index))
+    _drained()   # each step's queued GPU work is charged to that step (the sandbox times steps by their messages)
     ref, truth = s.reference(inputs)      # the reference's output stays alive: no freed-buffer reuse
     mine = clone_all(inputs)
+    _drained()
     prefix = f"{label}: " if label else ""
     try:
         out = s.call(mine)
@@ -162,10 +164,16 @@ def check_set(s: Session, index: int, label: str = "") -> tuple[Comparison, list
         raise  # the run is out of memory, not the candidate merely wrong: the sandbox names it
     except Exception as exc:
         return Comparison(False, f"{prefix}candidate raised {type(exc).__name__}: {exc}"), []
+    phase("problem", "comparison with the reference and its float64 truth (a blocked truth runs here)")
     cmp = s.compare(out, ref, truth)
     if prefix and not cmp.ok:
         cmp = Comparison(**{**cmp.as_dict(), "reason": prefix + cmp.reason})
     return cmp, changed_inputs(inputs, mine)
+
+
+def _drained() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _set_bytes(values: Any) -> int:
