@@ -196,3 +196,24 @@ def test_the_sandboxed_harness_reports_where_its_time_went():
     steps = h["step_seconds"]   # the untrusted code's share of a correctness set: the reference and the candidate
     assert {"harness: correctness, input set 0 > problem: reference forward",
             "harness: correctness, input set 0 > candidate: forward"} <= set(steps)
+
+
+def test_the_compiler_is_preloaded_only_where_a_fork_keeps_cuda_usable(monkeypatch):
+    """torch.compile's modules join the forkserver's imports only with a GPU, Triton compiling (not interpreting)
+    and torch's NVML device check on (set when unset): without it their device check initializes the CUDA driver in
+    the forkserver and no forked child can use CUDA (measured on the H200)."""
+    import torch
+
+    from formloop.measure import sandbox
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv(sandbox.NVML_CHECK, raising=False)
+    assert sandbox.preload() == sandbox.PRELOAD + sandbox.GPU_PRELOAD and os.environ[sandbox.NVML_CHECK] == "1"
+    monkeypatch.setenv(sandbox.NVML_CHECK, "0")       # the user's own choice is kept: then no compiler preload
+    assert sandbox.preload() == sandbox.PRELOAD
+    monkeypatch.setenv(sandbox.NVML_CHECK, "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")       # a CPU child imports triton after setting this itself
+    assert sandbox.preload() == sandbox.PRELOAD
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert sandbox.preload() == sandbox.PRELOAD

@@ -19,8 +19,8 @@ abrupt end names the code that was running ('candidate: forward', 'problem: get_
 Limits: wall clock always; memory as the child's resident set, polled by the parent, plus an
 address-space rlimit when the child will not use CUDA (CUDA reserves far more virtual memory than it
 uses, so the rlimit is unusable with a GPU). The child owns its CUDA context; the parent never
-initializes one. Children fork from a forkserver that has already imported torch and formloop, so a
-run starts in well under a second after the first.
+initializes one. Children fork from a forkserver that has already imported torch and formloop (and, with a
+GPU, torch.compile: `preload`), so a run starts in well under a second after the first.
 
 Not defended: untrusted code that deliberately forges the result message from inside the child (it
 shares the child's memory with the checker); that needs the checker and the candidate in different
@@ -45,9 +45,16 @@ from typing import Any
 from formloop.errors import FormloopError, InvalidInput, StructureError
 
 START_METHODS = ("forkserver", "spawn")
-# Not torch._dynamo or torch._inductor: they import triton, which a CPU child must import after it has set
-# TRITON_INTERPRET, and preloaded on the H200 (2026-12-02) every child then failed in its first CUDA call
 PRELOAD = ["torch", "formloop.measure.jobs"]
+# With a GPU (and Triton not interpreting: the compiler imports triton, which a CPU child must import after it has
+# set TRITON_INTERPRET), torch.compile's front and back ends too: a torch.compile baseline's child then starts
+# compiling at once instead of after ~8 s of imports and construction. Only with torch's NVML device check: the
+# compiler's imports ask torch.cuda.is_available(), which otherwise initializes the CUDA driver in the forkserver,
+# and every forked child then fails its first CUDA call (benchmarks/compile_child_probe.py on the H200, 2026-12-02:
+# 'Cannot re-initialize CUDA in forked subprocess' without the check; with it a warm torch.compile child ran
+# 1.6 s instead of 9.5-10.2).
+GPU_PRELOAD = ["torch._dynamo", "torch._inductor.compile_fx"]
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 _CHANNEL: Any = None
 _CONTEXTS: dict[str, Any] = {}
 
@@ -191,9 +198,21 @@ def _context(method: str) -> Any:
     if method not in _CONTEXTS:
         ctx = multiprocessing.get_context(method)
         if method == "forkserver":
-            ctx.set_forkserver_preload(PRELOAD)
+            ctx.set_forkserver_preload(preload())
         _CONTEXTS[method] = ctx
     return _CONTEXTS[method]
+
+
+def preload() -> list[str]:
+    """The forkserver's imports: PRELOAD, plus GPU_PRELOAD where a GPU runs compiled Triton and torch checks
+    devices through NVML (set here unless the environment already says otherwise; the forkserver inherits it)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return list(PRELOAD)
+    os.environ.setdefault(NVML_CHECK, "1")
+    import torch
+    if os.environ[NVML_CHECK] != "1" or not torch.cuda.is_available():
+        return list(PRELOAD)
+    return PRELOAD + GPU_PRELOAD
 
 
 def _kill(proc: Any) -> None:
