@@ -3,6 +3,7 @@ campaigns kept apart), the bf16 variant's cast rule, the hand-drawn fast_p SVG, 
 totals, and bad input. Fast: no kernel runs here (test_optimize_e2e and test_optimize_ray run them)."""
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -293,8 +294,14 @@ def test_compile_only_baselines_every_problem_warm_first_and_resumes(tmp_path, m
     calls = {"bootstrap": [], "measure": []}
     _fake_steps(monkeypatch, calls)
     boot = steps.bootstrap
-    monkeypatch.setattr(steps, "bootstrap", lambda path, **kw: {**boot(path, **kw), **(
-        {"status": "reference", "reason": "no region"} if "ref" in path else {})})
+    for k in ("TORCHINDUCTOR_COMPILE_THREADS", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.delenv(k, raising=False)   # restored after the test: optimize sets them for the whole process
+    seen = []
+
+    def booted(path, **kw):   # the compile environment is in place before the first child (the forkserver's imports)
+        seen.append(os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"))
+        return {**boot(path, **kw), **({"status": "reference", "reason": "no region"} if "ref" in path else {})}
+    monkeypatch.setattr(steps, "bootstrap", booted)
     clock = {"t": 1000.0}
     monkeypatch.setattr(_time, "monotonic", lambda: clock["t"])
     log = []
@@ -314,7 +321,7 @@ def test_compile_only_baselines_every_problem_warm_first_and_resumes(tmp_path, m
     kw = dict(out=str(tmp_path / "out"), budget=2, small=True, tier="interpreter", workers=1, progress=False,
               store=str(tmp_path / "pop.db"), compile_only=True, deadline_s=250.0)
     report = api.optimize([str(probs)], **kw)
-    assert calls["measure"] == []                                      # no attempt in --compile-only
+    assert calls["measure"] == [] and seen == ["1"] * 4                # no attempt in --compile-only
     assert [k for k, _ in log] == ["warm"] * 4 + ["time"] * 3          # all warm before any timing
     assert report["summary"]["compile_baselines"] == {"measured": 3, "failed": 0, "not_measured": 1}
     log.clear()

@@ -53,6 +53,8 @@ PRELOAD = ["torch", "formloop.measure.jobs"]
 # and every forked child then fails its first CUDA call (benchmarks/compile_child_probe.py on the H200, 2026-12-02:
 # 'Cannot re-initialize CUDA in forked subprocess' without the check; with it a warm torch.compile child ran
 # 1.6 s instead of 9.5-10.2).
+# Inductor reads some settings from the environment once, at import (its compile threads, the FX graph cache):
+# with the preload that import is the forkserver's, so a caller sets them before its first child.
 GPU_PRELOAD = ["torch._dynamo", "torch._inductor.compile_fx"]
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 _CHANNEL: Any = None

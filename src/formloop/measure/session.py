@@ -296,6 +296,7 @@ class Session:
                     out = self.cand_fn(*inputs)
             else:
                 out = self.cand_fn(*inputs)
+        phase("candidate", "threads and streams it left running, awaited (and its queued GPU work)")
         settle(before)
         return out
 

@@ -142,6 +142,9 @@ def optimize(paths: Sequence[str | Path], settings: Settings, *, progress: bool 
     out.mkdir(parents=True, exist_ok=True)
     if settings.dtype not in steps.DTYPES:
         raise InvalidInput("dtype", settings.dtype, steps.DTYPES)
+    if _wants_compile(settings, tier):   # before the first child: the sandbox's forkserver imports Inductor, which
+        # reads its compile threads and caches from the environment once, at import (formloop.measure.sandbox)
+        os.environ.update(compile_phase.compile_env(out / compile_phase.CACHE))
     store = OptimizeStore(settings.store, settings.campaign)
     try:
         pool = make_engine(settings.ray, tier=tier, workers=settings.workers)
@@ -178,18 +181,23 @@ def _campaign(files, settings: Settings, tier: str, store: OptimizeStore, pool, 
     """Attempt rounds until nothing is eligible (or the deadline), then the torch.compile baselines
     (formloop.optimize.compile_phase) where wanted; `compile_only` runs the baselines alone."""
     by_name = {f.stem: f for f in files}
-    want_compile = settings.compile_baseline if settings.compile_baseline is not None else tier == "gpu"
     while not settings.compile_only:
         if deadline is not None and time.monotonic() > deadline:
             bar.step("deadline reached: stopping here (call again to resume)", advance=0)
             return None
         if not _round(by_name, settings, tier, store, pool, pfile, bar, on_event, deadline):
             break
-    if not (want_compile or settings.compile_only):
+    if not _wants_compile(settings, tier):
         return None
     return compile_phase.run_phase(by_name, settings=settings, tier=tier, store=store, pool=pool, pfile=pfile,
                                    bar=bar, deadline=deadline, dtype_of=lambda n: _dtype(store, n),
                                    limit_of=_limit)
+
+
+def _wants_compile(settings: Settings, tier: str) -> bool:
+    """Whether this call runs the torch.compile baselines (by default on the GPU tier; --compile-only always)."""
+    want = settings.compile_baseline if settings.compile_baseline is not None else tier == "gpu"
+    return bool(want or settings.compile_only)
 
 
 def _limit(deadline: float | None) -> float | None:
