@@ -443,3 +443,17 @@ def test_a_baseline_whose_harness_raises_is_a_recorded_failure(monkeypatch, tmp_
     monkeypatch.setattr(jobs, "run_harness", boom)
     c = compile_phase.time_baseline("p.py", "p.py", small=True, out_dir=str(tmp_path), tolerance="kernelbench")
     assert c["compile_s"] is None and c["cut_by_deadline"] is False and "the harness broke" in c["note"]
+
+
+def test_an_incorrect_attempt_names_the_check_it_failed():
+    """row_sum's attempt on the H200 read 'incorrect: harness check failed': every set passed and the timed
+    output missed the rule. The verdict names the check and its reason."""
+    from formloop.optimize.attempt import failed_check
+
+    ok = {"ok": True, "reason": ""}
+    assert failed_check({"sets": [ok, {"ok": False, "reason": "3 of 8 elements"}]}) == "input set 1: 3 of 8 elements"
+    assert failed_check({"sets": [ok], "mutated": [{"input": 0}]}).startswith("inputs changed by the candidate")
+    assert failed_check({"sets": [ok], "timed_output": {"ok": False, "reason": "output 0: 2 of 32768"}}) == \
+        "the timed output: output 0: 2 of 32768"
+    assert failed_check({"sets": [ok], "timed_output": ok, "after_timing": {"ok": False, "reason": "r"}}) == \
+        "the check after timing: r"

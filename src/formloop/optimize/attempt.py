@@ -324,12 +324,26 @@ def measure(problem: str, candidate: str, *, tier: str, tolerance: str, chip: st
                                              "protocol")}, "phase_seconds": phases, "stage_seconds": stages,
            "step_seconds": steps}
     if not row["correct"]:
-        reasons = [s.get("reason") for s in h.get("sets", []) if not s.get("ok")]
-        row["verdict"] = "incorrect: " + str(h.get("summary") or (reasons[0] if reasons else "harness check failed"))
+        row["verdict"] = "incorrect: " + str(h.get("summary") or failed_check(h))
         return {**row, "verdict": row["verdict"][:300]}
     if not integrity:
         return {**row, "verdict": "integrity not run", "accepted": False}
     return {**row, **integrity_outcome(v["integrity"] or {})}
+
+
+def failed_check(h: dict[str, Any]) -> str:
+    """The first check an incorrect harness result failed, with its reason: an input set, the input guard, the
+    timed output (the CUDA graph's last output), the check after timing."""
+    for k, c in enumerate(h.get("sets") or []):
+        if not c.get("ok"):
+            return f"input set {k}: {c.get('reason')}"
+    if h.get("mutated"):
+        return f"inputs changed by the candidate: {h['mutated'][0]}"
+    for key, what in (("timed_output", "the timed output"), ("after_timing", "the check after timing")):
+        c = h.get(key)
+        if c and not c.get("ok"):
+            return f"{what}: {c.get('reason')}"
+    return "a harness check failed (none named)"
 
 
 def integrity_outcome(r: dict[str, Any]) -> dict[str, Any]:
