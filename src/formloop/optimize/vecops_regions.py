@@ -168,9 +168,15 @@ def match_xent(node: fx.Node, cap: Captured, taken: set) -> Region | None:
     return _region("xent", node, {"x": x, "targets": t, "ignore_index": ignore, "rows": shape[0], "cols": shape[1]})
 
 
+# the decision attempts spread over: the tile's width along the contiguous side (colreduce: RP, the output columns
+# whose run a warp reads; the others: BC)
+SPREAD_AXIS = {"colreduce": "RP"}
+
+
 def _milp(kind: str, rows: int, cols: int, nbytes: int, taps: int = 1, row_taps: int = 0, elem: int = 4,
           attempt: int = 0) -> dict:
-    """The MILP's design (attempt 0), or attempt k's: the k-th tile width of the model's tie band."""
+    """The MILP's design (attempt 0), or attempt k's: the k-th tile width of the model's tie band (the MILP's
+    again where the band holds fewer)."""
     first = solved_design(kind, rows, cols, nbytes, "h200", taps, row_taps, elem=elem)
     if attempt < 1:
         return first
@@ -180,14 +186,23 @@ def _milp(kind: str, rows: int, cols: int, nbytes: int, taps: int = 1, row_taps:
     from formloop.solve.enumerate import spread_pick
 
     f = make(kind).formulate(workload(rows, cols, nbytes, taps, row_taps, elem), get_chip("h200"))
-    return spread_pick(f, first, attempt, axis="BC", band=TIE_BAND)
+    return spread_pick(f, first, attempt, axis=SPREAD_AXIS.get(kind, "BC"), band=TIE_BAND)
 
 
 def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str, Any]:
+    """Attempt 0: the MILP's designs. Attempt k: the k-th tile widths of the model's tie band; where the band holds
+    no other width they are attempt 0's, labelled alike, so that the engine records a repeat (unmeasured)."""
+    d = _designs(region, tier, attempt)
+    if tier != "gpu":
+        region.notes.append("interpreter tier: coarse tiles instead of the MILP's (correctness only)")
+    elif attempt >= 1 and d != _designs(region, tier, 0):
+        d["solver"] = f"enumeration: attempt {attempt}'s tile widths among the model's ties (the MILP's where fewer)"
+    return d
+
+
+def _designs(region: Region, tier: str, attempt: int) -> dict[str, Any]:
     p, kind = region.params, region.kind.removeprefix("vecops-")
-    d: dict[str, Any] = {"solver": "milp (HiGHS)" if attempt < 1 else
-                         f"enumeration: attempt {attempt}'s tile widths among the model's ties (the MILP's where "
-                         "fewer)"}
+    d: dict[str, Any] = {"solver": "milp (HiGHS)"}
     e = p.get("elem", 4)
     if kind == "norm":
         d["stats"] = _milp("norm-stats", p["rows"], p["cols"], p["numel"] * e, elem=e, attempt=attempt)
@@ -210,7 +225,6 @@ def choose(region: Region, *, tier: str, attempt: int = 0, **_: Any) -> dict[str
                 d[key] = {**d[key], "BC": bc, "RP": max(1, min(_pow2(p["rows"]), 4096 // bc, 64)), "W": 4,
                           **({"SPLIT": 2} if "SPLIT" in d[key] and key != "config" else {})}
         d["solver"] = "interpreter tile"
-        region.notes.append("interpreter tier: coarse tiles instead of the MILP's (correctness only)")
     return d
 
 
