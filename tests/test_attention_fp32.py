@@ -117,6 +117,19 @@ def test_milp_instance_fits_the_chip_for_fp32():
     assert "outside the prefill template" in dec["source"]
 
 
+def test_an_attempt_whose_pinned_tile_breaks_a_wall_takes_the_next_feasible_tile():
+    """attention_causal (d 128, tf32x3): attempt 3 pins 128x128, which the shared-memory wall rules out (measured on
+    the H200: 'no instance'); it takes the next tile, 128x32, inside the wall. Each attempt's tile is the one named."""
+    shape = (16, 32, 32, 2048, 2048, 128, True)
+    tiles = {k: choose_config(*shape, "tf32x3", attempt=k) for k in range(5)}
+    got = {k: (t["config"]["Br"], t["config"]["Bc"]) for k, t in tiles.items()}
+    assert got[1] == (128, 64) and got[2] == (64, 32) and got[3] == (128, 32) == got[4]
+    for t in tiles.values():
+        c = t["config"]
+        assert (c["Br"] + c["S"] * 2 * c["Bc"]) * 128 * 4 + 1024 <= 227 * 1024
+    assert "tile 128x32 pinned (attempt 3)" in tiles[3]["source"]
+
+
 EXPECT = {  # problem: (attention regions, causal, Hq // Hkv)
     "level1/attention_causal.py": (1, True, 1), "level1/attention_decode_gqa.py": (1, False, 4),
     "level1/attention_gqa_causal.py": (1, True, 4), "level1/attention_prefill.py": (1, False, 1),

@@ -38,7 +38,7 @@ MAX_SIGMA = 6.0
 # Decode / cross-length menu: (Br, Bc, W, S), tried by attempt.
 SMALL_MENU = ({"Br": 16, "Bc": 64, "W": 4, "S": 3}, {"Br": 16, "Bc": 128, "W": 4, "S": 2},
               {"Br": 32, "Bc": 64, "W": 4, "S": 3})
-ALT_TILES = ((64, 64), (128, 64), (64, 32), (128, 128), (32, 32))
+ALT_TILES = ((64, 64), (128, 64), (64, 32), (128, 128), (128, 32), (32, 32))
 INTERPRETER = {"Br": 32, "Bc": 16, "W": 4, "S": 1}   # small tiles: several tiles and tails at SMALL sizes
 
 
@@ -106,10 +106,16 @@ def choose_config(B: int, Hq: int, Hkv: int, Lq: int, Lk: int, D: int, causal: b
 
     a, cost = solve(None)
     pinned = ""
-    if attempt:   # attempt k: the k-th other tile of ALT_TILES pinned, the MILP solves the rest
+    if attempt:   # attempt k: the k-th other tile of ALT_TILES pinned (the next feasible one), the MILP the rest
         others = [x for x in ALT_TILES if x != (a["Br"], a["Bc"])]
-        a, cost = solve(others[(attempt - 1) % len(others)])
-        pinned = f", tile {a['Br']}x{a['Bc']} pinned (attempt {attempt})"
+        pinned = f", no other tile feasible (attempt {attempt})"
+        for k in range(len(others)):
+            try:
+                a, cost = solve(others[(attempt - 1 + k) % len(others)])
+            except ValueError:   # the pinned tile breaks a wall for this shape (e.g. 128x128 fp32 at d 128)
+                continue
+            pinned = f", tile {a['Br']}x{a['Bc']} pinned (attempt {attempt})"
+            break
     cfg = {"Br": a["Br"], "Bc": a["Bc"], "W": a["W"], "S": a["S"]}
     return {"config": cfg, "source": f"attention-prefill MILP rebound to fp32 storage, {precision} rate, TM=0{pinned}",
             "predicted_us": cost, "template_hash": t.content_hash}
