@@ -164,7 +164,7 @@ def check_set(s: Session, index: int, label: str = "") -> tuple[Comparison, list
         raise  # the run is out of memory, not the candidate merely wrong: the sandbox names it
     except Exception as exc:
         return Comparison(False, f"{prefix}candidate raised {type(exc).__name__}: {exc}"), []
-    phase("problem", "comparison with the reference and its float64 truth (a blocked truth runs here)")
+    phase("problem", "comparison with the reference and its double-precision truth (a blocked truth runs here)")
     cmp = s.compare(out, ref, truth)
     if prefix and not cmp.ok:
         cmp = Comparison(**{**cmp.as_dict(), "reason": prefix + cmp.reason})
