@@ -265,7 +265,7 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                     break
                 if kind == "phase":
                     who, what = payload
-                    step_since = _close_stage(steps, f"{stage or 'start'} > {step}" if step else stage, step_since)
+                    step_since = _close_stage(steps, _step_key(stage, step), step_since)
                     if who in ("problem", "candidate"):
                         step = f"{who}: {what}"[:200]
                     else:
@@ -294,7 +294,7 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
         _kill(proc)  # whatever the untrusted code left running in its group
     seconds = time.monotonic() - t0
     _close_stage(stages, stage, since)
-    _close_stage(steps, f"{stage or 'start'} > {step}" if step else stage, step_since)
+    _close_stage(steps, _step_key(stage, step), step_since)
     base = {"stage": stage, "step": step, "seconds": seconds, "exitcode": proc.exitcode, "stage_seconds": stages,
             "step_seconds": steps}
     if status is not None:
@@ -316,6 +316,11 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                             **{**base, "exitcode": payload["code"]})
     return ChildOutcome(RunStatus.CRASHED, message=payload.get("message", ""), error=payload,
                         **{**base, "exitcode": None})  # the child reported the crash and left cleanly
+
+
+def _step_key(stage: str, step: str) -> str:
+    """Where step seconds go: 'stage > step' while untrusted code runs in a stage, else the stage itself."""
+    return f"{stage or 'start'} > {step}" if step else stage
 
 
 def _close_stage(stages: dict[str, float], stage: str, since: float) -> float:

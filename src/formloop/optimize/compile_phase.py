@@ -141,9 +141,7 @@ def run_phase(by_name: dict[str, Path], *, settings, tier: str, store, pool, pfi
         return done
     if deadline is not None:   # a warm cache does not outlive the call: warm only what can be timed in it
         names = names[:max(settings.workers, int((deadline - time.monotonic()) / TIME_EST_S))]
-    cache = Path(settings.out) / CACHE
-    env = compile_env(cache)
-    os.environ.update(env)   # the sandboxed timing children take the driver's environment
+    env = compile_env(Path(settings.out) / CACHE)   # already the driver's (engine.optimize, before any child)
     t0 = time.monotonic()
     futures = {n: pool.submit_warm(warm_compile, str(by_name[n]), pfile[n], small=settings.small,
                                    out_dir=str(settings.out), tier=tier, dtype=dtype_of(n),
