@@ -3,6 +3,7 @@ colreduce kernel against two loop structures it does not have yet, and torch.arg
 
     PYTHONPATH=src python3 benchmarks/colreduce_variants.py --out DIR          # H200, about 1-2 minutes
     PYTHONPATH=src python3 benchmarks/colreduce_variants.py --dry-run --out D  # CPU: interpreter, tiny sizes
+    PYTHONPATH=src python3 benchmarks/colreduce_variants.py --registers        # any machine: sm_90 builds
 
 Variants (each a program per (batch, RP contiguous output columns), walking D1 BC rows at a time):
   lib    formloop.library.vecops_kernel.col_argreduce (one tile in flight per step);
@@ -11,7 +12,9 @@ Variants (each a program per (batch, RP contiguous output columns), walking D1 B
          then a combine kernel (earlier chunk wins ties: torch's first index).
 Every design is checked first (indices equal to torch.argmax on a fresh input; the output poisoned with
 -1), then timed by formloop.measure.timer, CUDA graph and eager, beside torch.argmax in the same run.
-Ratio = torch's graph time / the design's graph time. Writes DIR/colreduce_variants.json."""
+Ratio = torch's graph time / the design's graph time. Writes DIR/colreduce_variants.json.
+--registers compiles the library kernel for sm_90 (Triton's compiler and the wheel's ptxas and cuobjdump, no GPU
+needed) at the designs of REG_DESIGNS and prints each build's registers per thread and stack bytes (spills)."""
 from __future__ import annotations
 
 import argparse
@@ -33,16 +36,26 @@ from formloop.library.vecops_kernel import col_argreduce  # noqa: E402
 
 LIB = [(16, 32, 1), (8, 32, 1), (32, 32, 1), (16, 64, 1), (16, 64, 2), (32, 64, 2), (32, 128, 4)]
 PF = [(16, 32, 1), (8, 32, 1), (32, 32, 1), (16, 64, 1), (16, 64, 2), (8, 64, 2), (32, 128, 4), (16, 128, 4)]
+REG_DESIGNS = [(16, 32, 1), (16, 64, 1), (32, 32, 1), (32, 64, 2), (32, 128, 4), (16, 128, 1), (8, 128, 1),
+               (32, 64, 1), (16, 256, 2), (64, 32, 1)]
 SPLIT = [(16, 32, 1, 2), (16, 32, 1, 4), (16, 64, 2, 4), (16, 128, 4, 4), (16, 128, 4, 8), (32, 128, 4, 8),
          (16, 256, 8, 8)]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
     ap.add_argument("--dry-run", action="store_true", help="Triton interpreter, tiny sizes, correctness only")
     ap.add_argument("--dtype", action="append", default=[], choices=("fp32", "bf16"))
+    ap.add_argument("--registers", action="store_true", help="sm_90 builds' registers and spills, then stop")
     args = ap.parse_args(argv)
+    if args.registers:
+        for dtype in args.dtype or ["fp32", "bf16"]:
+            for d in REG_DESIGNS:
+                regs, stack = sm90_registers(d, dtype)
+                print(f"{dtype} {d[0]}x{d[1]}x{d[2]}: {regs} registers per thread, stack {stack} B "
+                      f"({d[0] * d[1] // (32 * d[2])} elements per thread)")
+        return 0
     dev = "cuda" if torch.cuda.is_available() and not args.dry_run else "cpu"
     B, D1, D2 = (2, 70, 37) if dev == "cpu" else (128, 4096, 4095)
     designs = [("lib", d, argmax_lib) for d in LIB] + [("pf", d, argmax_pf) for d in PF] + \
@@ -95,6 +108,31 @@ def _time(call, dev):
     for mode in ("graph", "eager"):
         out[f"{mode}_us"] = time_launches(lambda i: call(), 1, device=dev, mode=mode).timing.seconds * 1e6
     return out
+
+
+def sm90_registers(design, dtype: str) -> tuple[int, int]:
+    """(registers per thread, stack bytes) of the library's colreduce kernel built for sm_90 at (BC, RP, W)."""
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from formloop.library.vecops_kernel import _colarg_kernel
+
+    bc, rp, w = design
+    sig = {"x_ptr": {"fp32": "*fp32", "bf16": "*bf16"}[dtype], "y_ptr": "*i64", "D1": "i32", "D2": "i32",
+           "MIN": "constexpr", "BC": "constexpr", "RP": "constexpr"}
+    k = triton.compile(ASTSource(_colarg_kernel, sig, {"MIN": False, "BC": bc, "RP": rp}),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": w, "num_stages": 3})
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        dump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+        text = subprocess.run([dump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    regs, stack = re.search(r"REG:(\d+).*?STACK:(\d+)", text).groups()
+    return int(regs), int(stack)
 
 
 def argmax_lib(x, d, poison=False):

@@ -54,7 +54,7 @@ FILLED = ("norm-stats", "norm-apply", "colreduce")
 # admits compile without spills on sm_90 (tests/test_vecops_compile.py; the scan needs room for its tree; norm-apply
 # compiled to 168 registers at 32 elements per thread, 78 at 16).
 # colreduce: sm_90 builds of its kernel hold 64 / 108-128 / 219-250 registers at 16 / 32 / 64 elements per thread,
-# no spills (fp32 and bf16, 1-4 warps; triton.compile + cuobjdump, 2026-12-02): 3 per element plus the 32 added.
+# no spills (fp32 and bf16, 1-4 warps; benchmarks/colreduce_variants.py --registers): 3 per element plus the 32 added.
 LIVE = {"norm-stats": 3, "norm-apply": 4.25, "scan": 12, "colreduce": 3, "gather": 8}
 US = 1e6
 RUN_OVERHEAD = 40  # bytes: the DRAM cost of starting a strided run, as bytes of streaming (colreduce, norms)
