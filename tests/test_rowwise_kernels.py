@@ -142,4 +142,3 @@ def test_residual_updated_in_place(cfg):
     y, ro = RowwiseProgram("rmsnorm-residual", cfg)(x, weight=w, residual=buf, residual_out=buf)
     assert ro.data_ptr() == buf.data_ptr() and torch.equal(buf, want_r)
     assert torch.allclose(y.double(), want_y, atol=2e-5, rtol=2e-5)
-
