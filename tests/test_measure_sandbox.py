@@ -198,6 +198,54 @@ def test_the_sandboxed_harness_reports_where_its_time_went():
             "harness: correctness, input set 0 > candidate: forward"} <= set(steps)
 
 
+def _compiles_twice(cache_dir: str) -> int:
+    os.environ["TRITON_CACHE_DIR"] = cache_dir
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from formloop.library.vecops_kernel import _colarg_kernel
+    from formloop.measure import sandbox
+
+    sandbox._count_compiles()   # the GPU preload imports Triton before the child starts; here the test does
+    phase("candidate", "forward")
+    sig = {"x_ptr": "*fp32", "y_ptr": "*i64", "D1": "i32", "D2": "i32", "MIN": "constexpr", "BC": "constexpr",
+           "RP": "constexpr"}
+    for _ in range(2):   # the second is a cache hit: not a compile
+        triton.compile(ASTSource(_colarg_kernel, sig, {"MIN": False, "BC": 16, "RP": 32}),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 1, "num_stages": 2})
+    return 1
+
+
+def test_a_childs_triton_compiles_are_counted_in_the_step_they_ran_in(tmp_path):
+    """A Triton cache miss in a child adds its seconds under the step it ran in and counts one kernel; the
+    same kernel again (a cache hit) adds nothing (the compile is for sm_90, no GPU needed)."""
+    out = run_in_child(_compiles_twice, str(tmp_path / "triton"), limits=Limits(wall_s=120))
+    assert out.ok, out.message
+    assert out.step_seconds["count: Triton kernels compiled"] == 1
+    compiled = out.step_seconds["start > candidate: forward > of which Triton compiles"]
+    assert 0 < compiled <= out.step_seconds["start > candidate: forward"]
+
+
+def _compiles_with_inductor(cache_dir: str) -> int:
+    os.environ.update({"TORCHINDUCTOR_CACHE_DIR": cache_dir, "TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    import torch
+    torch.compile(lambda x: torch.relu(x) * 2)(torch.ones(8))
+    return 1
+
+
+def test_a_childs_inductor_cache_hits_and_misses_are_counted(tmp_path):
+    """The FX graph cache misses in the first child that compiles a function and hits in the second (same cache
+    directory): the counts the parent gets say so."""
+    first, second = (run_in_child(_compiles_with_inductor, str(tmp_path), limits=Limits(wall_s=300))
+                     for _ in range(2))
+    assert first.ok and second.ok, (first.message, second.message)
+    assert first.step_seconds.get("count: fxgraph_cache_miss") == 1 and "count: fxgraph_cache_hit" not in \
+        first.step_seconds
+    assert second.step_seconds.get("count: fxgraph_cache_hit") == 1 and "count: fxgraph_cache_miss" not in \
+        second.step_seconds
+
+
 def test_the_compiler_is_preloaded_only_where_a_fork_keeps_cuda_usable(monkeypatch):
     """torch.compile's modules join the forkserver's imports only with a GPU, Triton compiling (not interpreting)
     and torch's NVML device check on (set when unset): without it their device check initializes the CUDA driver in

@@ -97,7 +97,9 @@ class ChildOutcome:
     seconds: float = 0.0
     error: dict[str, Any] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)   # wall seconds per stage ('harness: timing')
-    # the same wall split further by the untrusted code that ran inside a stage, keyed 'stage > step'
+    # the same wall split further by the untrusted code that ran inside a stage, keyed 'stage > step'; on a GPU also
+    # 'stage > step > of which Triton compiles' (seconds of the kernels compiled there: Triton cache misses) and,
+    # under 'count: …', how many Triton kernels compiled and Inductor's FX graph / AOTAutograd cache hits and misses
     step_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -162,6 +164,7 @@ def _child(conn: Any, fn: Callable, args: tuple, kwargs: dict, env: dict, memory
     os.environ.update(env)
     _CHANNEL = conn
     faulthandler.enable()
+    _count_compiles()
     try:
         import torch
         cpu_only = not torch.cuda.is_available()
@@ -173,6 +176,7 @@ def _child(conn: Any, fn: Callable, args: tuple, kwargs: dict, env: dict, memory
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # hard too: the child cannot raise it back
     try:
         msg: tuple[str, Any] = ("result", fn(*args, **kwargs))
+        _send_cache_counts()
     except FormloopError as exc:
         try:
             state = pickle.dumps(dict(exc.__dict__))
@@ -194,6 +198,33 @@ def _child(conn: Any, fn: Callable, args: tuple, kwargs: dict, env: dict, memory
     finally:
         conn.close()
         os._exit(0)  # no atexit handlers, no waiting for threads the untrusted code left running
+
+
+def _count_compiles() -> None:
+    """Where the preload imported Triton (a GPU): tell the parent the seconds of every kernel compiled
+    here (a Triton cache miss), so a child's time shows what compiling took."""
+    knobs = getattr(sys.modules.get("triton"), "knobs", None)
+    if knobs is None or not hasattr(knobs, "compilation"):
+        return
+    before = knobs.compilation.listener
+
+    def listener(**kw: Any) -> None:
+        if before is not None:
+            before(**kw)
+        if not kw.get("cache_hit", True):
+            _CHANNEL.send(("compiled", kw["times"].total / 1e6))
+
+    knobs.compilation.listener = listener
+
+
+def _send_cache_counts() -> None:
+    """Inductor's FX graph and AOTAutograd cache hits and misses in this child (torch.compile ran here)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return
+    counts = {k: v for k, v in utils.counters["inductor"].items() if "cache_hit" in k or "cache_miss" in k}
+    for name, n in counts.items():
+        _CHANNEL.send(("count", (name, n)))
 
 
 def _context(method: str) -> Any:
@@ -271,6 +302,13 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                     else:
                         since = _close_stage(stages, stage, since)
                         stage, step = f"{who}: {what}"[:200], ""
+                    continue
+                if kind in ("compiled", "count"):
+                    key, n = ((f"{_step_key(stage, step) or 'start'} > of which Triton compiles", payload)
+                              if kind == "compiled" else (f"count: {payload[0]}", payload[1]))
+                    steps[key] = steps.get(key, 0.0) + float(n)
+                    if kind == "compiled":
+                        steps["count: Triton kernels compiled"] = steps.get("count: Triton kernels compiled", 0) + 1
                     continue
                 final = (kind, payload)
             elif not proc.is_alive() and not reader.poll(0):

@@ -243,9 +243,15 @@ def markdown(report: dict[str, Any]) -> str:
                       ("step_seconds", "the same split by the untrusted code running in a stage"),
                       ("baseline_stage_seconds", "time per stage of the torch.compile baselines' timing children"),
                       ("baseline_step_seconds", "the same split by the untrusted code running in a stage")):
-        if s.get(key):
+        secs = {k: v for k, v in (s.get(key) or {}).items() if not k.startswith("count: ")}
+        if secs:
             lines.append(f"{what} (wall s, as the child reported them): " + ", ".join(
-                f"{k} {v:.3g}" for k, v in sorted(s[key].items(), key=lambda kv: -kv[1])[:12]))
+                f"{k} {v:.3g}" for k, v in sorted(secs.items(), key=lambda kv: -kv[1])[:12]))
+    for key, who in (("step_seconds", "verify"), ("baseline_step_seconds", "torch.compile baselines' timing")):
+        counts = {k[len("count: "):]: v for k, v in (s.get(key) or {}).items() if k.startswith("count: ")}
+        if counts:
+            lines.append(f"compiles in the {who} children (counts, all calls): " + ", ".join(
+                f"{k} {v:.0f}" for k, v in sorted(counts.items())))
     if s.get("bootstrap_seconds"):
         lines.append("bootstrap, all problems (host wall s, in the pool: summed over workers): " + ", ".join(
             f"{k} {v:.3g}" for k, v in sorted(s["bootstrap_seconds"].items(), key=lambda kv: -kv[1])))
