@@ -74,3 +74,21 @@ def test_device_state_is_read_from_nvidia_smi_when_nvml_is_absent(tmp_path, monk
     assert read_clocks(0) == {"sm": 1980.0, "mem": 3201.0, "sm_max": 1980.0}
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert read_device_state(0) == {}
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="a CUDA graph capture needs a GPU")
+def test_a_failed_capture_is_timed_eagerly_and_random_draws_still_work():
+    """A call that cannot be captured (it synchronizes) is timed eagerly with the reason; afterwards the device's
+    random generator draws again (a failed capture used to leave it in capture mode)."""
+    import torch
+
+    x = torch.ones(1024, device="cuda")
+
+    def launch(i):
+        y = x * 2
+        torch.cuda.synchronize()
+        return y
+
+    run = time_launches(launch, 1, device="cuda", mode="auto", policy=TimingPolicy(budget_ms=5.0))
+    assert run.timing.mode == "eager" and "graph capture failed" in run.timing.note
+    assert torch.randn(4, device="cuda").isfinite().all()

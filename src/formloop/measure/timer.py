@@ -177,9 +177,13 @@ def _time_graph(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy,
     launches = max(n_sets, min(p.max_launches, math.ceil(p.graph_ms / estimate_ms)))
     launches = n_sets * math.ceil(launches / n_sets)
     graph, out = torch.cuda.CUDAGraph(), None
-    with torch.cuda.graph(graph, pool=pool):
-        for k in range(launches):
-            out = launch(k % n_sets)
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            for k in range(launches):
+                out = launch(k % n_sets)
+    except BaseException:
+        _end_capture_mode()
+        raise
     graph.replay()
     torch.cuda.synchronize()
     reps = int(min(p.max_reps, max(p.min_reps, p.budget_ms // max(estimate_ms * launches, 1e-3))))
@@ -200,6 +204,20 @@ def _time_graph(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy,
     del graph
     timing = _summary(per_launch, "gpu", "graph", launches=launches, operand_sets=n_sets, device=state)
     return TimedRun(timing, out, (launches - 1) % n_sets)
+
+
+def _end_capture_mode() -> None:
+    """A capture that raised never ran its end: CUDA's random generators stay in capture mode, and the next
+    random draw outside a graph (a problem's get_inputs() on the device) fails with 'Offset increment outside
+    graph capture'. An empty capture that completes ends that mode."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            pass
+    except Exception:  # noqa: BLE001 - nothing more to undo; the caller reports the first failure
+        pass
 
 
 def time_launches(launch: Callable[[int], Any], n_sets: int = 1, *, device: str = "cpu", mode: str = "auto",
