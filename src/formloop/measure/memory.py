@@ -61,13 +61,20 @@ def poisoned(value: float = POISON, stale: list[torch.Tensor] | None = None) -> 
 
 
 def settle(before: set[threading.Thread], timeout: float = 10.0) -> list[str]:
-    """Wait for work the candidate left running (threads it started, other CUDA streams)."""
+    """Wait for work the candidate left running (threads it started, other CUDA streams), each thread up to
+    `timeout` seconds; returns the threads still running after that, named with what they run."""
     late = [t for t in threading.enumerate() if t not in before and t.is_alive()]
     for t in late:
         t.join(timeout)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    return [t.name for t in late]
+    return [_thread_name(t) for t in late if t.is_alive()]
+
+
+def _thread_name(t: threading.Thread) -> str:
+    target = getattr(t, "_target", None)
+    where = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}" if target else type(t).__name__
+    return f"{t.name} ({where})"
 
 
 def clone_all(values: list) -> list:

@@ -162,6 +162,7 @@ def _child(conn: Any, fn: Callable, args: tuple, kwargs: dict, env: dict, memory
     sys.stdout = sys.stderr
     os.environ.clear()
     os.environ.update(env)
+    _inductor_threads(env)
     _CHANNEL = conn
     faulthandler.enable()
     _count_compiles()
@@ -198,6 +199,15 @@ def _child(conn: Any, fn: Callable, args: tuple, kwargs: dict, env: dict, memory
     finally:
         conn.close()
         os._exit(0)  # no atexit handlers, no waiting for threads the untrusted code left running
+
+
+def _inductor_threads(env: dict) -> None:
+    """Inductor decided its compile threads when the forkserver imported it (GPU_PRELOAD), from the forkserver's
+    environment: the child's TORCHINDUCTOR_COMPILE_THREADS, where set, applies here too."""
+    config = sys.modules.get("torch._inductor.config")
+    value = env.get("TORCHINDUCTOR_COMPILE_THREADS", "")
+    if config is not None and value.isdigit() and int(value) >= 1:
+        config.compile_threads = int(value)
 
 
 def _count_compiles() -> None:

@@ -297,7 +297,9 @@ class Session:
             else:
                 out = self.cand_fn(*inputs)
         phase("candidate", "threads and streams it left running, awaited (and its queued GPU work)")
-        settle(before)
+        running = settle(before)
+        if running:   # the wait ended on its timeout: say on what (a step of its own in the child's times)
+            phase("candidate", f"still running after the wait: {', '.join(running)[:150]}")
         return out
 
     def compare(self, out: Any, ref: Any, truth: Any) -> Comparison:
