@@ -154,9 +154,10 @@ def run_phase(by_name: dict[str, Path], *, settings, tier: str, store, pool, pfi
             break
         warm[n] = pool.result(futures[n])
     done.update(warmed=sum(1 for w in warm.values() if w["ok"]), warm_wall_s=round(time.monotonic() - t0, 2))
+    entries = fx_entries(env["TORCHINDUCTOR_CACHE_DIR"])
     bar.step(f"torch.compile baselines: warmed {done['warmed']} of {len(names)} references in "
-             f"{done['warm_wall_s']} s wall ({settings.workers} workers; cache {env['TORCHINDUCTOR_CACHE_DIR']})",
-             advance=0)
+             f"{done['warm_wall_s']} s wall ({settings.workers} workers; cache {env['TORCHINDUCTOR_CACHE_DIR']}, "
+             f"{entries} FX graph entries)", advance=0)
     t1 = time.monotonic()
     for n in [n for n in names if n in warm]:
         if deadline is not None and time.monotonic() > deadline:
@@ -169,10 +170,18 @@ def run_phase(by_name: dict[str, Path], *, settings, tier: str, store, pool, pfi
             break   # redone next call
         store.set_compile(n, c["compile_s"] or 0.0, {**c, "warm": warm[n]})
         done["timed"] += 1
+        now = fx_entries(env["TORCHINDUCTOR_CACHE_DIR"])   # more entries: the timing child compiled a new key
         bar.step(f"{n}: torch.compile {_s(c['compile_s'])}, eager {_s(c['ref_s'])} ({c.get('source') or '-'}; "
-                 f"warm {warm[n]['warm_s']} s, timed in {c['wall_s']} s) {c['note']}"[:200], advance=0)
+                 f"warm {warm[n]['warm_s']} s, timed in {c['wall_s']} s, FX graph entries {entries} -> {now}) "
+                 f"{c['note']}"[:240], advance=0)
+        entries = now
     done["time_wall_s"] = round(time.monotonic() - t1, 2)
     return done
+
+
+def fx_entries(cache_dir: str | Path) -> int:
+    """How many compiled graphs Inductor's FX graph cache holds under `cache_dir` (one directory per key)."""
+    return sum(1 for p in (Path(cache_dir) / "fxgraph").glob("*/*") if p.is_dir())
 
 
 def _s(v: float | None) -> str:
