@@ -79,6 +79,40 @@ def test_fp32_math_turns_tf32_off_and_restores_the_previous_flags(cudnn, matmul)
         torch.backends.cuda.matmul.allow_tf32 = before["cuda.matmul.allow_tf32"]
 
 
+def _fp32_math_leaves_the_precision_unset(cache_dir: str) -> tuple[str, int]:
+    """In a fresh process: the matmul precision after fp32_math, and Inductor's FX graph cache hits of a compile
+    after it (the same function was compiled into `cache_dir` before, with the settings untouched)."""
+    import os
+
+    os.environ.update({"TORCHINDUCTOR_CACHE_DIR": cache_dir, "TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    from torch._dynamo.utils import counters
+    with fp32_math():
+        pass
+    torch.compile(lambda x: torch.relu(x) + 1)(torch.ones(8))
+    return torch.backends.cuda.matmul.fp32_precision, counters["inductor"]["fxgraph_cache_hit"]
+
+
+def _compile_plainly(cache_dir: str) -> int:
+    import os
+
+    os.environ.update({"TORCHINDUCTOR_CACHE_DIR": cache_dir, "TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    torch.compile(lambda x: torch.relu(x) + 1)(torch.ones(8))
+    return 1
+
+
+@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"), reason="torch before 2.9")
+def test_fp32_math_leaves_the_settings_torch_compile_keys_its_cache_on_as_they_were(tmp_path):
+    """The legacy switch writes 'ieee' where the setting was unset ('none'); a torch.compile after a reference
+    ran must still find what a compile with the settings untouched put in the cache (the torch.compile
+    baselines are warmed that way)."""
+    from formloop.measure.sandbox import Limits, run_in_child
+
+    assert run_in_child(_compile_plainly, str(tmp_path), limits=Limits(wall_s=300)).ok
+    out = run_in_child(_fp32_math_leaves_the_precision_unset, str(tmp_path), limits=Limits(wall_s=300))
+    assert out.ok, out.message
+    assert out.value == ("none", 1)
+
+
 def test_the_correctness_reference_runs_without_tf32_and_timing_with_the_defaults(defaults):
     res = evaluate(PROBLEM, fp32_candidate, sets=2, seed=3, tolerance="kernelbench")
     assert res.correct, res.sets

@@ -29,16 +29,25 @@ def _set(cudnn: bool, matmul: bool) -> None:
     torch.backends.cuda.matmul.allow_tf32 = matmul
 
 
+def _matmul_precision() -> str | None:
+    """cuBLAS's fp32 precision setting where torch has one (2.9 and later): 'none' until set, and setting the
+    legacy switch writes 'ieee' or 'tf32', so the switch alone cannot restore 'none'. torch.compile keys its
+    caches on it (Inductor's FX graph cache): after a reference has run, it must be what it was."""
+    return getattr(torch.backends.cuda.matmul, "fp32_precision", None)
+
+
 @contextmanager
 def fp32_math() -> Iterator[None]:
-    """fp32 ops as fp32 (cuDNN and cuBLAS TF32 off) inside; the previous flags restored after,
+    """fp32 ops as fp32 (cuDNN and cuBLAS TF32 off) inside; the previous settings restored exactly after,
     also when the body raises."""
-    before = tf32_flags()
+    before, precision = tf32_flags(), _matmul_precision()
     _set(False, False)
     try:
         yield
     finally:
         _set(before["cudnn.allow_tf32"], before["cuda.matmul.allow_tf32"])
+        if precision is not None and _matmul_precision() != precision:
+            torch.backends.cuda.matmul.fp32_precision = precision
 
 
 @contextmanager
