@@ -265,3 +265,17 @@ def test_the_compiler_is_preloaded_only_where_a_fork_keeps_cuda_usable(monkeypat
     monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert sandbox.preload() == sandbox.PRELOAD
+
+
+def test_a_child_starts_no_progress_bar_monitor(monkeypatch):
+    """tqdm's monitor thread outlives its bars by up to 10 s, and the harness would wait for it: a child turns
+    it off (a stand-in tqdm here: the GPU image has the real one)."""
+    import types
+
+    from formloop.measure import sandbox
+
+    fake = types.ModuleType("tqdm")
+    fake.tqdm = type("tqdm", (), {"monitor_interval": 10})
+    monkeypatch.setitem(sys.modules, "tqdm", fake)
+    sandbox._no_progress_monitor()
+    assert fake.tqdm.monitor_interval == 0
