@@ -200,6 +200,7 @@ def test_the_sandboxed_harness_reports_where_its_time_went():
 
 def _compiles_twice(cache_dir: str) -> int:
     os.environ["TRITON_CACHE_DIR"] = cache_dir
+    os.environ.pop("TRITON_INTERPRET", None)   # compiled, not interpreted (another test may have set it)
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
