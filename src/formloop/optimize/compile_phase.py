@@ -15,7 +15,8 @@ time (`compile_s`, 0.0 when torch.compile failed or was incorrect) and eager's t
 (`compile.ref_s`), so the report can compare formloop with torch.compile on every problem (a problem
 that keeps the reference compares eager with torch.compile). Resumable: a problem with a stored
 baseline is not done again, no step starts after the deadline, and a call with a deadline warms only
-as many references as it can expect to time (TIME_EST_S each: the cache lives as long as OUT does)."""
+as many references as it can expect to warm and time before it (`expected_s` each: the cache lives as long as OUT
+does)."""
 from __future__ import annotations
 
 import os
@@ -25,7 +26,15 @@ from typing import Any
 
 CACHE = "compile_cache"
 WARM_LIMIT_S = 180.0   # one cold compile (a level-3 model takes 1-2 minutes)
-TIME_EST_S = 15.0      # one timing child from a warm cache (estimate): a call warms what it can then time
+# A call warms only what it can expect to warm and then time before its deadline (RESULTS.md, round 10: a timing
+# child from a warm cache 2.1-7.0 s, mean 4.2; a cold compile in the warm step 28-47 s, 12 of them at once).
+TIME_EST_S = 5.0       # one timing child from a warm cache
+WARM_EST_S = 45.0      # one reference's cold compile in the warm step (the pool runs `workers` at once)
+
+
+def expected_s(workers: int) -> float:
+    """Seconds one baseline is expected to add to a call: its timing child, and its share of a warm wave."""
+    return TIME_EST_S + WARM_EST_S / max(1, workers)
 
 
 def compile_env(cache_dir: str | Path) -> dict[str, str]:
@@ -140,7 +149,7 @@ def run_phase(by_name: dict[str, Path], *, settings, tier: str, store, pool, pfi
     if not names:
         return done
     if deadline is not None:   # a warm cache does not outlive the call: warm only what can be timed in it
-        names = names[:max(settings.workers, int((deadline - time.monotonic()) / TIME_EST_S))]
+        names = names[:max(settings.workers, int((deadline - time.monotonic()) / expected_s(settings.workers)))]
     env = compile_env(Path(settings.out) / CACHE)   # already the driver's (engine.optimize, before any child)
     t0 = time.monotonic()
     futures = {n: pool.submit_warm(warm_compile, str(by_name[n]), pfile[n], small=settings.small,
