@@ -208,7 +208,7 @@ def _compiles_twice(cache_dir: str) -> int:
     from formloop.library.vecops_kernel import _colarg_kernel
     from formloop.measure import sandbox
 
-    sandbox._count_compiles()   # the GPU preload imports Triton before the child starts; here the test does
+    sandbox.child_setup.count_compiles(sandbox._send)   # the GPU preload imports Triton first; here the test does
     phase("candidate", "forward")
     sig = {"x_ptr": "*fp32", "y_ptr": "*i64", "D1": "i32", "D2": "i32", "MIN": "constexpr", "BC": "constexpr",
            "RP": "constexpr"}
@@ -278,5 +278,5 @@ def test_a_child_starts_no_progress_bar_monitor(monkeypatch):
     fake = types.ModuleType("tqdm")
     fake.tqdm = type("tqdm", (), {"monitor_interval": 10})
     monkeypatch.setitem(sys.modules, "tqdm", fake)
-    sandbox._no_progress_monitor()
+    sandbox.child_setup.no_progress_monitor()
     assert fake.tqdm.monitor_interval == 0

@@ -16,6 +16,8 @@
     static     the source scan; launches: the runtime kernel recorder (torch-only at run time)
     probes     check_integrity(problem, candidate) over probes_calls and probes_inputs
     sandbox    run_in_child: untrusted code in a child process with time and memory limits
+    child_setup  what such a child sets before the untrusted code runs and reports beyond its stages
+               (Triton compiles, Inductor cache hits and misses)
     jobs       run_harness / run_integrity: the harness and the battery, sandboxed (what the CLI runs)
 
 Modules import torch at module level; importing the package itself needs no torch."""

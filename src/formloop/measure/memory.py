@@ -73,7 +73,9 @@ def settle(before: set[threading.Thread], timeout: float = 10.0) -> list[str]:
 
 def _thread_name(t: threading.Thread) -> str:
     target = getattr(t, "_target", None)
-    where = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}" if target else type(t).__name__
+    if target is None:
+        return f"{t.name} ({type(t).__name__})"
+    where = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
     return f"{t.name} ({where})"
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from formloop.errors import FormloopError, InvalidInput, StructureError
+from formloop.measure import child_setup
 
 START_METHODS = ("forkserver", "spawn")
 PRELOAD = ["torch", "formloop.measure.jobs"]
@@ -130,14 +131,19 @@ class ChildOutcome:
                 "message": self.message, "exitcode": self.exitcode, "seconds": self.seconds}
 
 
+def _send(message: tuple[str, Any]) -> None:
+    """A message to the parent from a sandboxed child; a broken channel is seen there as an abrupt end."""
+    try:
+        _CHANNEL.send(message)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def phase(who: str, what: str = "") -> None:
     """Tell the parent which code runs now: phase('harness', 'timing'), phase('candidate', 'forward').
     A no-op outside a sandboxed child."""
     if _CHANNEL is not None:
-        try:
-            _CHANNEL.send(("phase", (who, what)))
-        except Exception:  # noqa: BLE001 - a broken channel is seen by the parent as an abrupt end
-            pass
+        _send(("phase", (who, what)))
 
 
 def _vm_bytes(pid: int | str = "self", key: str = "VmSize") -> int:
@@ -162,11 +168,11 @@ def _child(conn: Any, fn: Callable, args: tuple, kwargs: dict, env: dict, memory
     sys.stdout = sys.stderr
     os.environ.clear()
     os.environ.update(env)
-    _inductor_threads(env)
-    _no_progress_monitor()
+    child_setup.inductor_threads(env)
+    child_setup.no_progress_monitor()
     _CHANNEL = conn
     faulthandler.enable()
-    _count_compiles()
+    child_setup.count_compiles(_send)
     try:
         import torch
         cpu_only = not torch.cuda.is_available()
@@ -178,7 +184,7 @@ def _child(conn: Any, fn: Callable, args: tuple, kwargs: dict, env: dict, memory
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # hard too: the child cannot raise it back
     try:
         msg: tuple[str, Any] = ("result", fn(*args, **kwargs))
-        _send_cache_counts()
+        child_setup.send_cache_counts(_send)
     except FormloopError as exc:
         try:
             state = pickle.dumps(dict(exc.__dict__))
@@ -200,53 +206,6 @@ def _child(conn: Any, fn: Callable, args: tuple, kwargs: dict, env: dict, memory
     finally:
         conn.close()
         os._exit(0)  # no atexit handlers, no waiting for threads the untrusted code left running
-
-
-def _inductor_threads(env: dict) -> None:
-    """Inductor decided its compile threads when the forkserver imported it (GPU_PRELOAD), from the forkserver's
-    environment: the child's TORCHINDUCTOR_COMPILE_THREADS, where set, applies here too."""
-    config = sys.modules.get("torch._inductor.config")
-    value = env.get("TORCHINDUCTOR_COMPILE_THREADS", "")
-    if config is not None and value.isdigit() and int(value) >= 1:
-        config.compile_threads = int(value)
-
-
-def _no_progress_monitor() -> None:
-    """tqdm (Inductor's progress bars) starts a monitor thread that notices only every 10 s that its bars are
-    gone: the harness's wait for threads a candidate left running would wait those 10 s in every torch.compile
-    baseline (RESULTS.md, round 10). Bars without the monitor behave the same."""
-    try:
-        import tqdm
-    except ImportError:
-        return
-    tqdm.tqdm.monitor_interval = 0
-
-
-def _count_compiles() -> None:
-    """Where the preload imported Triton (a GPU): tell the parent the seconds of every kernel compiled
-    here (a Triton cache miss), so a child's time shows what compiling took."""
-    knobs = getattr(sys.modules.get("triton"), "knobs", None)
-    if knobs is None or not hasattr(knobs, "compilation"):
-        return
-    before = knobs.compilation.listener
-
-    def listener(**kw: Any) -> None:
-        if before is not None:
-            before(**kw)
-        if not kw.get("cache_hit", True):
-            _CHANNEL.send(("compiled", kw["times"].total / 1e6))
-
-    knobs.compilation.listener = listener
-
-
-def _send_cache_counts() -> None:
-    """Inductor's FX graph and AOTAutograd cache hits and misses in this child (torch.compile ran here)."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    if utils is None:
-        return
-    counts = {k: v for k, v in utils.counters["inductor"].items() if "cache_hit" in k or "cache_miss" in k}
-    for name, n in counts.items():
-        _CHANNEL.send(("count", (name, n)))
 
 
 def _context(method: str) -> Any:
