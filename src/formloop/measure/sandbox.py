@@ -285,11 +285,7 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                         stage, step = f"{who}: {what}"[:200], ""
                     continue
                 if kind in ("compiled", "count"):
-                    key, n = ((f"{_step_key(stage, step) or 'start'} > of which Triton compiles", payload)
-                              if kind == "compiled" else (f"count: {payload[0]}", payload[1]))
-                    steps[key] = steps.get(key, 0.0) + float(n)
-                    if kind == "compiled":
-                        steps["count: Triton kernels compiled"] = steps.get("count: Triton kernels compiled", 0) + 1
+                    _tally(steps, kind, payload, _step_key(stage, step) or "start")
                     continue
                 final = (kind, payload)
             elif not proc.is_alive() and not reader.poll(0):
@@ -335,6 +331,18 @@ def run_in_child(fn: Callable, /, *args: Any, limits: Limits | None = None, **kw
                             **{**base, "exitcode": payload["code"]})
     return ChildOutcome(RunStatus.CRASHED, message=payload.get("message", ""), error=payload,
                         **{**base, "exitcode": None})  # the child reported the crash and left cleanly
+
+
+def _tally(steps: dict[str, float], kind: str, payload: Any, where: str) -> None:
+    """A child's report beyond its stages (formloop.measure.child_setup) added to its step seconds: a Triton
+    compile's seconds under the step it ran in (and one more kernel counted), or a named count."""
+    try:
+        pairs = ([(f"{where} > of which Triton compiles", float(payload)), ("count: Triton kernels compiled", 1.0)]
+                 if kind == "compiled" else [(f"count: {str(payload[0])[:80]}", float(payload[1]))])
+    except (TypeError, ValueError, IndexError):
+        return   # a malformed report is dropped: it never ends the run
+    for key, n in pairs:
+        steps[key] = steps.get(key, 0.0) + n
 
 
 def _step_key(stage: str, step: str) -> str:
