@@ -280,3 +280,19 @@ def test_a_child_starts_no_progress_bar_monitor(monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", fake)
     sandbox.child_setup.no_progress_monitor()
     assert fake.tqdm.monitor_interval == 0
+
+
+def test_a_child_applies_its_inductor_compile_threads_to_the_preloaded_config(monkeypatch):
+    """Inductor decided its compile threads when the forkserver imported it: the child's environment value wins
+    (a stand-in config module here); no value, or a bad one, leaves the config alone."""
+    import types
+
+    from formloop.measure import child_setup
+
+    config = types.SimpleNamespace(compile_threads=16)
+    monkeypatch.setitem(sys.modules, "torch._inductor.config", config)
+    child_setup.inductor_threads({"TORCHINDUCTOR_COMPILE_THREADS": "x"})
+    child_setup.inductor_threads({})
+    assert config.compile_threads == 16
+    child_setup.inductor_threads({"TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    assert config.compile_threads == 1
