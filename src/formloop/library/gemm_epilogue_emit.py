@@ -310,13 +310,19 @@ def _epilogue_calls(spec: KernelSpec, value: str) -> list[str]:
             "else:", "    " + whole]
 
 
-def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False) -> str:
+def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False, simt: bool = False) -> str:
     """The kernel's Triton source; `load_path` 1 = tensor-memory copies (TMA), 0 = pointer loads;
-    `pdl` adds the programmatic-dependent prologue (without it the source is the same text as before)."""
+    `pdl` adds the programmatic-dependent prologue (without it the source is the same text as before);
+    `simt`: the CUDA-core main loop of one-row tiles (BLOCK_M = 1, pointer loads), the GEMV of
+    gemv-epilogue-gpu: each thread keeps fp32 products of its [BLOCK_K, BLOCK_N] share of B with A's
+    k-slice and reduces them over k after the loop (no tensor cores, no 16-row padding of A)."""
     if load_path not in (0, 1):
         raise InvalidInput("load path L", load_path, (0, 1))
     if load_path == 1 and spec.op == "conv2d":
         raise InvalidInput("load path L for conv2d", load_path, "0 (implicit GEMM gathers its rows: pointer loads)")
+    if simt and (load_path or spec.op == "conv2d"):
+        raise InvalidInput("CUDA-core path (Tm = 1)", (spec.op, load_path), "a gemm or batched_gemm on pointer loads "
+                                                                            "(L = 0)")
     ptrs, strides = tensor_params(spec)
     body = ["pid = tl.program_id(0)", "pid_k = tl.program_id(1)", "bid = tl.program_id(2)", "bid64 = bid.to(tl.int64)",
             "pid_m, pid_n, k_lo, per_split = _tile_of(pid, pid_k, M, N, K, GROUP_M, SPLIT_K, "
@@ -326,10 +332,16 @@ def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False) -> str:
         body += gemm_prologue(spec.lb == "col" and spec.op != "conv2d")
     if load_path == 0:
         body += ["k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)", *_pointer_setup(spec)]
-        body += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "for k in range(k_lo, k_hi, BLOCK_K):"]
-        loop = [*_pointer_loads(spec), "if WIDEN:", "    a = a.to(tl.float32)", "    b = b.to(tl.float32)",
-                "acc = _dot(a, b, acc, PRECISION)", *_pointer_steps(spec)]
-        body += ["    " + x for x in loop]
+        if simt:
+            body += ["prods = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)", "for k in range(k_lo, k_hi, BLOCK_K):"]
+            loop = [*_pointer_loads(spec),
+                    "prods += b.to(tl.float32) * tl.reshape(a.to(tl.float32), (BLOCK_K, 1))", *_pointer_steps(spec)]
+            body += ["    " + x for x in loop] + ["acc = tl.reshape(tl.sum(prods, axis=0), (BLOCK_M, BLOCK_N))"]
+        else:
+            body += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "for k in range(k_lo, k_hi, BLOCK_K):"]
+            loop = [*_pointer_loads(spec), "if WIDEN:", "    a = a.to(tl.float32)", "    b = b.to(tl.float32)",
+                    "acc = _dot(a, b, acc, PRECISION)", *_pointer_steps(spec)]
+            body += ["    " + x for x in loop]
     else:  # the GEMM family's copy-engine main loop (gemm_tiling_kernel._tma_mainloop), shared
         body += ["k_hi = tl.minimum(K, k_lo + per_split * BLOCK_K)",
                  f"acc = _tma_mainloop(a_desc, b_desc, bid, pid_m * BLOCK_M, pid_n * BLOCK_N, k_lo, k_hi, "
@@ -379,14 +391,16 @@ def _softplus(x, beta, threshold):
     return tl.where(x * beta > threshold, x, tl.log(1.0 + tl.exp(x * beta)) / beta)'''
 
 
-def module_source(spec: KernelSpec, load_path: int, *, header: Sequence[str] = (), pdl: bool = False) -> str:
+def module_source(spec: KernelSpec, load_path: int, *, header: Sequence[str] = (), pdl: bool = False,
+                  simt: bool = False) -> str:
     """The whole emitted module: imports, helpers, the epilogue and the main kernel (`pdl`: with the
-    programmatic-dependent prologue; without it, the text is the same as before PDL existed)."""
+    programmatic-dependent prologue; without it, the text is the same as before PDL existed; `simt`:
+    the CUDA-core main loop of one-row tiles)."""
     lines = [f"# {h}" for h in header]
     lines += ["import triton", "import triton.language as tl", "",
               "from formloop.library.gemm_dot import _dot",
               "from formloop.library.gemm_tiling_kernel import _split_arrive, _split_total, _tile_of, _tma_mainloop"]
     if pdl:
         lines += ["from formloop.library.pdl import l2_prefetch, pdl_launch_dependents, pdl_wait"]
-    lines += ["", "", HELPERS, "", "", epilogue_source(spec), "", "", kernel_source(spec, load_path, pdl), ""]
+    lines += ["", "", HELPERS, "", "", epilogue_source(spec), "", "", kernel_source(spec, load_path, pdl, simt), ""]
     return "\n".join(lines)

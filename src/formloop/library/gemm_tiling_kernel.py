@@ -71,10 +71,18 @@ class TileConfig:
         return cls(**known)
 
     def __post_init__(self) -> None:
-        for name in ("Tm", "Tn", "Tk"):
+        if self.simt:  # one-row tiles on the CUDA cores (gemv-epilogue-gpu): no tl.dot, so no 16-wide sides
+            if self.L or self.SC:
+                raise InvalidInput("L, SC with Tm = 1", (self.L, self.SC), "0, 0 (the CUDA-core path loads by pointers)")
+            for name, lo in (("Tn", 2), ("Tk", 16)):
+                v = getattr(self, name)
+                if v < lo or v & (v - 1):
+                    raise InvalidInput(name, v, f"a power of two >= {lo} (Tm = 1: the CUDA-core path)")
+        for name in () if self.simt else ("Tm", "Tn", "Tk"):
             v = getattr(self, name)
             if v < 16 or v & (v - 1):
-                raise InvalidInput(name, v, "a power of two >= 16 (tl.dot needs 16 on each side)")
+                raise InvalidInput(name, v, "a power of two >= 16 (tl.dot needs 16 on each side), or Tm = 1 "
+                                            "(the CUDA-core path)")
         for name, lo in (("S", 1), ("W", 1), ("KS", 1), ("G", 1)):
             if getattr(self, name) < lo:
                 raise InvalidInput(name, getattr(self, name), f"an integer >= {lo}")
@@ -84,6 +92,11 @@ class TileConfig:
             raise InvalidInput("SC", self.SC, "0, or 1/2 (persistent, stream-K) with KS=1 and L=1")
         if self.W & (self.W - 1):
             raise InvalidInput("W", self.W, "a power of two (num_warps)")
+
+    @property
+    def simt(self) -> bool:
+        """One-row tiles (Tm = 1): the gemm-epilogue kernel's CUDA-core main loop, the GEMV."""
+        return self.Tm == 1
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -270,6 +283,9 @@ class GemmPlan:
     def __post_init__(self) -> None:
         if self.dtype not in TORCH_DTYPES:
             raise InvalidInput("dtype", self.dtype, sorted(TORCH_DTYPES))
+        if self.config.simt:
+            raise InvalidInput("Tm of gemm-tiling-gpu", 1, "a power of two >= 16 (Tm = 1, the CUDA-core GEMV, is "
+                                                           "gemv-epilogue-gpu's)")
         for name in ("M", "N", "K"):
             if int(getattr(self, name)) < 1:
                 raise InvalidInput(name, getattr(self, name), "a positive integer")
