@@ -42,6 +42,8 @@ def parse_args(argv):
     ap.add_argument("--budget-s", type=float, default=400.0, help="wall budget: max-autotune is skipped (with a "
                     "note) for scenarios it would push past this")
     ap.add_argument("--no-stack", action="store_true", help="skip the 36-layer decode stack")
+    ap.add_argument("--gemv-calibration", help="JSON whose 'values' are gemv-epilogue-gpu's fitted terms "
+                    "(benchmarks/decode_gemv.py writes one); default: priors")
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="processes for the solves")
     ap.add_argument("--attn-candidates", type=int, default=6, help="decode: time the plan's attention design and "
                     "this many of the attention model's candidates alone in the layer's context, and use the fastest "
@@ -356,7 +358,9 @@ def main() -> int:
     cfg = get_model("qwen3-8b")
     scs = [parse_scenario(s) for s in (args.scenario or SCENARIOS)]
     log(f"planning {len(scs)} scenarios ({args.workers} processes)")
-    plans = plan_many(cfg, scs, workers=args.workers)
+    gemv_cal = json.loads(Path(args.gemv_calibration).read_text())["values"] if args.gemv_calibration else None
+    plans = plan_many(cfg, scs, workers=args.workers, gemv_calibration=gemv_cal)
+    log(f"GEMV calibration: {'fitted, ' + args.gemv_calibration if gemv_cal else 'priors'}")
     log("planned: " + "; ".join(f"{p.scenario.text} {p.fusion.text} {p.model_us:.1f} us (model)" for p in plans))
     result = {"device": device_facts(), "config": cfg.as_dict(), "scenarios": [], "stack": None}
     path = out_dir / "qwen3_layer.json"

@@ -14,6 +14,7 @@ _MODULES = ("formloop.library.gemm_tiling", "formloop.library.gemm_tiling_gpu", 
             "formloop.library.vecops",
             "formloop.library.qwen3_layer_template")
 _MODULES = (*_MODULES, "formloop.library.rope")   # rotate-half RoPE over rows of the head dim
+_MODULES = (*_MODULES, "formloop.library.gemv_epilogue")   # decode GEMMs on the CUDA cores (M <= 8)
 
 
 def register_template(name: str):

@@ -26,6 +26,7 @@ CHECK_SCENARIOS = ("prefill:8", "decode:40")
 # small designs the interpreter runs quickly (pointer loads: the interpreter has no copy engine)
 TINY_DESIGNS = {
     "gemm": {"Tm": 16, "Tn": 32, "Tk": 32, "S": 1, "W": 4, "KS": 1, "G": 4, "L": 0},
+    "gemv": {"Tm": 1, "Tn": 8, "Tk": 32, "S": 2, "W": 4, "KS": 2, "G": 1, "L": 0},   # gemv-epilogue-gpu's
     "norm": {"BC": 256, "RP": 2, "W": 4, "S": 1},
     "ew": {"BN": 64, "BM": 4, "W": 4},
     "rope": {"HP": 2, "W": 4},
@@ -40,10 +41,12 @@ KIND_OF = {"qkv": "gemm", "oproj": "gemm", "oproj_add": "gemm", "gateup": "gemm"
 
 def tiny_designs(sc: Scenario, pdl: bool = False) -> dict[str, dict[str, int]]:
     """The small designs; with `pdl`, decode attention merges in a second kernel (MG = 0), so the chain's
-    dependent merge launch is exercised too."""
-    out = {p: dict(TINY_DESIGNS[k]) for p, k in KIND_OF.items()}
+    dependent merge launch is exercised too, and decode's GEMMs are CUDA-core GEMVs (one-row tiles,
+    split-K), as the H200 plan picks them (without `pdl` the tensor-core tiles)."""
+    gemv = pdl and sc.kind == "decode"
+    out = {p: dict(TINY_DESIGNS["gemv" if gemv and k == "gemm" else k]) for p, k in KIND_OF.items()}
     out["attn"] = dict(TINY_DESIGNS["prefill" if sc.kind == "prefill" else "decode"])
-    if pdl and sc.kind == "decode":
+    if gemv:
         out["attn"]["MG"] = 0
     return out
 

@@ -39,15 +39,23 @@ class PdlKernel:
         return Path(spec.origin).read_text()
 
 
-def _gemm(chain: str, load_path: int) -> PdlKernel:
+def _gemm(chain: str, load_path: int, simt: bool = False) -> PdlKernel:
     spec = KernelSpec(ab="bf16", c="bf16", lb="col", chain=parse_chain_text(chain), name="qwen3_gemm")
     params = kernel_params(spec, load_path, pdl=True)
     ints = {"M", "N", "K", "GROUP_M", "SPLIT_K"}
     pointers = tuple(p for p in params if p.endswith(("_ptr", "_desc", "_raw")) and p not in ints)
     read_only = ("b_raw", "b_desc" if load_path else "b_ptr")
-    return PdlKernel(f"qwen3_gemm[{chain or 'plain'}; L={load_path}]", "", {"INTERPRET": False, "PF_SPAN": 512,
-                                                                           "PF_LINE": 64},
-                     pointers, read_only, module_source(spec, load_path, pdl=True))
+    return PdlKernel(_gemm_name(chain, load_path, simt), "", {"INTERPRET": False, "PF_SPAN": 512, "PF_LINE": 64},
+                     pointers, read_only, module_source(spec, load_path, pdl=True, simt=simt))
+
+
+def _gemm_name(chain: str, load_path: int, simt: bool) -> str:
+    return f"qwen3_gemm[{chain or 'plain'}; {'Tm=1 (CUDA cores)' if simt else f'L={load_path}'}]"
+
+
+# (load path, CUDA-core GEMV) of the GEMM kernels the layer may launch: both tensor-core load paths, and
+# gemv-epilogue-gpu's one-row tiles (decode)
+GEMM_VARIANTS = ((0, False), (1, False), (0, True))
 
 
 def layer_kernels() -> list[PdlKernel]:
@@ -62,7 +70,7 @@ def layer_kernels() -> list[PdlKernel]:
                       ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "ws_ptr", "cnt_ptr", "table_ptr")) for pdl in (False, True)]
     merge = PdlKernel("_merge_kernel", "formloop.library.attention_decode_jit", {"PDL": True, "TRIGGER": True},
                       ("o_ptr", "ws_ptr"))
-    gemms = [_gemm(c, lp) for c in GEMM_CHAINS for lp in (0, 1)]
+    gemms = [_gemm(c, lp, simt) for c in GEMM_CHAINS for lp, simt in GEMM_VARIANTS]
     return [norm, rope, *attn, merge, *gemms]
 
 
@@ -131,15 +139,15 @@ def _compile_ptx(fn, sig: dict, const: dict, arch: int, **options) -> str:
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"launch_pdl": True, **options}).asm["ptx"]
 
 
-def gemm_ptx(chain: str, load_path: int, arch: int = 90) -> str:
-    """The PTX of the layer's PDL GEMM (Tm 16, Tn 128, Tk 128, split-K, 8 warps) compiled for sm_`arch`
-    by Triton without a GPU (ASTSource; a process without TRITON_INTERPRET)."""
+def gemm_ptx(chain: str, load_path: int, arch: int = 90, simt: bool = False) -> str:
+    """The PTX of the layer's PDL GEMM (Tm 16, Tn 128, Tk 128, split-K, 8 warps; `simt`: Tm 1, Tn 8,
+    Tk 512) compiled for sm_`arch` by Triton without a GPU (ASTSource; a process without TRITON_INTERPRET)."""
     from formloop.library.gemm_epilogue_kernel import load_kernel  # noqa: PLC0415 (triton)
     from formloop.library.gemm_tiling_kernel import PRECISION  # noqa: PLC0415 (triton)
 
     spec = KernelSpec(ab="bf16", c="bf16", lb="col", chain=parse_chain_text(chain), name="qwen3_gemm")
-    fn = load_kernel(spec, load_path, pdl=True)
-    bm, bn, bk = 16, 128, 128
+    fn = load_kernel(spec, load_path, pdl=True, simt=simt)
+    bm, bn, bk = (1, 8, 512) if simt else (16, 128, 128)
     sig = {p: {"a_desc": f"tensordesc<bf16[{bm}, {bk}]>", "b_desc": f"tensordesc<bf16[{bn}, {bk}]>",
                "ws_ptr": "*fp32", "cnt_ptr": "*i32"}.get(p, "*bf16" if p.endswith(("_ptr", "_raw")) else "i32")
            for p in kernel_params(spec, load_path, pdl=True)}
@@ -184,7 +192,7 @@ def main() -> int:
     """`python -m formloop.library.qwen3_layer_pdl`: the source rows, then the PTX rows of the GEMMs
     compiled for sm_90 here (no GPU needed), one JSON line each; exit 1 on a violation."""
     rows = check_sources()
-    ptx = [(f"qwen3_gemm[{c or 'plain'}; L={lp}]", gemm_ptx(c, lp)) for c in GEMM_CHAINS for lp in (0, 1)]
+    ptx = [(_gemm_name(c, lp, simt), gemm_ptx(c, lp, simt=simt)) for c in GEMM_CHAINS for lp, simt in GEMM_VARIANTS]
     for name, text in ptx + vector_ptx():
         v = check_ptx(text)
         rows.append({"kernel": name, "ok": not v, "violations": [str(x) for x in v],

@@ -1,8 +1,8 @@
 """Plan one Qwen3 layer scenario: each part's design and model time from its own template, then the
 fusion choice by solving qwen3-layer (HiGHS), with every choice's cost beside it.
 
-A plan is data (plan once, run many): the fusion, the GEMM tile designs (gemm-epilogue-gpu with
-the part's chain), the attention design, and the model time of every part in us. The executor
+A plan is data (plan once, run many): the fusion, the GEMM tile designs (gemm-epilogue-gpu, or for
+decode rows gemv-epilogue-gpu, with the part's chain), the attention design, and the model time of every part in us. The executor
 (qwen3_layer_kernels) builds the kernels from it."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from formloop.hw.chips import get_chip
-from formloop.library import attention_service, elementwise, gemm_epilogue, get_template, rowwise
+from formloop.library import attention_service, elementwise, gemm_epilogue, gemv_epilogue, get_template, rowwise
 from formloop.library.qwen3_layer import Qwen3Config, Scenario, check_config
 from formloop.library.qwen3_layer_template import NAME, PARTS, PDL_FIXED, T_PDL_PRIOR, Fusion, all_fusions, stream_us
 from formloop.solve import enumerate_designs, solve_milp
@@ -117,16 +117,33 @@ class PartPlan:
                 "detail": self.detail, "what": PARTS[self.name]}
 
 
-def _solve_part(name: str, spec, chip_name: str, gemm_calibration: Mapping[str, float] | None = None) -> PartPlan:
+def _solve_gemm(name: str, spec: GemmPart, chip, gemm_calibration: Mapping[str, float] | None,
+                gemv_calibration: Mapping[str, float] | None = None) -> PartPlan:
+    """The faster (model) of the tensor-core family's MILP pick and, for a few rows (decode), the
+    CUDA-core GEMV family's; the other's model time is kept in the detail."""
+    t = get_template(GEMM_TEMPLATE, dtype="bf16", epilogue=spec.chain, calibration=gemm_calibration,
+                     calibration_id="given" if gemm_calibration else "priors")
+    wl = gemm_epilogue.workload(spec.M, spec.N, spec.K, "bf16", pb_=spec.K)
+    s = solve_milp(t.formulate(wl, chip))
+    detail = {"M": spec.M, "N": spec.N, "K": spec.K, "chain": spec.chain, "template": GEMM_TEMPLATE,
+              "solver": s.solver}
+    best = PartPlan(name, "gemm", float(s.objective), {k: int(v) for k, v in s.assignment.items()}, detail)
+    if spec.M <= gemv_epilogue.MAX_ROWS:
+        tv = get_template(gemv_epilogue.NAME, dtype="bf16", epilogue=spec.chain, calibration=gemv_calibration,
+                          calibration_id="given" if gemv_calibration else "priors")
+        sv = solve_milp(tv.formulate(gemv_epilogue.workload(spec.M, spec.N, spec.K), chip))
+        detail["model_us_by_template"] = {GEMM_TEMPLATE: best.time_us, gemv_epilogue.NAME: float(sv.objective)}
+        if sv.objective < best.time_us:
+            best = PartPlan(name, "gemm", float(sv.objective), gemv_epilogue.design_config(sv.assignment),
+                            {**detail, "template": gemv_epilogue.NAME, "solver": sv.solver})
+    return best
+
+
+def _solve_part(name: str, spec, chip_name: str, gemm_calibration: Mapping[str, float] | None = None,
+                gemv_calibration: Mapping[str, float] | None = None) -> PartPlan:
     chip = get_chip(chip_name)
     if isinstance(spec, GemmPart):
-        t = get_template(GEMM_TEMPLATE, dtype="bf16", epilogue=spec.chain, calibration=gemm_calibration,
-                         calibration_id="given" if gemm_calibration else "priors")
-        wl = gemm_epilogue.workload(spec.M, spec.N, spec.K, "bf16", pb_=spec.K)
-        s = solve_milp(t.formulate(wl, chip))
-        return PartPlan(name, "gemm", float(s.objective), {k: int(v) for k, v in s.assignment.items()},
-                        {"M": spec.M, "N": spec.N, "K": spec.K, "chain": spec.chain, "template": GEMM_TEMPLATE,
-                         "solver": s.solver})
+        return _solve_gemm(name, spec, chip, gemm_calibration, gemv_calibration)
     if isinstance(spec, AttentionPart):
         r = attention_service.solve(spec.template, spec.shape, chip=chip_name)
         return PartPlan(name, "attention", float(r["objective_us"]), dict(r["design"]),
@@ -204,23 +221,27 @@ class LayerPlan:
 
 
 def plan(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", model: str = "qwen3-8b", workers: int = 4,
-         gemm_calibration: Mapping[str, float] | None = None) -> LayerPlan:
-    return plan_many(cfg, [sc], chip, model, workers, gemm_calibration)[0]
+         gemm_calibration: Mapping[str, float] | None = None,
+         gemv_calibration: Mapping[str, float] | None = None) -> LayerPlan:
+    return plan_many(cfg, [sc], chip, model, workers, gemm_calibration, gemv_calibration)[0]
 
 
 def plan_many(cfg: Qwen3Config, scenarios, chip: str = "h200", model: str = "qwen3-8b",
-              workers: int = 4, gemm_calibration: Mapping[str, float] | None = None) -> list[LayerPlan]:
+              workers: int = 4, gemm_calibration: Mapping[str, float] | None = None,
+              gemv_calibration: Mapping[str, float] | None = None) -> list[LayerPlan]:
     """Plans for several scenarios, every part solve of every scenario in one process pool. The GEMM
-    parts use `gemm_calibration` (fitted terms of the gemm-epilogue template) when given, else priors."""
+    parts use `gemm_calibration` (fitted terms of the gemm-epilogue template) and `gemv_calibration`
+    (gemv-epilogue's) when given, else priors."""
     cfg = check_config(cfg)
     specs = [part_specs(cfg, sc) for sc in scenarios]
     jobs = [(i, n, s) for i, sp in enumerate(specs) for n, s in sp.items()]
     if workers <= 1:
-        solved = {(i, n): _solve_part(n, s, chip, gemm_calibration) for i, n, s in jobs}
+        solved = {(i, n): _solve_part(n, s, chip, gemm_calibration, gemv_calibration) for i, n, s in jobs}
     else:
         # processes: the solves are CPU work in Python and HiGHS; spawn keeps CUDA state out of them
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            done = {(i, n): pool.submit(_solve_part, n, s, chip, gemm_calibration) for i, n, s in jobs}
+            done = {(i, n): pool.submit(_solve_part, n, s, chip, gemm_calibration, gemv_calibration)
+                    for i, n, s in jobs}
             solved = {k: f.result() for k, f in done.items()}
     out = []
     for i, sc in enumerate(scenarios):
