@@ -44,7 +44,7 @@ MENU_BEST = {  # the round-3 menu's best tensor-core design per part (RESULTS.md
 }
 HAND = [{"BN": 4, "BK": 1024, "W": 4, "S": 3}, {"BN": 8, "BK": 1024, "W": 4, "S": 3},
         {"BN": 8, "BK": 1024, "W": 4, "S": 2}]  # the best of a 40-configuration sweep in the first call
-MENU = {"Tn": (4, 8, 16, 32), "Tk": (256, 512, 1024), "S": (1, 2, 3), "W": (2, 4, 8), "KS": (1, 2)}
+MENU = {"Tn": (4, 8, 16, 32, 64), "Tk": (128, 256, 512, 1024, 2048), "S": (1, 3), "W": (4, 8), "KS": (1, 2, 3)}
 T0 = time.time()
 
 

@@ -10,6 +10,8 @@ few programs (N/Tn), so a weight stream of 33-100 MB reaches 2.5-3.6 TB/s on the
 CUDA-core GEMV with narrow column tiles keeps ~4-8 programs per SM loading (benchmarks/decode_gemv.py).
 
 Decisions: Tn columns per program, Tk k-tile, S pipeline stages, W warps, KS k splits (Tm = 1, L = 0).
+W = 2 is not offered: measured 1.5-2.8x slower than W = 4 on the 4096-column parts (oproj, down) at
+512-1024 programs, an effect the cost model has no term for (benchmarks/decode_gemv.py, RESULTS.md).
 Walls:
   V1 regs     Tn·Tk ≤ PROD_REGS·32·W: the fp32 products a thread keeps (and as many loaded values) fit
   V2 issue    Tn·Tk·e ≥ 16·32·W: every thread loads at least one 16-byte vector per k-step
@@ -48,7 +50,7 @@ US = 1e6
 Tn = decision("Tn", (4, 8, 2, 16, 32, 64), doc="columns of C one program computes (BLOCK_N)")
 Tk = decision("Tk", (1024, 512, 256, 128, 2048), doc="depth of one k-step (BLOCK_K)")
 S = decision("S", (3, 2, 4, 1), doc="pipeline stages (num_stages)")
-W = decision("W", (4, 8, 2), doc="warps per program (num_warps)")
+W = decision("W", (4, 8), doc="warps per program (num_warps)")
 KS = decision("KS", (1, 2, 3, 4, 8), doc="split-K: contiguous k ranges reduced by the last-arriving program")
 
 M = param("M", doc="rows of A and C (decode: tokens)")
@@ -174,8 +176,8 @@ def gemv_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
         options={"dtype": dtype, "out": out, "epilogue": text, "calibration": calibration_id},
         descriptor={"algorithm": "gemv+epilogue", "reuse": "none (B streamed once per row of A)",
                     "placement": "one program per row of A and Tn columns (per k split)", "resources": ("registers",),
-                    "calibrated": CALIBRATED, "bounds": BOUNDS, "program": "triton", "shape": "M,N,K", "chip": proof_chip().name,
-                    "epilogue": text},
+                    "calibrated": CALIBRATED, "bounds": BOUNDS, "program": "triton", "shape": "M,N,K",
+                    "chip": proof_chip().name, "epilogue": text},
     )
 
 
