@@ -208,8 +208,8 @@ def main(argv) -> int:
 
     l2 = get_chip("h200").l2_bytes
     names = args.part or list(PARTS)
-    result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter, dry run)", "torch": torch.__version__, "triton": triton.__version__,
-              "parts": {}}
+    result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter, dry run)",
+              "torch": torch.__version__, "triton": triton.__version__, "parts": {}}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     points, sets_of = [], {}
@@ -239,8 +239,8 @@ def main(argv) -> int:
         result["parts"][name] = {"N": N, "K": K, "chain": chain, "floor_us_at_4.21TBs": floor_us, **rows,
                                  "hand_gemv": hand, "gemv_family": fam, "gemv_pick_priors": fam[0],
                                  "gemv_best": best, "wrong": sum(not r.get("ok") for r in fam + hand)}
-        log(f"{name}: floor {floor_us:.1f} us; cublas g/e {fmt(rows['cublas'])}; tensor-core {fmt(rows['tensor_core_best'])}"
-            f"; hand gemv {fmt(hand_best)}; gemv pick (priors) {fmt(fam[0])} {fam[0]['design']} "
+        log(f"{name}: floor {floor_us:.1f} us; cublas g/e {fmt(rows['cublas'])}; tensor-core "
+            f"{fmt(rows['tensor_core_best'])}; hand gemv {fmt(hand_best)}; gemv pick (priors) {fmt(fam[0])} {fam[0]['design']} "
             f"model {fam[0]['model_us']:.1f}; gemv best {fmt(best)} {best['design'] if best else ''}; "
             f"wrong {result['parts'][name]['wrong']}")
         (out / "decode_gemv.json").write_text(json.dumps(result, indent=1))

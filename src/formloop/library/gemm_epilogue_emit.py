@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from formloop.errors import InvalidInput
 from formloop.library import gemm_epilogue_conv as conv2d
+from formloop.library.gemm_epilogue_helpers import HELPERS
 from formloop.library.gemm_epilogue_ops import TL_DTYPES, EpilogueOp
 from formloop.library.pdl_check import gemm_prologue
 
@@ -362,33 +363,6 @@ def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False, simt: boo
     dont = ["M", "N", "K", "GROUP_M", "SPLIT_K"] + (list(conv2d.ARGS) if spec.op == "conv2d" else [])
     return "\n".join([f"@triton.jit(do_not_specialize={dont!r})", f"def {spec.name}({params}):",
                       *("    " + b for b in body)])
-
-
-HELPERS = '''from formloop.library.gemm_dot import round_bf16 as _round_bf16
-
-
-@triton.jit
-def _sigmoid(x):
-    # 1 / (1 + e^-x), spelled out so the division is visibly the fast one (Triton lowers an fp32
-    # divide to div.full, 2 ulp; tl.math.div_rn would be the IEEE one) and exp is ex2.approx
-    return tl.fdiv(1.0, 1.0 + tl.exp(-x))
-
-
-@triton.jit
-def _silu(x):
-    # x * sigmoid(x) as one fast division: x / (1 + e^-x)
-    return tl.fdiv(x, 1.0 + tl.exp(-x))
-
-
-@triton.jit
-def _tanh(x):
-    # 2*sigmoid(2x) - 1: exact in the limits (+-1), no libdevice call, runs in the interpreter
-    return 2.0 * _sigmoid(2.0 * x) - 1.0
-
-
-@triton.jit
-def _softplus(x, beta, threshold):
-    return tl.where(x * beta > threshold, x, tl.log(1.0 + tl.exp(x * beta)) / beta)'''
 
 
 def module_source(spec: KernelSpec, load_path: int, *, header: Sequence[str] = (), pdl: bool = False,

@@ -18,7 +18,8 @@ Walls:
   V3 smem     S·(Tn + 1)·Tk·e ≤ Ms: the pipelined B and A tiles fit shared memory
   V4 split    KS ≤ ⌈K/Tk⌉: every split reads at least one k-tile
   E1 row      Tn ≥ N when the chain reduces rows (one program holds the row)
-Scope: M ≤ MAX_ROWS (B is streamed once per row of A: beyond that the tensor-core family).
+Scope: M ≤ MAX_ROWS (B is streamed once per row of A: beyond that the tensor-core family); with a row
+reduction N ≤ the widest Tn.
 
 Cost (µs, memory-bound): t_launch + (1−alpha)·max(T_mem, T_comp) + alpha·(T_mem + T_comp).
 T_mem: B read once per row of A (plus A, C, the chain's tensors, split partials) in waves of the
@@ -152,7 +153,9 @@ def gemv_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
     pre = (Constraint("split_cover", Tk * KS * ceildiv(ceildiv(K, Tk), KS) >= K, "layout",
                       "the splits' k-tiles cover K"),)
     if facts.row:
+        widest = max(Tn.decision.menu)
         constraints += (Constraint("E1", Tn >= N, "capacity", "one program holds the whole row"),)
+        scope += (Constraint("row_fits", N <= widest, "scope", f"a row fits the widest tile ({widest})"),)
         pre += (Constraint("row_single_tile", ceildiv(N, Tn).eq(1), "epilogue",
                            "the row reduction sees every column of its row in one program"),)
     if facts.pairs:

@@ -2,8 +2,8 @@
 fusion choice by solving qwen3-layer (HiGHS), with every choice's cost beside it.
 
 A plan is data (plan once, run many): the fusion, the GEMM tile designs (gemm-epilogue-gpu, or for
-decode rows gemv-epilogue-gpu, with the part's chain), the attention design, and the model time of every part in us. The executor
-(qwen3_layer_kernels) builds the kernels from it."""
+decode rows gemv-epilogue-gpu, with the part's chain), the attention design, and the model time of
+every part in us. The executor (qwen3_layer_kernels) builds the kernels from it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
