@@ -42,6 +42,8 @@ def parse_args(argv):
     ap.add_argument("--budget-s", type=float, default=400.0, help="wall budget: max-autotune is skipped (with a "
                     "note) for scenarios it would push past this")
     ap.add_argument("--no-stack", action="store_true", help="skip the 36-layer decode stack")
+    ap.add_argument("--gemv-candidates", type=int, default=5, help="decode: time each GEMV part's plan design and "
+                    "this many of the gemv model's next designs alone, and take the fastest")
     ap.add_argument("--gemv-calibration", help="JSON whose 'values' are gemv-epilogue-gpu's fitted terms "
                     "(benchmarks/decode_gemv.py writes one); default: priors")
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="processes for the solves")
@@ -78,6 +80,8 @@ def log(msg: str) -> None:
 
 COMPILED: dict = {}  # (scenario, variant) -> the function, reused by the stack (no second compile)
 FINAL: dict = {}  # scenario -> the plan as measured (attention design and PD), reused by the stack
+GEMV_CALIBRATION: dict = {}  # "values": gemv-epilogue-gpu's fitted terms (--gemv-calibration), or None
+FINAL_ROWS_PREFETCH: dict = {}  # scenario -> whether the GEMVs prefetching their rows was the faster layer
 
 
 def choose_attention(p, device, w, n: int):
@@ -115,6 +119,57 @@ def choose_attention(p, device, w, n: int):
         log(f"{p.scenario.text}: attention in the layer's context (gpu, alone): plan {rec['plan_us']:.1f} us "
             f"{rec['plan_design']}, best of {len(timed)} {best['gpu_us']:.1f} us {best['design']} -> {rec['chosen']}")
     return p, rec
+
+
+GEMV_TIMES: dict = {}  # (part, design) -> the measurement (the decode GEMMs' shapes do not depend on history)
+
+
+def choose_gemvs(p, device, n: int, calibration):
+    """Decode: each CUDA-core GEMV part's plan design and the gemv model's next `n` designs (with the
+    plan's calibration), each checked against fp32 torch and timed alone (graph, weight sets beyond the
+    L2: benchmarks/decode_gemv.py's measure); the plan with the fastest (if >= 3 % faster) and the record."""
+    import decode_gemv as dg  # noqa: PLC0415 (benchmarks/ is on the path)
+    from formloop.hw.chips import get_chip  # noqa: PLC0415
+    from formloop.library import gemv_epilogue as gv  # noqa: PLC0415
+    from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan  # noqa: PLC0415
+
+    rec, parts = {}, dict(p.parts)
+    for name in p.launched:
+        part = p.parts[name]
+        if part.design.get("Tm") != 1:
+            continue
+        N, K, chain = part.detail["N"], part.detail["K"], part.detail["chain"]
+        width = N // 2 if "glu" in chain else N
+        menu, _, _ = dg.gemv_menu(chain, N, K, 2 * n, calibration)
+        plan_d = {k: part.design[k] for k in ("Tn", "Tk", "S", "W", "KS")}
+        designs = [plan_d] + [d for d in menu if d != plan_d][:n]
+        sets = None
+        rows = []
+        for d in designs:
+            key = (name, tuple(sorted(d.items())))
+            if key not in GEMV_TIMES:
+                sets = sets or dg.operand_sets(N, K, device, get_chip("h200").l2_bytes)
+                try:
+                    GEMV_TIMES[key] = dg.measure(dg.family_launcher(N, K, chain, gv.design_config(d), device), sets,
+                                                 chain, width, device)
+                except Exception as exc:  # noqa: BLE001 (a design that fails here is recorded, not chosen)
+                    GEMV_TIMES[key] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            rows.append({"design": d, **GEMV_TIMES[key]})
+        del sets
+        timed = [r for r in rows if r.get("graph_us")]
+        r0 = rows[0]
+        entry = {"rows": rows, "plan_us": r0.get("graph_us"), "chosen": "plan"}
+        if timed and r0.get("graph_us"):
+            best = min(timed, key=lambda r: r["graph_us"])
+            entry.update(best_design=best["design"], best_us=best["graph_us"])
+            if best["graph_us"] < 0.97 * r0["graph_us"]:
+                parts[name] = PartPlan(name, part.kind, part.time_us, gv.design_config(best["design"]),
+                                       {**part.detail, "chosen_by": "measurement alone", "plan_design": part.design})
+                entry["chosen"] = "measured best"
+            log(f"{p.scenario.text}: {name} GEMV alone (gpu, graph): plan {r0['graph_us']:.1f} us {plan_d}, best of "
+                f"{len(timed)} {best['graph_us']:.1f} us {best['design']} -> {entry['chosen']}")
+        rec[name] = entry
+    return LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer), rec
 
 
 def baseline_runs(cfg, sc, w, device, allow_autotune: bool):
@@ -186,19 +241,26 @@ def pdl_ab(p, device, w) -> tuple[dict, dict]:
 
     sc = p.scenario
     runs = {}
-    for pd in (0, 1):
-        q = p.with_fusion(p.fusion.with_pdl(bool(pd)))
+    gemv = any(q.design.get("Tm") == 1 for q in p.parts.values())
+    # PD off, on; and with CUDA-core GEMVs, PD on with each GEMV prefetching all its weight rows (key 2)
+    for key in (0, 1, 2) if gemv else (0, 1):
+        q = p.with_fusion(p.fusion.with_pdl(bool(key)))
         try:
-            runs[pd] = measure(q, device=device, weights=w)
+            runs[key] = measure(q, device=device, weights=w, rows_prefetch=key == 2)
         except Exception as exc:  # noqa: BLE001 (a failing variant is recorded, the other still measured)
-            runs[pd] = {"check": {"ok": False}, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
-        m = runs[pd]
+            runs[key] = {"check": {"ok": False}, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+        m = runs[key]
+        what = f"PD={min(key, 1)}{' + rows prefetched' if key == 2 else ''}"
         if m["check"]["ok"]:
-            log(f"{sc.text} PD={pd}: formloop {m['graph_us']:.1f} us graph / {m['eager_us']:.1f} us eager (gpu); "
+            log(f"{sc.text} {what}: formloop {m['graph_us']:.1f} us graph / {m['eager_us']:.1f} us eager (gpu); "
                 f"out rel err {m['check']['out_rel_err']:.2e}; PDL rules on PTX "
                 f"{m['check'].get('pdl_rules_ok', 'n/a')}")
         else:
-            log(f"{sc.text} PD={pd}: formloop's layer is WRONG or failed ({m.get('error') or m['check']}); not timed")
+            log(f"{sc.text} {what}: formloop's layer is WRONG or failed ({m.get('error') or m['check']}); not timed")
+    if 2 in runs:
+        ok2 = runs[1]["check"]["ok"] and runs[2]["check"]["ok"]
+        log(f"{sc.text}: GEMV rows prefetched: " + (f"{runs[2]['graph_us']:.1f} us graph vs {runs[1]['graph_us']:.1f}"
+                                                   " (first stages only), PD on (gpu)" if ok2 else "not compared"))
     ok = [pd for pd in (0, 1) if runs[pd]["check"]["ok"]]
     ab = {"off": runs[0], "on": runs[1], "handovers": p.fusion.handovers(sc.kind == "prefill"),
           "t_pdl_prior_us": p.layer.get("t_pdl_us"), "source": "gpu"}
@@ -209,8 +271,11 @@ def pdl_ab(p, device, w) -> tuple[dict, dict]:
             ab[f"t_pdl_{mode}_us"] = d / ab["handovers"]
         log(f"{sc.text}: PDL saves {ab['saving_graph_us']:.1f} us graph ({ab['t_pdl_graph_us']:.2f} us per hand-over, "
             f"prior {ab['t_pdl_prior_us']}), {ab['saving_eager_us']:.1f} us eager (gpu)")
-    best = min(ok, key=lambda pd: runs[pd]["graph_us"]) if ok else 0
-    ab["chosen_pd"] = best
+    if 2 in runs:
+        ab["rows_prefetch"] = runs[2]
+    cand = ok + ([2] if 2 in runs and runs[2]["check"]["ok"] else [])
+    best = min(cand, key=lambda k: runs[k]["graph_us"]) if cand else 0
+    ab["chosen_pd"], ab["chosen_rows_prefetch"] = min(best, 1), best == 2
     return runs[best], ab
 
 
@@ -228,8 +293,15 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
             row["attention_in_context"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             log(f"{sc.text}: attention in context failed ({row['attention_in_context']['error']}); the plan's design")
         row["plan_measured_attention"] = p.parts["attn"].design
+    if sc.kind == "decode" and ARGS is not None and ARGS.gemv_candidates > 0:
+        try:
+            p, row["gemv_alone"] = choose_gemvs(p, device, ARGS.gemv_candidates, GEMV_CALIBRATION.get("values"))
+        except Exception as exc:  # noqa: BLE001 (the diagnostic must not cost the scenario)
+            row["gemv_alone"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            log(f"{sc.text}: GEMV choice by measurement failed ({row['gemv_alone']['error']}); the plan's designs")
     m, row["pdl_ab"] = pdl_ab(p, device, w)
     FINAL[sc.text] = p.with_fusion(p.fusion.with_pdl(bool(row["pdl_ab"]["chosen_pd"])))
+    FINAL_ROWS_PREFETCH[sc.text] = row["pdl_ab"]["chosen_rows_prefetch"]
     row["formloop"] = m
     if not m["check"]["ok"]:
         log(f"{sc.text}: formloop's layer is WRONG ({m['check']}); not timed")
@@ -249,7 +321,7 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
     return row
 
 
-def stack(plan, device, best_name: str, layers: int) -> dict:
+def stack(plan, device, best_name: str, layers: int, rows_prefetch: bool = False) -> dict:
     """A decode stack of `layers` layers (own weights and caches each): tokens/s of formloop's
     layers vs the baseline mode `best_name`, both in one CUDA graph per token."""
     from formloop.library.qwen3_layer_kernels import LayerKernels  # noqa: PLC0415
@@ -258,7 +330,7 @@ def stack(plan, device, best_name: str, layers: int) -> dict:
     designs = {n: q.design for n, q in plan.parts.items()}  # plan.fusion carries the measured PD
     ws = [new_weights(cfg, device, seed=1000 + i) for i in range(layers)]
     states = [new_state(cfg, sc, device=device, seed=2000 + i) for i in range(layers)]
-    ours = [LayerKernels(cfg, sc, plan.fusion, designs, w, device) for w in ws]
+    ours = [LayerKernels(cfg, sc, plan.fusion, designs, w, device, rows_prefetch=rows_prefetch) for w in ws]
     outs = [torch.empty(sc.tokens, cfg.hidden, dtype=torch.bfloat16, device=device) for _ in range(layers)]
     x0 = states[0][0]
 
@@ -284,7 +356,8 @@ def stack(plan, device, best_name: str, layers: int) -> dict:
     mode = "graph" if best_name.endswith("+graph") else "eager"
     t_base = time_launches(run_base, 1, device=device, mode=mode)
     a, b = t_ours.timing.seconds, t_base.timing.seconds
-    return {"layers": layers, "scenario": sc.text, "pdl": plan.fusion.PD, "formloop_us": a * 1e6,
+    return {"layers": layers, "scenario": sc.text, "pdl": plan.fusion.PD, "rows_prefetch": rows_prefetch,
+            "formloop_us": a * 1e6,
             "formloop_tokens_s": 1 / a,
             "baseline": f"{base} ({mode})", "baseline_us": b * 1e6, "baseline_tokens_s": 1 / b, "speedup": b / a,
             "source": "gpu", "formloop_timing": t_ours.timing.as_dict(), "baseline_timing": t_base.timing.as_dict()}
@@ -359,6 +432,7 @@ def main() -> int:
     scs = [parse_scenario(s) for s in (args.scenario or SCENARIOS)]
     log(f"planning {len(scs)} scenarios ({args.workers} processes)")
     gemv_cal = json.loads(Path(args.gemv_calibration).read_text())["values"] if args.gemv_calibration else None
+    GEMV_CALIBRATION["values"] = gemv_cal
     plans = plan_many(cfg, scs, workers=args.workers, gemv_calibration=gemv_cal)
     log(f"GEMV calibration: {'fitted, ' + args.gemv_calibration if gemv_cal else 'priors'}")
     log("planned: " + "; ".join(f"{p.scenario.text} {p.fusion.text} {p.model_us:.1f} us (model)" for p in plans))
@@ -382,7 +456,8 @@ def main() -> int:
         dec = [r for r in result["scenarios"] if r["scenario"] == f"decode:{STACK_HISTORY}" and "best_baseline" in r]
         if dec:
             p = FINAL[f"decode:{STACK_HISTORY}"]  # the measured attention design and the faster PD of the A/B
-            result["stack"] = stack(p, "cuda", dec[0]["best_baseline"]["name"], cfg.layers)
+            result["stack"] = stack(p, "cuda", dec[0]["best_baseline"]["name"], cfg.layers,
+                                    FINAL_ROWS_PREFETCH.get(f"decode:{STACK_HISTORY}", False))
             s = result["stack"]
             log(f"36-layer decode stack (history {STACK_HISTORY}, PD={p.fusion.PD}): formloop "
                 f"{s['formloop_tokens_s']:.1f} tokens/s, "
