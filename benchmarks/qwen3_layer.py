@@ -81,7 +81,6 @@ def log(msg: str) -> None:
 COMPILED: dict = {}  # (scenario, variant) -> the function, reused by the stack (no second compile)
 FINAL: dict = {}  # scenario -> the plan as measured (attention design and PD), reused by the stack
 GEMV_CALIBRATION: dict = {}  # "values": gemv-epilogue-gpu's fitted terms (--gemv-calibration), or None
-FINAL_ROWS_PREFETCH: dict = {}  # scenario -> whether the GEMVs prefetching their rows was the faster layer
 
 
 def choose_attention(p, device, w, n: int):
@@ -241,26 +240,19 @@ def pdl_ab(p, device, w) -> tuple[dict, dict]:
 
     sc = p.scenario
     runs = {}
-    gemv = any(q.design.get("Tm") == 1 for q in p.parts.values())
-    # PD off, on; and with CUDA-core GEMVs, PD on with each GEMV prefetching all its weight rows (key 2)
-    for key in (0, 1, 2) if gemv else (0, 1):
-        q = p.with_fusion(p.fusion.with_pdl(bool(key)))
+    for pd in (0, 1):
+        q = p.with_fusion(p.fusion.with_pdl(bool(pd)))
         try:
-            runs[key] = measure(q, device=device, weights=w, rows_prefetch=key == 2)
+            runs[pd] = measure(q, device=device, weights=w)
         except Exception as exc:  # noqa: BLE001 (a failing variant is recorded, the other still measured)
-            runs[key] = {"check": {"ok": False}, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
-        m = runs[key]
-        what = f"PD={min(key, 1)}{' + rows prefetched' if key == 2 else ''}"
+            runs[pd] = {"check": {"ok": False}, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+        m = runs[pd]
         if m["check"]["ok"]:
-            log(f"{sc.text} {what}: formloop {m['graph_us']:.1f} us graph / {m['eager_us']:.1f} us eager (gpu); "
+            log(f"{sc.text} PD={pd}: formloop {m['graph_us']:.1f} us graph / {m['eager_us']:.1f} us eager (gpu); "
                 f"out rel err {m['check']['out_rel_err']:.2e}; PDL rules on PTX "
                 f"{m['check'].get('pdl_rules_ok', 'n/a')}")
         else:
-            log(f"{sc.text} {what}: formloop's layer is WRONG or failed ({m.get('error') or m['check']}); not timed")
-    if 2 in runs:
-        ok2 = runs[1]["check"]["ok"] and runs[2]["check"]["ok"]
-        log(f"{sc.text}: GEMV rows prefetched: " + (f"{runs[2]['graph_us']:.1f} us graph vs {runs[1]['graph_us']:.1f}"
-                                                   " (first stages only), PD on (gpu)" if ok2 else "not compared"))
+            log(f"{sc.text} PD={pd}: formloop's layer is WRONG or failed ({m.get('error') or m['check']}); not timed")
     ok = [pd for pd in (0, 1) if runs[pd]["check"]["ok"]]
     ab = {"off": runs[0], "on": runs[1], "handovers": p.fusion.handovers(sc.kind == "prefill"),
           "t_pdl_prior_us": p.layer.get("t_pdl_us"), "source": "gpu"}
@@ -271,11 +263,8 @@ def pdl_ab(p, device, w) -> tuple[dict, dict]:
             ab[f"t_pdl_{mode}_us"] = d / ab["handovers"]
         log(f"{sc.text}: PDL saves {ab['saving_graph_us']:.1f} us graph ({ab['t_pdl_graph_us']:.2f} us per hand-over, "
             f"prior {ab['t_pdl_prior_us']}), {ab['saving_eager_us']:.1f} us eager (gpu)")
-    if 2 in runs:
-        ab["rows_prefetch"] = runs[2]
-    cand = ok + ([2] if 2 in runs and runs[2]["check"]["ok"] else [])
-    best = min(cand, key=lambda k: runs[k]["graph_us"]) if cand else 0
-    ab["chosen_pd"], ab["chosen_rows_prefetch"] = min(best, 1), best == 2
+    best = min(ok, key=lambda pd: runs[pd]["graph_us"]) if ok else 0
+    ab["chosen_pd"] = best
     return runs[best], ab
 
 
@@ -301,7 +290,6 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
             log(f"{sc.text}: GEMV choice by measurement failed ({row['gemv_alone']['error']}); the plan's designs")
     m, row["pdl_ab"] = pdl_ab(p, device, w)
     FINAL[sc.text] = p.with_fusion(p.fusion.with_pdl(bool(row["pdl_ab"]["chosen_pd"])))
-    FINAL_ROWS_PREFETCH[sc.text] = row["pdl_ab"]["chosen_rows_prefetch"]
     row["formloop"] = m
     if not m["check"]["ok"]:
         log(f"{sc.text}: formloop's layer is WRONG ({m['check']}); not timed")
@@ -321,7 +309,7 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
     return row
 
 
-def stack(plan, device, best_name: str, layers: int, rows_prefetch: bool = False) -> dict:
+def stack(plan, device, best_name: str, layers: int) -> dict:
     """A decode stack of `layers` layers (own weights and caches each): tokens/s of formloop's
     layers vs the baseline mode `best_name`, both in one CUDA graph per token."""
     from formloop.library.qwen3_layer_kernels import LayerKernels  # noqa: PLC0415
@@ -330,7 +318,7 @@ def stack(plan, device, best_name: str, layers: int, rows_prefetch: bool = False
     designs = {n: q.design for n, q in plan.parts.items()}  # plan.fusion carries the measured PD
     ws = [new_weights(cfg, device, seed=1000 + i) for i in range(layers)]
     states = [new_state(cfg, sc, device=device, seed=2000 + i) for i in range(layers)]
-    ours = [LayerKernels(cfg, sc, plan.fusion, designs, w, device, rows_prefetch=rows_prefetch) for w in ws]
+    ours = [LayerKernels(cfg, sc, plan.fusion, designs, w, device) for w in ws]
     outs = [torch.empty(sc.tokens, cfg.hidden, dtype=torch.bfloat16, device=device) for _ in range(layers)]
     x0 = states[0][0]
 
@@ -356,8 +344,7 @@ def stack(plan, device, best_name: str, layers: int, rows_prefetch: bool = False
     mode = "graph" if best_name.endswith("+graph") else "eager"
     t_base = time_launches(run_base, 1, device=device, mode=mode)
     a, b = t_ours.timing.seconds, t_base.timing.seconds
-    return {"layers": layers, "scenario": sc.text, "pdl": plan.fusion.PD, "rows_prefetch": rows_prefetch,
-            "formloop_us": a * 1e6,
+    return {"layers": layers, "scenario": sc.text, "pdl": plan.fusion.PD, "formloop_us": a * 1e6,
             "formloop_tokens_s": 1 / a,
             "baseline": f"{base} ({mode})", "baseline_us": b * 1e6, "baseline_tokens_s": 1 / b, "speedup": b / a,
             "source": "gpu", "formloop_timing": t_ours.timing.as_dict(), "baseline_timing": t_base.timing.as_dict()}
@@ -456,8 +443,7 @@ def main() -> int:
         dec = [r for r in result["scenarios"] if r["scenario"] == f"decode:{STACK_HISTORY}" and "best_baseline" in r]
         if dec:
             p = FINAL[f"decode:{STACK_HISTORY}"]  # the measured attention design and the faster PD of the A/B
-            result["stack"] = stack(p, "cuda", dec[0]["best_baseline"]["name"], cfg.layers,
-                                    FINAL_ROWS_PREFETCH.get(f"decode:{STACK_HISTORY}", False))
+            result["stack"] = stack(p, "cuda", dec[0]["best_baseline"]["name"], cfg.layers)
             s = result["stack"]
             log(f"36-layer decode stack (history {STACK_HISTORY}, PD={p.fusion.PD}): formloop "
                 f"{s['formloop_tokens_s']:.1f} tokens/s, "

@@ -212,30 +212,3 @@ def test_layer_plan_skips_gemv_beyond_its_rows():
     assert "model_us_by_template" not in p.detail
     assert p.detail["template"] == "gemm-epilogue-gpu" and p.design["Tm"] != 1
 
-
-@pytest.mark.parametrize("K, Tk, KS, span", [(4096, 512, 1, 4096), (12288, 512, 1, 16384), (12288, 256, 3, 4096),
-                                             (100, 32, 2, 64)])
-def test_rows_prefetch_covers_each_splits_whole_k_range(K, Tk, KS, span):
-    """PDL with prefetch="rows": PF_SPAN is the split's k range rounded up to a power of two (the
-    prologue clamps to k_hi), so every weight line a program reads is asked for before its wait; the
-    default keeps the first stages only; the GEMV still computes the product (interpreter)."""
-    from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
-    from formloop.library.gemm_epilogue_kernel import EpiloguePlan, EpilogueGemm
-    from formloop.library.gemm_tiling_kernel import TileConfig
-
-    spec = KernelSpec(ab="bf16", c="bf16", lb="col", name="qwen3_gemm")
-    cfg = TileConfig(Tm=1, Tn=8, Tk=Tk, S=1, W=4, KS=KS)
-    b = torch.empty(K, 16, dtype=torch.bfloat16)
-    per_split = -(-(-(-K // Tk)) // KS) * Tk
-    rows = EpiloguePlan(spec, cfg, Shape(1, 16, K), pdl=True, prefetch="rows")._pdl_options(b)
-    assert rows == {"PF_SPAN": span, "PF_LINE": 64} and span >= per_split > span // 2
-    stages = EpiloguePlan(spec, cfg, Shape(1, 16, K), pdl=True)._pdl_options(b)
-    first = min(Tk, span)  # S = 1: one k-tile; below one 128-byte line nothing is prefetched
-    assert stages["PF_SPAN"] == (first if first >= 64 else 0)
-    with pytest.raises(InvalidInput, match="prefetch"):
-        EpiloguePlan(spec, cfg, Shape(1, 16, K), pdl=True, prefetch="all")
-    if K == 100:
-        inst = EpilogueGemm(EpiloguePlan(spec, cfg, Shape(1, 16, K), pdl=True, prefetch="rows"))
-        case = inst.new_case("cpu", torch.Generator().manual_seed(3))
-        inst.launch(case)
-        assert _rel(inst.output(case), inst.reference(case)) <= inst.tolerance

@@ -81,7 +81,7 @@ class EpiloguePlan:
     assume (None: the largest the tensors allow, computed at each launch)."""
 
     def __init__(self, spec: KernelSpec, config: TileConfig, shape: Shape, align: int | None = None,
-                 epi_split: bool | None = None, pdl: bool = False, prefetch: bool | str = True):
+                 epi_split: bool | None = None, pdl: bool = False, prefetch: bool = True):
         if spec.op == "conv2d" and (shape.conv is None or config.L):
             raise InvalidInput("conv2d plan", (shape.conv, config.L), "a Conv2d shape and the pointer path (L=0)")
         if spec.op == "gemm" and shape.batch != 1:
@@ -102,10 +102,7 @@ class EpiloguePlan:
         if self.facts.pairs and shape.N % 2:
             raise InvalidInput("N of a glu chain", shape.N, "an even number (gate and up columns interleave)")
         # pdl: launched as a programmatic dependent (pdl.py), B's first lines prefetched before the wait
-        # (prefetch "rows": the whole k range of the program's B rows, all of its weight)
-        if prefetch not in (True, False, "rows"):
-            raise InvalidInput("prefetch", prefetch, (True, False, "rows"))
-        self.pdl, self.prefetch = bool(pdl), prefetch
+        self.pdl, self.prefetch = bool(pdl), bool(prefetch)
         self.kernel = load_kernel(spec, config.L, self.pdl, config.simt)
 
     @property
@@ -205,8 +202,6 @@ class EpiloguePlan:
         line = max(1, 128 // b.element_size())
         stages = 1 << (max(1, cfg.S).bit_length() - 1)
         span = min(cfg.Tk * stages, 1 << max(0, (self.shape.K - 1).bit_length()))
-        if self.prefetch == "rows":  # the split's whole k range (the prologue clamps to k_hi)
-            span = 1 << max(0, (triton.cdiv(triton.cdiv(self.shape.K, cfg.Tk), cfg.KS) * cfg.Tk - 1).bit_length())
         if not self.prefetch or span < line:
             return {"PF_SPAN": 0, "PF_LINE": 1}
         return {"PF_SPAN": span, "PF_LINE": line}

@@ -62,14 +62,9 @@ def gateup_weight(w_gate: torch.Tensor, w_up: torch.Tensor, interleaved: bool) -
     return torch.cat([w_gate, w_up], dim=0).contiguous()
 
 
-def _gemm(design: Mapping[str, int], M: int, N: int, K: int, chain: str = "", pdl: bool = False,
-          rows_prefetch: bool = False) -> EpiloguePlan:
-    """`rows_prefetch` (with `pdl`): a CUDA-core GEMV (Tm = 1) prefetches all of its weight rows into
-    the L2 before its wait, while the kernels before it run (the tensor-core tiles keep their first stages)."""
+def _gemm(design: Mapping[str, int], M: int, N: int, K: int, chain: str = "", pdl: bool = False) -> EpiloguePlan:
     spec = KernelSpec(ab="bf16", c="bf16", lb="col", chain=parse_chain_text(chain), name="qwen3_gemm")
-    config = TileConfig.from_assignment(design)
-    prefetch = "rows" if rows_prefetch and config.simt else True
-    return EpiloguePlan(spec, config, Shape(M, N, K), pdl=pdl, prefetch=prefetch)
+    return EpiloguePlan(spec, TileConfig.from_assignment(design), Shape(M, N, K), pdl=pdl)
 
 
 class RopeKV:
@@ -98,10 +93,9 @@ class LayerKernels:
     prefill attention are launched plainly (the stream then orders them fully)."""
 
     def __init__(self, cfg: Qwen3Config, sc: Scenario, fusion: Fusion, designs: Mapping[str, Mapping[str, int]],
-                 weights: Mapping[str, torch.Tensor], device, pdl: bool | None = None, rows_prefetch: bool = False):
+                 weights: Mapping[str, torch.Tensor], device, pdl: bool | None = None):
         self.cfg, self.sc, self.fusion = cfg, sc, fusion
         self.pdl = pdl = bool(fusion.PD) if pdl is None else bool(pdl)
-        self.rows_prefetch = rf = bool(rows_prefetch) and pdl
         T, H, I = sc.tokens, cfg.hidden, cfg.intermediate
         self.prefill = sc.kind == "prefill"
         self.parts = fusion.parts(self.prefill)
@@ -114,13 +108,12 @@ class LayerKernels:
             return torch.empty(shape, device=device, dtype=dtype)
 
         g = {}
-        g["qkv"] = _gemm(designs["qkv"], T, cfg.qkv_width, H, pdl=pdl, rows_prefetch=rf)
+        g["qkv"] = _gemm(designs["qkv"], T, cfg.qkv_width, H, pdl=pdl)
         g["oproj"] = _gemm(designs["oproj_add" if fusion.R1 == 1 else "oproj"], T, H, cfg.q_width,
-                           ADD if fusion.R1 == 1 else "", pdl=pdl, rows_prefetch=rf)
+                           ADD if fusion.R1 == 1 else "", pdl=pdl)
         g["gateup"] = _gemm(designs["gateup_glu" if fusion.GL else "gateup"], T, 2 * I, H,
-                            "glu(act=silu)" if fusion.GL else "", pdl=pdl, rows_prefetch=rf)
-        g["down"] = _gemm(designs["down_add" if fusion.R2 else "down"], T, H, I, ADD if fusion.R2 else "", pdl=pdl,
-                          rows_prefetch=rf)
+                            "glu(act=silu)" if fusion.GL else "", pdl=pdl)
+        g["down"] = _gemm(designs["down_add" if fusion.R2 else "down"], T, H, I, ADD if fusion.R2 else "", pdl=pdl)
         self.gemms = g
         self.ws = {k: p.new_workspace(device) for k, p in g.items()}
         self.norm1 = RowwiseProgram("rmsnorm", RowConfig.from_assignment(designs["norm1"]), T, H, "bf16", pdl=pdl)

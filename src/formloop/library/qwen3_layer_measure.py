@@ -52,16 +52,15 @@ def operand_sets(plan: LayerPlan, device, chip) -> list:
 
 
 def measure(plan: LayerPlan, device: str = "cuda", chip: str = "h200", parts: bool = True, seed: int = 0,
-            weights=None, rows_prefetch: bool = False) -> dict[str, Any]:
-    """Correctness, then the layer (graph and eager), then each part alone (graph); `rows_prefetch`:
-    LayerKernels' (the GEMVs prefetch all their weight rows before their PDL wait)."""
+            weights=None) -> dict[str, Any]:
+    """Correctness, then the layer (graph and eager), then each part alone (graph)."""
     from formloop.library.qwen3_layer_kernels import LayerKernels  # noqa: PLC0415 (triton)
 
     cfg, sc = plan.cfg, plan.scenario
     chip_spec = get_chip(chip)
     w = weights if weights is not None else new_weights(cfg, device=device, seed=seed)
     designs = {n: p.design for n, p in plan.parts.items()}
-    layer = LayerKernels(cfg, sc, plan.fusion, designs, w, device, rows_prefetch=rows_prefetch)
+    layer = LayerKernels(cfg, sc, plan.fusion, designs, w, device)
     check = correctness(plan, layer, w, device)
     out: dict[str, Any] = {"check": check, "fusion": plan.fusion.as_dict(), "source": "gpu", "unit": "us"}
     if check["ok"] and layer.pdl:  # the PDL rules on the PTX Triton compiled for this run's kernels
