@@ -6,8 +6,11 @@ rules; the index obligations and K1/K3 prove; the decode layer plan takes the fa
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
+import subprocess
+import sys
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported anywhere
 
@@ -212,3 +215,24 @@ def test_layer_plan_skips_gemv_beyond_its_rows():
     assert "model_us_by_template" not in p.detail
     assert p.detail["template"] == "gemm-epilogue-gpu" and p.design["Tm"] != 1
 
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "formloop.cli", *args], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+
+
+def test_cli_solves_the_family_and_names_the_scope():
+    """`formloop solve gemv-epilogue-gpu`: the MILP and the enumeration agree on a decode GEMM with a chain,
+    the design passes the walls; M = 9 is refused naming the scope rule."""
+    args = ("solve", gv.NAME, "--shape", "1,4096,12288", "--dtype", "bf16", "--option", "epilogue=add(name=residual)",
+            "--json")
+    milp = _cli(*args)
+    assert milp.returncode == 0, milp.stderr
+    a = json.loads(milp.stdout)
+    b = json.loads(_cli(*args, "--solver", "enumerate").stdout)
+    assert a["objective"] == pytest.approx(b["objective"], rel=1e-6)
+    t = get_template(gv.NAME, dtype="bf16", epilogue="add(name=residual)")
+    assert t.check(a["design"], gv.workload(1, 4096, 12288), get_chip("h200")) == []
+    bad = _cli("solve", gv.NAME, "--shape", "9,4096,12288", "--dtype", "bf16")
+    assert bad.returncode != 0 and "few_rows" in bad.stdout + bad.stderr

@@ -177,7 +177,7 @@ def gemv_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
         program=lambda assignment, wl: program(assignment, wl, dtype, out, text),
         obligations=lambda template: proof_plan(template, dtype, calibration),
         options={"dtype": dtype, "out": out, "epilogue": text, "calibration": calibration_id},
-        descriptor={"algorithm": "gemv+epilogue", "reuse": "none (B streamed once per row of A)",
+        descriptor={"algorithm": "gemv", "reuse": "none (B streamed once per row of A)",
                     "placement": "one program per row of A and Tn columns (per k split)", "resources": ("registers",),
                     "calibrated": CALIBRATED, "bounds": BOUNDS, "program": "triton", "shape": "M,N,K",
                     "chip": proof_chip().name, "epilogue": text},
