@@ -230,3 +230,15 @@ def _unique(template: str, what: str, names: Sequence[str]) -> None:
         if n in seen:
             raise StructureError(f"template {template}: {what} name {n} is declared twice")
         seen.add(n)
+
+
+def with_calibration(values: dict[str, float], calibration: Mapping[str, float] | None,
+                     allowed: Sequence[str]) -> dict[str, float]:
+    """A template's chip values with fitted terms put over its priors (`values`, updated and returned); a
+    term the template does not calibrate is refused by name."""
+    if calibration:
+        unknown = set(calibration) - set(allowed)
+        if unknown:
+            raise InvalidInput("calibration term", sorted(unknown), tuple(allowed))
+        values.update({k: float(v) for k, v in calibration.items()})
+    return values

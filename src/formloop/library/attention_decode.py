@@ -48,7 +48,7 @@ from formloop.hw.chips import Chip
 from formloop.library import attention_program, register_template
 from formloop.library.attention_workload import DTYPE_BYTES, HEAD_DIMS, workload  # noqa: F401 (re-exported)
 from formloop.library.gemm_tiling_gpu import CONTRACT_CHIPS, proof_chip
-from formloop.template import Constraint, Template
+from formloop.template import Constraint, Template, with_calibration
 
 NAME = "attention-decode"
 US = 1e6
@@ -166,12 +166,7 @@ def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None 
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
     values = {"Ms": chip.smem_per_block, "Ms_sm": chip.smem_per_sm, "warps_sm": chip.warps_per_sm, "regs": REGS,
               "n_sm": chip.sm_count, "bw": chip.bandwidth, "flops": chip.peak(dtype), **PRIORS}
-    if calibration:
-        unknown = set(calibration) - set(CALIBRATED)
-        if unknown:
-            raise InvalidInput("calibration term", sorted(unknown), CALIBRATED)
-        values.update({k: float(v) for k, v in calibration.items()})
-    return values
+    return with_calibration(values, calibration, CALIBRATED)
 
 
 @register_template(NAME)

@@ -36,7 +36,7 @@ from formloop.library.attention_decode import REGS
 from formloop.library.attention_workload import DTYPE_BYTES, HEAD_DIMS
 from formloop.library.attention_workload import workload as _workload
 from formloop.library.gemm_tiling_gpu import CONTRACT_CHIPS, proof_chip
-from formloop.template import Constraint, Template
+from formloop.template import Constraint, Template, with_calibration
 
 NAME = "attention-prefill"
 US = 1e6
@@ -124,12 +124,7 @@ def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None 
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
     values = {"Ms": chip.smem_per_block, "Ms_sm": chip.smem_per_sm, "warps_sm": chip.warps_per_sm, "regs": REGS,
               "n_sm": chip.sm_count, "bw": chip.bandwidth, "flops": chip.peak(dtype), "l2": chip.l2_bytes, **PRIORS}
-    if calibration:
-        unknown = set(calibration) - set(CALIBRATED)
-        if unknown:
-            raise InvalidInput("calibration term", sorted(unknown), CALIBRATED)
-        values.update({k: float(v) for k, v in calibration.items()})
-    return values
+    return with_calibration(values, calibration, CALIBRATED)
 
 
 def workload(shape, dtype: str = "bf16", causal: int = 1) -> dict[str, int]:

@@ -143,13 +143,8 @@ def gemm_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
     )
     pre = base_t.preconditions
     scope = base_t.scope + (Constraint("gather_flag", gather <= 1, "scope", "gather is 0 or 1"),)
-    if facts.row:
-        constraints += (Constraint("E1", Tn >= N, "capacity", "one tile holds the whole row"),)
-        pre += (Constraint("row_single_tile", ceildiv(N, Tn).eq(1), "epilogue",
-                           "the row reduction sees every column of its row in one tile"),)
-        scope += (Constraint("row_fits", N <= ROW_TILE_MAX, "scope", f"a row fits the widest tile ({ROW_TILE_MAX})"),)
-    if facts.pairs:
-        scope += (Constraint("glu_even", N.eq(2 * floordiv(N, 2)), "scope", "gate and up columns come in pairs"),)
+    rules = chain_rules(facts, Tn, N, ROW_TILE_MAX)
+    constraints, pre, scope = constraints + rules[0], pre + rules[1], scope + rules[2]
     text = chain_text(chain)
     return Template(
         name=NAME,
@@ -169,6 +164,21 @@ def gemm_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
         options={"dtype": dtype, "out": out, "epilogue": text, "calibration": calibration_id},
         descriptor={**base_t.descriptor, "algorithm": "gemm+epilogue", "base": base.NAME, "epilogue": text},
     )
+
+
+def chain_rules(facts, tn, n, widest: int, holder: str = "tile"):
+    """(walls, preconditions, scope) an epilogue chain adds to a GEMM family with column tiles `tn` of at
+    most `widest` over `n` columns: a row reduction needs the row in one `holder` (E1), which K1 proves
+    implies row_single_tile, and rows no wider than the widest tile; glu needs gate and up pairs."""
+    walls, pre, scope = (), (), ()
+    if facts.row:
+        walls = (Constraint("E1", tn >= n, "capacity", f"one {holder} holds the whole row"),)
+        pre = (Constraint("row_single_tile", ceildiv(n, tn).eq(1), "epilogue",
+                          f"the row reduction sees every column of its row in one {holder}"),)
+        scope = (Constraint("row_fits", n <= widest, "scope", f"a row fits the widest tile ({widest})"),)
+    if facts.pairs:
+        scope += (Constraint("glu_even", n.eq(2 * floordiv(n, 2)), "scope", "gate and up columns come in pairs"),)
+    return walls, pre, scope
 
 
 def program(assignment: Mapping[str, int], wl: Mapping[str, int], dtype: str, out: str, epilogue: str):

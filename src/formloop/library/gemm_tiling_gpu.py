@@ -57,7 +57,7 @@ from formloop.library import gemm_tiling_index as index
 from formloop.library import gemm_tiling_sched_index as sched_index
 from formloop.library import register_template
 from formloop.library.gemm_tiling import DTYPE_BYTES, workload  # noqa: F401  (workload re-exported)
-from formloop.template import Constraint, Template
+from formloop.template import Constraint, Template, with_calibration
 from formloop.verify.certificate import ProofPlan
 from formloop.verify.outcome import ObligationResult
 
@@ -270,12 +270,7 @@ def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None 
     precision = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "tf32x3": "tf32x3", "fp32": "fp32"}[dtype]
     values = {"Ms": chip.smem_per_block, "acc_regs": acc_budget(chip), "n_sm": chip.sm_count,
               "bw": chip.bandwidth, "flops": chip.peak(precision), "l2": chip.l2_bytes, **PRIORS, **SCHED_PRIORS}
-    if calibration:
-        unknown = set(calibration) - set(CALIBRATED + SCHED_CALIBRATED)
-        if unknown:
-            raise InvalidInput("calibration term", sorted(unknown), CALIBRATED + SCHED_CALIBRATED)
-        values.update({k: float(v) for k, v in calibration.items()})
-    return values
+    return with_calibration(values, calibration, CALIBRATED + SCHED_CALIBRATED)
 
 
 @register_template(NAME)

@@ -36,10 +36,12 @@ from formloop.expr import ceildiv, decision, floordiv, maximum, minimum, param, 
 from formloop.hw.chips import Chip
 from formloop.library import register_template
 from formloop.library import gemm_tiling_index as index
+from formloop.library import rowwise
+from formloop.library.gemm_epilogue import chain_rules
 from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
 from formloop.library.gemm_epilogue_ops import VALUE_BYTES, chain_facts, chain_text, parse_chain_text
 from formloop.library.gemm_tiling_gpu import CONTRACT_CHIPS, DTYPE_BYTES, proof_chip
-from formloop.template import Constraint, Template
+from formloop.template import Constraint, Template, with_calibration
 from formloop.verify.certificate import ProofPlan
 
 NAME = "gemv-epilogue-gpu"
@@ -58,24 +60,18 @@ M = param("M", doc="rows of A and C (decode: tokens)")
 N = param("N", doc="columns of B and C")
 K = param("K", doc="reduction extent")
 e = param("e", doc="bytes per element of A and B")
-Ms = param("Ms", kind="chip", doc="shared memory a program may use, bytes")
-warps_sm = param("warps_sm", kind="chip", doc="resident warps per SM")
-regs_sm = param("regs_sm", kind="chip", doc="32-bit registers per SM")
-n_sm = param("n_sm", kind="chip", doc="streaming multiprocessors")
-bw = param("bw", kind="chip", integer=False, lower=None, doc="DRAM bandwidth (measured copy), bytes/s")
+# the streaming families' chip values and rates, as rowwise declares them (same names, same meaning)
+Ms, warps_sm, regs_sm, n_sm, bw = rowwise.Ms, rowwise.warps_sm, rowwise.regs_sm, rowwise.n_sm, rowwise.bw
+eta_bw, lat_m, t_launch, alpha = rowwise.eta_bw, rowwise.lat_m, rowwise.t_launch, rowwise.alpha
 
 
 def _eff(name: str, doc: str):
     return param(name, kind="chip", integer=False, lower=0, doc=doc)
 
 
-eta_bw = _eff("eta_bw", "achieved fraction of the copy bandwidth with enough bytes in flight")
-lat_m = _eff("lat_m", "DRAM latency a program's loads in flight must cover, s")
 t_iter = _eff("t_iter", "fixed cost of one k-step, s")
 t_start = _eff("t_start", "fixed cost of one program (its reduction over k and epilogue), s")
 t_fix = _eff("t_fix", "split-K: the last arriver's atomic and partial sum, s")
-t_launch = _eff("t_launch", "cost of one kernel launch inside a CUDA graph, s")
-alpha = _eff("alpha", "fraction of the shorter of T_mem, T_comp that is not hidden")
 
 CALIBRATED = ("eta_bw", "lat_m", "t_iter", "t_start", "t_fix", "t_launch", "alpha")
 # eta_bw at most the measured copy (a GEMV cannot stream faster than a copy); alpha a fraction
@@ -116,12 +112,7 @@ def chip_params(chip: Chip, calibration: Mapping[str, float] | None = None) -> d
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
     values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs_sm": chip.registers_per_sm or 65536,
               "n_sm": chip.sm_count, "bw": chip.bandwidth, **PRIORS}
-    if calibration:
-        unknown = set(calibration) - set(CALIBRATED)
-        if unknown:
-            raise InvalidInput("calibration term", sorted(unknown), CALIBRATED)
-        values.update({k: float(v) for k, v in calibration.items()})
-    return values
+    return with_calibration(values, calibration, CALIBRATED)
 
 
 def workload(M_: int, N_: int, K_: int, dtype: str = "bf16") -> dict[str, int]:
@@ -152,14 +143,8 @@ def gemv_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
              Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"))
     pre = (Constraint("split_cover", Tk * KS * ceildiv(ceildiv(K, Tk), KS) >= K, "layout",
                       "the splits' k-tiles cover K"),)
-    if facts.row:
-        widest = max(Tn.decision.menu)
-        constraints += (Constraint("E1", Tn >= N, "capacity", "one program holds the whole row"),)
-        scope += (Constraint("row_fits", N <= widest, "scope", f"a row fits the widest tile ({widest})"),)
-        pre += (Constraint("row_single_tile", ceildiv(N, Tn).eq(1), "epilogue",
-                           "the row reduction sees every column of its row in one program"),)
-    if facts.pairs:
-        scope += (Constraint("glu_even", N.eq(2 * floordiv(N, 2)), "scope", "gate and up columns come in pairs"),)
+    rules = chain_rules(facts, Tn, N, max(Tn.decision.menu), holder="program")
+    constraints, pre, scope = constraints + rules[0], pre + rules[1], scope + rules[2]
     text = chain_text(chain)
     return Template(
         name=NAME,

@@ -45,7 +45,7 @@ from formloop.hw.chips import Chip, get_chip
 from formloop.library import register_template
 from formloop.library.gemm_tiling_gpu import CONTRACT_CHIPS, proof_chip
 from formloop.solve import solve_milp
-from formloop.template import Constraint, Template
+from formloop.template import Constraint, Template, with_calibration
 from formloop.verify.certificate import ProofPlan
 from formloop.verify.index import INDEX_OBLIGATIONS, IndexAxis, check_index
 
@@ -168,12 +168,7 @@ def chip_params(chip: Chip, calibration: Mapping[str, float] | None = None) -> d
     values = {"Ms": chip.smem_per_block, "warps_sm": chip.warps_per_sm, "regs": REGS, "l2": chip.l2_bytes,
               "regs_sm": chip.registers_per_sm or 65536, "n_sm": chip.sm_count,
               "bw": chip.bandwidth, **PRIORS}
-    if calibration:
-        unknown = set(calibration) - set(CALIBRATED)
-        if unknown:
-            raise InvalidInput("calibration term", sorted(unknown), CALIBRATED)
-        values.update({k: float(v) for k, v in calibration.items()})
-    return values
+    return with_calibration(values, calibration, CALIBRATED)
 
 
 def template_name(op: str) -> str:
