@@ -236,3 +236,56 @@ def test_cli_solves_the_family_and_names_the_scope():
     assert t.check(a["design"], gv.workload(1, 4096, 12288), get_chip("h200")) == []
     bad = _cli("solve", gv.NAME, "--shape", "9,4096,12288", "--dtype", "bf16")
     assert bad.returncode != 0 and "few_rows" in bad.stdout + bad.stderr
+
+
+@pytest.mark.parametrize("shape,Tn,Tk,chain", [((1, 40, 96), 8, 32, ""), ((1, 32, 128), 4, 16, "glu(act=silu)"),
+                                               ((3, 20, 80), 8, 32, "add(name=residual)")])
+def test_a_norm_prologue_is_rmsnorm_then_the_product(shape, Tn, Tk, chain):
+    """a_norm: the kernel computes chain(rmsnorm(A)·g · B) in one loop; checked against float64 written
+    here, and the result does not move when A is scaled (the norm's defining property)."""
+    import torch.nn.functional as F
+
+    M, N, K = shape
+    inst = gv.program({"Tn": Tn, "Tk": Tk, "S": 2, "W": 4, "KS": 1}, gv.workload(M, N, K), "bf16", "bf16", chain,
+                      a_norm=True)
+    case = inst.new_case("cpu", torch.Generator().manual_seed(M + N))
+    outs = []
+    for scale in (1.0, 8.0):   # a power of two: the bf16 inputs scale exactly
+        case.inputs["a"].copy_(case.inputs["a"] * scale)
+        inst.poison(case)
+        inst.launch(case)
+        outs.append(inst.output(case).clone())
+        a = case.inputs["a"].double()
+        acc = (a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * case.inputs["a_norm_weight"].double()) \
+            @ case.inputs["b"].double()
+        want = F.silu(acc[:, 0::2]) * acc[:, 1::2] if chain.startswith("glu") else \
+            acc + case.inputs["residual"].double() if chain else acc
+        assert not torch.isnan(outs[-1]).any()
+        assert _rel(outs[-1], want) <= inst.tolerance
+    assert _rel(outs[1], outs[0]) <= 1e-2
+
+
+def test_a_norm_rules():
+    """a_norm needs the one-row GEMV with one split (plan, template wall V5) and a row-major A (spec)."""
+    from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
+    from formloop.library.gemm_epilogue_kernel import EpiloguePlan
+    from formloop.library.gemm_tiling_kernel import TileConfig
+
+    spec = KernelSpec(ab="bf16", c="bf16", lb="col", name="g", a_norm=True)
+    with pytest.raises(InvalidInput, match="a_norm"):
+        EpiloguePlan(spec, TileConfig(Tm=1, Tn=8, Tk=32, KS=2), Shape(1, 16, 128))
+    with pytest.raises(InvalidInput, match="a_norm"):
+        EpiloguePlan(spec, TileConfig(Tm=16, Tn=16, Tk=32), Shape(1, 16, 128))
+    with pytest.raises(InvalidInput, match="a_norm"):
+        KernelSpec(ab="bf16", c="bf16", la="col", lb="col", a_norm=True)
+    with pytest.raises(InvalidInput, match="a_norm"):
+        get_template(gv.NAME, a_norm="maybe")
+    t = get_template(gv.NAME, a_norm="true")
+    wl, chip = gv.workload(1, 6144, 4096), get_chip("h200")
+    assert ("constraint", "V5") in {(v.kind, v.name) for v in t.check(
+        {"Tn": 8, "Tk": 512, "S": 1, "W": 4, "KS": 2}, wl, chip)}
+    f = t.formulate(wl, chip)
+    s, e = solve_milp(f), enumerate_designs(f)
+    assert s.assignment["KS"] == 1 and s.objective == pytest.approx(e.objective, rel=1e-6)
+    plain = solve_milp(get_template(gv.NAME).formulate(wl, chip)).objective
+    assert s.objective >= plain   # the norm weight is read too, and no design is added

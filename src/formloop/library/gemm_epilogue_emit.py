@@ -40,6 +40,7 @@ class KernelSpec:
     lc: str = "row"
     chain: tuple[EpilogueOp, ...] = ()
     name: str = "kernel"
+    a_norm: bool = False  # A's rows RMS-normalized (weight a_norm_weight, eps) in the GEMV loop (Tm = 1, KS = 1)
 
     def __post_init__(self) -> None:
         for field, value, allowed in (("op", self.op, OPERATIONS), ("ab", self.ab, OPERAND_DTYPES),
@@ -52,6 +53,8 @@ class KernelSpec:
                                "(row, col, row): NHWC input, KRSC filter, NHWC output")
         if not self.name.isidentifier():
             raise InvalidInput("kernel name", self.name, "an identifier")
+        if self.a_norm and (self.op, self.la) != ("gemm", "row"):
+            raise InvalidInput("a_norm (op, la)", (self.op, self.la), "('gemm', 'row'): one row of A per program")
 
     @property
     def batched(self) -> bool:
@@ -274,6 +277,21 @@ def _pointer_steps(spec: KernelSpec) -> list[str]:
     return out + [f"b_ptrs += {'BLOCK_K * stride_b' if spec.lb == 'row' else 'BLOCK_K'}"]
 
 
+def _simt_loop(spec: KernelSpec) -> list[str]:
+    """The GEMV main loop (one row of A per program): fp32 products of B's [BLOCK_K, BLOCK_N] tile with A's
+    k-slice, reduced over k after the loop. With `a_norm` (KS = 1: the loop sees the whole row) the slice is
+    scaled by the norm weight and its squares summed, and the row's 1/rms scales the result."""
+    norm = ["ssq += a32 * a32", "a32 = a32 * tl.load(g_ptrs, mask=k_ok, other=0.0).to(tl.float32)[None, :]",
+            "g_ptrs += BLOCK_K"] if spec.a_norm else []
+    loop = [*_pointer_loads(spec), "a32 = a.to(tl.float32)", *norm,
+            "prods += b.to(tl.float32) * tl.reshape(a32, (BLOCK_K, 1))", *_pointer_steps(spec)]
+    start = ["ssq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)", "g_ptrs = anorm_ptr + k_lo + rk"]
+    return [*(start if spec.a_norm else []), "prods = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)",
+            "for k in range(k_lo, k_hi, BLOCK_K):", *("    " + x for x in loop),
+            "acc = tl.reshape(tl.sum(prods, axis=0), (BLOCK_M, BLOCK_N))",
+            *(["acc = acc * tl.rsqrt(tl.sum(ssq, axis=1) / K + anorm_eps)[:, None]"] if spec.a_norm else [])]
+
+
 def kernel_params(spec: KernelSpec, load_path: int = 0, pdl: bool = False) -> list[str]:
     """The main kernel's parameters in order (the launcher passes them positionally); with PDL, B's
     storage as a plain pointer last (`b_raw`: the weight lines prefetched before the wait)."""
@@ -282,7 +300,7 @@ def kernel_params(spec: KernelSpec, load_path: int = 0, pdl: bool = False) -> li
     operands = ["a_desc", "b_desc"] if load_path else ["a_ptr", "b_ptr"]
     return [*operands, "c_ptr", "ws_ptr", "cnt_ptr", *ptrs, "M", "N", "K", "stride_ab", "stride_a",
             "stride_bb", "stride_b", "stride_cb", "stride_cm", "stride_cn", *strides, *conv, "GROUP_M", "SPLIT_K",
-            *(["b_raw"] if pdl else [])]
+            *(["anorm_ptr", "anorm_eps"] if spec.a_norm else []), *(["b_raw"] if pdl else [])]
 
 
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ALIGN", "PRECISION", "TO_WORKSPACE", "WIDEN", "INTERPRET", "C_DESC",
@@ -334,10 +352,7 @@ def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False, simt: boo
     if load_path == 0:
         body += ["k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)", *_pointer_setup(spec)]
         if simt:
-            body += ["prods = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)", "for k in range(k_lo, k_hi, BLOCK_K):"]
-            loop = [*_pointer_loads(spec),
-                    "prods += b.to(tl.float32) * tl.reshape(a.to(tl.float32), (BLOCK_K, 1))", *_pointer_steps(spec)]
-            body += ["    " + x for x in loop] + ["acc = tl.reshape(tl.sum(prods, axis=0), (BLOCK_M, BLOCK_N))"]
+            body += _simt_loop(spec)
         else:
             body += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "for k in range(k_lo, k_hi, BLOCK_K):"]
             loop = [*_pointer_loads(spec), "if WIDEN:", "    a = a.to(tl.float32)", "    b = b.to(tl.float32)",

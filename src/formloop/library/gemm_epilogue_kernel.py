@@ -81,7 +81,7 @@ class EpiloguePlan:
     assume (None: the largest the tensors allow, computed at each launch)."""
 
     def __init__(self, spec: KernelSpec, config: TileConfig, shape: Shape, align: int | None = None,
-                 epi_split: bool | None = None, pdl: bool = False, prefetch: bool = True):
+                 epi_split: bool | None = None, pdl: bool = False, prefetch: bool = True, a_norm_eps: float = 1e-6):
         if spec.op == "conv2d" and (shape.conv is None or config.L):
             raise InvalidInput("conv2d plan", (shape.conv, config.L), "a Conv2d shape and the pointer path (L=0)")
         if spec.op == "gemm" and shape.batch != 1:
@@ -91,7 +91,11 @@ class EpiloguePlan:
         if largest >= 2 ** 31:
             raise InvalidInput("shape (elements of one operand, C or split-K partials)", largest,
                                "below 2^31 (the kernel's offsets within a matrix are 32-bit)")
+        if spec.a_norm and (not config.simt or config.KS != 1):
+            raise InvalidInput("a_norm with (Tm, KS)", (config.Tm, config.KS),
+                               "(1, 1): the CUDA-core GEMV, one split (the norm needs the whole row)")
         self.spec, self.config, self.shape, self.align = spec, config, shape, align
+        self.a_norm_eps = float(a_norm_eps)
         self.facts = chain_facts(spec.chain, default_dtype=spec.c)
         allowed = splits_epilogue(self.facts, config.Tn)
         if epi_split and not allowed:
@@ -190,6 +194,11 @@ class EpiloguePlan:
                        num_stages=cfg.S)
         if spec.op == "conv2d":
             options["TAP_BLOCKS"] = tap_blocks(s.conv.c, cfg.Tk)
+        if spec.a_norm:
+            g = inputs["a_norm_weight"]
+            if tuple(g.shape) != (s.K,) or g.stride(0) != 1:
+                raise InvalidInput("a_norm_weight", (tuple(g.shape), tuple(g.stride())), f"a contiguous [{s.K}] vector")
+            args += [g, self.a_norm_eps]
         if self.pdl:
             args.append(b)
             options.update(self._pdl_options(b), launch_pdl=True)
@@ -287,6 +296,8 @@ def new_inputs(plan: EpiloguePlan, device, gen: torch.Generator) -> dict[str, to
         a = _matrix(s.M, s.K, batch, spec.la, dt, device, gen, std)
         b = _matrix(s.K, s.N, batch, spec.lb, dt, device, gen, 1.0)
     out = {"a": a, "b": b}
+    if spec.a_norm:  # a norm weight about 1, as trained ones are
+        out["a_norm_weight"] = (1 + 0.1 * torch.randn(s.K, device=device, generator=gen)).to(dt)
     state_n = s.N
     for op in spec.chain:
         if op.tensor_name is not None and op.tensor_name not in out:
@@ -327,7 +338,10 @@ def reference(plan: EpiloguePlan, inputs: Mapping[str, torch.Tensor], out: torch
         y = torch.nn.functional.conv2d(x, w, stride=g.stride, padding=g.pad, dilation=g.dilation)
         acc = y.permute(0, 2, 3, 1).reshape(g.n * g.p * g.q, g.k)
     else:
-        acc = inputs["a"].double() @ inputs["b"].double()
+        a = inputs["a"].double()
+        if spec.a_norm:
+            a = a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + plan.a_norm_eps) * inputs["a_norm_weight"].double()
+        acc = a @ inputs["b"].double()
     stores = (TORCH_DTYPES[spec.c],) if stores is None else stores
     near, other = apply_chain_pair(spec.chain, acc, inputs, stores, AMBIGUOUS.get(spec.ab, AMBIGUOUS_DEFAULT))
     return admissible(near, other, out)
@@ -377,5 +391,6 @@ class EpilogueGemm:
         e_c = TORCH_DTYPES[spec.c].itemsize
         a_elems = s.conv.n * s.conv.h * s.conv.w * s.conv.c if s.conv else s.batch * s.M * s.K
         out = s.batch * s.M * (1 if f.reduces else self.plan.out_width)
+        a_elems += s.K if spec.a_norm else 0   # the norm weight
         return int(e_ab * (a_elems + s.batch * s.K * s.N) + e_c * out + s.batch * s.M * s.N * f.tile_bytes
                    + s.N * f.vec_row_bytes + s.M * f.vec_col_bytes)

@@ -17,6 +17,7 @@ Walls:
   V2 issue    Tn·Tk·e ≥ 16·32·W: every thread loads at least one 16-byte vector per k-step
   V3 smem     S·(Tn + 1)·Tk·e ≤ Ms: the pipelined B and A tiles fit shared memory
   V4 split    KS ≤ ⌈K/Tk⌉: every split reads at least one k-tile
+  V5 norm     KS = 1 with `a_norm` (A's rows RMS-normalized in the loop: the norm needs the whole row)
   E1 row      Tn ≥ N when the chain reduces rows (one program holds the row)
 Scope: M ≤ MAX_ROWS (B is streamed once per row of A: beyond that the tensor-core family); with a row
 reduction N ≤ the widest Tn.
@@ -47,6 +48,7 @@ from formloop.verify.certificate import ProofPlan
 NAME = "gemv-epilogue-gpu"
 DTYPES = ("bf16", "fp16", "fp32")
 MAX_ROWS = 8
+BOOL_TEXT = {True: True, False: False, "true": True, "false": False, "1": True, "0": False}
 PROD_REGS = 64  # fp32 products a thread keeps (the loaded tile takes as many again; 255-register cap)
 US = 1e6
 
@@ -80,7 +82,7 @@ PRIORS = {"eta_bw": 0.88, "lat_m": 1.0e-6, "t_iter": 30e-9, "t_start": 0.3e-6, "
           "alpha": 0.2}
 
 
-def _terms(facts, e_c: int):
+def _terms(facts, e_c: int, a_norm: bool = False):
     programs = M * ceildiv(N, Tn) * KS
     steps = ceildiv(ceildiv(K, Tk), KS)
     per_thread = Tn * Tk / (32 * W)
@@ -95,7 +97,7 @@ def _terms(facts, e_c: int):
     c_bytes = M * (e_c if facts.reduces else width * N * e_c)
     partials = where(KS > 1, 2 * KS * M * N * 4, 0)
     bytes_ = (M * N * K * e + M * K * e + c_bytes + M * N * facts.tile_bytes + N * facts.vec_row_bytes
-              + M * facts.vec_col_bytes + partials)
+              + M * facts.vec_col_bytes + partials + (K * e if a_norm else 0))
     per_program = bytes_ / programs
     rate_full = minimum(bw * eta_bw, slots * in_flight / lat_m)
     rate_rest = minimum(bw * eta_bw, maximum(rest, 1) * in_flight / lat_m)
@@ -123,22 +125,27 @@ def workload(M_: int, N_: int, K_: int, dtype: str = "bf16") -> dict[str, int]:
 
 @register_template(NAME)
 def gemv_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str = "",
-                      calibration: Mapping[str, float] | None = None, calibration_id: str = "priors") -> Template:
-    """The Triton CUDA-core GEMV family with the epilogue chain `epilogue` (canonical text)."""
+                      calibration: Mapping[str, float] | None = None, calibration_id: str = "priors",
+                      a_norm: bool | str = False) -> Template:
+    """The Triton CUDA-core GEMV family with the epilogue chain `epilogue` (canonical text); `a_norm`:
+    A's rows RMS-normalized (times a weight vector) in the loop, the norm before a linear layer fused."""
     if dtype not in DTYPES:
         raise InvalidInput("dtype", dtype, DTYPES)
+    if a_norm not in BOOL_TEXT:
+        raise InvalidInput("option a_norm", a_norm, ["true", "false"])
+    a_norm = BOOL_TEXT[a_norm]
     out = out or dtype
     if out not in VALUE_BYTES:
         raise InvalidInput("out (C dtype)", out, sorted(VALUE_BYTES))
     chain = parse_chain_text(epilogue)
     facts = chain_facts(chain, default_dtype=out)
-    t = _terms(facts, VALUE_BYTES[out])
+    t = _terms(facts, VALUE_BYTES[out], a_norm)
     constraints = (
         Constraint("V1", Tn * Tk <= PROD_REGS * 32 * W, "capacity", "the fp32 products a thread keeps fit"),
         Constraint("V2", Tn * Tk * e >= 16 * 32 * W, "capacity", "every thread loads a 16-byte vector per k-step"),
         Constraint("V3", t["smem_bytes"] <= Ms, "capacity", "the pipelined tiles fit shared memory"),
         Constraint("V4", KS <= ceildiv(K, Tk), "layout", "every split reads at least one k-tile"),
-    )
+    ) + ((Constraint("V5", KS.eq(1), "layout", "A's row norm needs the whole row: one split"),) if a_norm else ())
     scope = (Constraint("few_rows", M <= MAX_ROWS, "scope", f"at most {MAX_ROWS} rows of A (B is read once per row)"),
              Constraint("rates_positive", bw > 0, "scope", "the chip moves bytes"))
     pre = (Constraint("split_cover", Tk * KS * ceildiv(ceildiv(K, Tk), KS) >= K, "layout",
@@ -159,9 +166,10 @@ def gemv_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
         terms={k: v for k, v in t.items() if k != "T"},
         tie_break=("T_comp_us", "smem_bytes"),
         bind_chip=lambda chip: chip_params(chip, calibration),
-        program=lambda assignment, wl: program(assignment, wl, dtype, out, text),
+        program=lambda assignment, wl: program(assignment, wl, dtype, out, text, a_norm),
         obligations=lambda template: proof_plan(template, dtype, calibration),
-        options={"dtype": dtype, "out": out, "epilogue": text, "calibration": calibration_id},
+        options={"dtype": dtype, "out": out, "epilogue": text, "calibration": calibration_id,
+                 **({"a_norm": True} if a_norm else {})},
         descriptor={"algorithm": "gemv", "reuse": "none (B streamed once per row of A)",
                     "placement": "one program per row of A and Tn columns (per k split)", "resources": ("registers",),
                     "calibrated": CALIBRATED, "bounds": BOUNDS, "program": "triton", "shape": "M,N,K",
@@ -174,12 +182,13 @@ def design_config(assignment: Mapping[str, int]) -> dict[str, int]:
     return {"Tm": 1, "G": 1, "L": 0, **{k: int(assignment[k]) for k in ("Tn", "Tk", "S", "W", "KS")}}
 
 
-def program(assignment: Mapping[str, int], wl: Mapping[str, int], dtype: str, out: str, epilogue: str):
+def program(assignment: Mapping[str, int], wl: Mapping[str, int], dtype: str, out: str, epilogue: str,
+            a_norm: bool = False):
     """The instance: gemm-epilogue's kernel on one-row tiles, B stored as a linear layer's weight."""
     from formloop.library.gemm_epilogue_kernel import EpilogueGemm, EpiloguePlan  # noqa: PLC0415 (triton, torch)
     from formloop.library.gemm_tiling_kernel import TileConfig  # noqa: PLC0415
 
-    spec = KernelSpec(op="gemm", ab=dtype, c=out, lb="col", chain=parse_chain_text(epilogue))
+    spec = KernelSpec(op="gemm", ab=dtype, c=out, lb="col", chain=parse_chain_text(epilogue), a_norm=a_norm)
     shape = Shape(int(wl["M"]), int(wl["N"]), int(wl["K"]))
     return EpilogueGemm(EpiloguePlan(spec, TileConfig.from_assignment(design_config(assignment)), shape))
 
