@@ -42,6 +42,8 @@ def parse_args(argv):
     ap.add_argument("--budget-s", type=float, default=400.0, help="wall budget: max-autotune is skipped (with a "
                     "note) for scenarios it would push past this")
     ap.add_argument("--no-stack", action="store_true", help="skip the 36-layer decode stack")
+    ap.add_argument("--norm-fusion", action="store_true", help="the layer template's option norm_fusion: decode "
+                    "may run the two RMSNorms inside the QKV and GateUp GEMVs (decision NF)")
     ap.add_argument("--gemv-candidates", type=int, default=5, help="decode: time each GEMV part's plan design and "
                     "this many of the gemv model's next designs alone, and take the fastest")
     ap.add_argument("--gemv-calibration", help="JSON whose 'values' are gemv-epilogue-gpu's fitted terms "
@@ -420,7 +422,7 @@ def main() -> int:
     log(f"planning {len(scs)} scenarios ({args.workers} processes)")
     gemv_cal = json.loads(Path(args.gemv_calibration).read_text())["values"] if args.gemv_calibration else None
     GEMV_CALIBRATION["values"] = gemv_cal
-    plans = plan_many(cfg, scs, workers=args.workers, gemv_calibration=gemv_cal)
+    plans = plan_many(cfg, scs, workers=args.workers, gemv_calibration=gemv_cal, norm_fusion=args.norm_fusion)
     log(f"GEMV calibration: {'fitted, ' + args.gemv_calibration if gemv_cal else 'priors'}")
     log("planned: " + "; ".join(f"{p.scenario.text} {p.fusion.text} {p.model_us:.1f} us (model)" for p in plans))
     result = {"device": device_facts(), "config": cfg.as_dict(), "scenarios": [], "stack": None}

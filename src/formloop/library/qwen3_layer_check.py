@@ -27,6 +27,7 @@ CHECK_SCENARIOS = ("prefill:8", "decode:40")
 TINY_DESIGNS = {
     "gemm": {"Tm": 16, "Tn": 32, "Tk": 32, "S": 1, "W": 4, "KS": 1, "G": 4, "L": 0},
     "gemv": {"Tm": 1, "Tn": 8, "Tk": 32, "S": 2, "W": 4, "KS": 2, "G": 1, "L": 0},   # gemv-epilogue-gpu's
+    "gemv_norm": {"Tm": 1, "Tn": 8, "Tk": 32, "S": 2, "W": 4, "KS": 1, "G": 1, "L": 0},   # its a_norm (one split)
     "norm": {"BC": 256, "RP": 2, "W": 4, "S": 1},
     "ew": {"BN": 64, "BM": 4, "W": 4},
     "rope": {"HP": 2, "W": 4},
@@ -36,7 +37,8 @@ TINY_DESIGNS = {
 }
 KIND_OF = {"qkv": "gemm", "oproj": "gemm", "oproj_add": "gemm", "gateup": "gemm", "gateup_glu": "gemm",
            "down": "gemm", "down_add": "gemm", "norm1": "norm", "norm2": "norm", "addnorm2": "norm", "add1": "ew",
-           "add2": "ew", "silu_mul": "ew", "rope": "rope", "relayout": "relayout"}
+           "add2": "ew", "silu_mul": "ew", "rope": "rope", "relayout": "relayout", "qkv_norm": "gemv_norm",
+           "gateup_norm": "gemv_norm", "gateup_glu_norm": "gemv_norm"}
 
 
 def tiny_designs(sc: Scenario, pdl: bool = False) -> dict[str, dict[str, int]]:
@@ -86,25 +88,31 @@ def check_fusion(cfg: Qwen3Config, sc: Scenario, fusion: Fusion, designs: Mappin
     return res
 
 
-def check_all(model: str = "tiny", scenarios=CHECK_SCENARIOS, fusions=None) -> list[dict]:
+def check_all(model: str = "tiny", scenarios=CHECK_SCENARIOS, fusions=None, norm_fusion: bool = False) -> list[dict]:
+    """Each choice on each scenario; with `norm_fusion` also the NF = 1 choices (decode only)."""
     cfg = MODELS[model]
     out = []
     for text in scenarios:
         sc = parse_scenario(text)
-        for fu in fusions or all_fusions((0, 1)):
+        nf = (0, 1) if norm_fusion and sc.kind == "decode" else (0,)
+        for fu in fusions or all_fusions((0, 1), nf):
+            if fu.NF and sc.kind == "prefill":
+                continue
             out.append(check_fusion(cfg, sc, fu, tiny_designs(sc, bool(fu.PD))))
     return out
 
 
 def main(argv: list[str]) -> int:
+    norm_fusion = "--norm-fusion" in argv
+    argv = [a for a in argv if a != "--norm-fusion"]
     fusions = None
     if argv:
-        fusions = [Fusion(*map(int, a.split(","))) for a in argv]
+        fusions = [Fusion(*map(int, a.split(","))) for a in argv]   # R1,GL,R2,PD[,NF]
     if os.environ.get("TRITON_INTERPRET") != "1":
         print(json.dumps({"error": "set TRITON_INTERPRET=1 (the check runs the tiny config on the CPU)"}))
         return 2
     ok = True
-    for r in check_all(fusions=fusions):
+    for r in check_all(fusions=fusions, norm_fusion=norm_fusion):
         ok = ok and r["ok"]
         print(json.dumps(r), flush=True)
     return 0 if ok else 1

@@ -62,9 +62,13 @@ def gateup_weight(w_gate: torch.Tensor, w_up: torch.Tensor, interleaved: bool) -
     return torch.cat([w_gate, w_up], dim=0).contiguous()
 
 
-def _gemm(design: Mapping[str, int], M: int, N: int, K: int, chain: str = "", pdl: bool = False) -> EpiloguePlan:
-    spec = KernelSpec(ab="bf16", c="bf16", lb="col", chain=parse_chain_text(chain), name="qwen3_gemm")
-    return EpiloguePlan(spec, TileConfig.from_assignment(design), Shape(M, N, K), pdl=pdl)
+def _gemm(design: Mapping[str, int], M: int, N: int, K: int, chain: str = "", pdl: bool = False,
+          norm_eps: float | None = None) -> EpiloguePlan:
+    """`norm_eps`: A's rows RMS-normalized in the GEMV's loop with this eps (the part's `a_norm_weight`)."""
+    spec = KernelSpec(ab="bf16", c="bf16", lb="col", chain=parse_chain_text(chain), name="qwen3_gemm",
+                      a_norm=norm_eps is not None)
+    return EpiloguePlan(spec, TileConfig.from_assignment(design), Shape(M, N, K), pdl=pdl,
+                        a_norm_eps=1e-6 if norm_eps is None else norm_eps)
 
 
 class RopeKV:
@@ -98,6 +102,9 @@ class LayerKernels:
         self.pdl = pdl = bool(fusion.PD) if pdl is None else bool(pdl)
         T, H, I = sc.tokens, cfg.hidden, cfg.intermediate
         self.prefill = sc.kind == "prefill"
+        self.nf = nf = bool(fusion.NF)
+        if nf and self.prefill:
+            raise InvalidInput("fusion NF", 1, "0 for a prefill (the norm-fused GEMVs are decode's)")
         self.parts = fusion.parts(self.prefill)
         w = {k: v.to(device) for k, v in weights.items()}
         self.w = w
@@ -108,11 +115,13 @@ class LayerKernels:
             return torch.empty(shape, device=device, dtype=dtype)
 
         g = {}
-        g["qkv"] = _gemm(designs["qkv"], T, cfg.qkv_width, H, pdl=pdl)
+        eps = cfg.eps if nf else None
+        g["qkv"] = _gemm(designs["qkv_norm" if nf else "qkv"], T, cfg.qkv_width, H, pdl=pdl, norm_eps=eps)
         g["oproj"] = _gemm(designs["oproj_add" if fusion.R1 == 1 else "oproj"], T, H, cfg.q_width,
                            ADD if fusion.R1 == 1 else "", pdl=pdl)
-        g["gateup"] = _gemm(designs["gateup_glu" if fusion.GL else "gateup"], T, 2 * I, H,
-                            "glu(act=silu)" if fusion.GL else "", pdl=pdl)
+        self.gateup_part = ("gateup_glu" if fusion.GL else "gateup") + ("_norm" if nf else "")
+        g["gateup"] = _gemm(designs[self.gateup_part], T, 2 * I, H, "glu(act=silu)" if fusion.GL else "", pdl=pdl,
+                            norm_eps=eps)
         g["down"] = _gemm(designs["down_add" if fusion.R2 else "down"], T, H, I, ADD if fusion.R2 else "", pdl=pdl)
         self.gemms = g
         self.ws = {k: p.new_workspace(device) for k, p in g.items()}
@@ -168,9 +177,13 @@ class LayerKernels:
         g, w, ws = self.gemms, self.w, self.ws
         I = cfg.intermediate
         q_rows = self.q[0].transpose(0, 1) if self.prefill else self.q[0].view(1, cfg.heads, cfg.head_dim)
-        s = [("norm1", lambda: self.norm1(x, weight=w["w_in"], eps=cfg.eps, out=self.h)),
-             ("qkv", lambda: g["qkv"].launch({"a": self.h, "b": w["w_qkv"].T}, self.qkv, ws["qkv"])),
-             ("rope", lambda: self.rope(self.qkv, w["q_norm"], w["k_norm"], q_rows, k_cache, v_cache))]
+        if self.nf:  # the norms inside the QKV and GateUp GEMVs
+            s = [("qkv_norm", lambda: g["qkv"].launch({"a": x, "b": w["w_qkv"].T, "a_norm_weight": w["w_in"]},
+                                                      self.qkv, ws["qkv"]))]
+        else:
+            s = [("norm1", lambda: self.norm1(x, weight=w["w_in"], eps=cfg.eps, out=self.h)),
+                 ("qkv", lambda: g["qkv"].launch({"a": self.h, "b": w["w_qkv"].T}, self.qkv, ws["qkv"]))]
+        s += [("rope", lambda: self.rope(self.qkv, w["q_norm"], w["k_norm"], q_rows, k_cache, v_cache))]
         if self.prefill:
             s += [("attn", lambda: self.attn.launch(self.q, k_cache, v_cache, self.o_heads)),
                   ("relayout", lambda: relayout(self.o_heads, self.o))]
@@ -178,24 +191,25 @@ class LayerKernels:
         else:
             s += [("attn", lambda: self.attn.launch(self.q, k_cache, v_cache, self.o_heads, self.attn_ws))]
             o = self.o_heads.view(1, cfg.q_width)
+        norm2 = [] if self.nf else [("norm2", lambda: self.norm2(self.h1, weight=w["w_post"], eps=cfg.eps,
+                                                                 out=self.h2))]
         if fu.R1 == 1:
             s += [("oproj_add", lambda: g["oproj"].launch({"a": o, "b": w["w_o"].T, "residual": x}, self.h1,
-                                                          ws["oproj"])),
-                  ("norm2", lambda: self.norm2(self.h1, weight=w["w_post"], eps=cfg.eps, out=self.h2))]
+                                                          ws["oproj"])), *norm2]
         else:
             s += [("oproj", lambda: g["oproj"].launch({"a": o, "b": w["w_o"].T}, self.tmp, ws["oproj"]))]
             if fu.R1 == 2:
                 s += [("addnorm2", lambda: self.norm2(self.tmp, weight=w["w_post"], residual=x, eps=cfg.eps,
                                                       out=self.h2, residual_out=self.h1))]
             else:
-                s += [("add1", lambda: self.add1(self.tmp, {"residual": x}, out=self.h1)),
-                      ("norm2", lambda: self.norm2(self.h1, weight=w["w_post"], eps=cfg.eps, out=self.h2))]
+                s += [("add1", lambda: self.add1(self.tmp, {"residual": x}, out=self.h1)), *norm2]
+        gu_in = {"a": self.h1, "b": self.w_gu.T, "a_norm_weight": w["w_post"]} if self.nf else \
+            {"a": self.h2, "b": self.w_gu.T}
+        s += [(self.gateup_part, lambda: g["gateup"].launch(gu_in, self.act, ws["gateup"]))]
         if fu.GL:
-            s += [("gateup_glu", lambda: g["gateup"].launch({"a": self.h2, "b": self.w_gu.T}, self.act, ws["gateup"]))]
             mlp = self.act
         else:
-            s += [("gateup", lambda: g["gateup"].launch({"a": self.h2, "b": self.w_gu.T}, self.act, ws["gateup"])),
-                  ("silu_mul", lambda: self.silu(self.act[:, :I], {"up": self.act[:, I:]}, out=self.mlp))]
+            s += [("silu_mul", lambda: self.silu(self.act[:, :I], {"up": self.act[:, I:]}, out=self.mlp))]
             mlp = self.mlp
         if fu.R2:
             s += [("down_add", lambda: g["down"].launch({"a": mlp, "b": w["w_down"].T, "residual": self.h1}, out,

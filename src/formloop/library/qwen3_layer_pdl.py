@@ -39,13 +39,14 @@ class PdlKernel:
         return Path(spec.origin).read_text()
 
 
-def _gemm(chain: str, load_path: int, simt: bool = False) -> PdlKernel:
-    spec = KernelSpec(ab="bf16", c="bf16", lb="col", chain=parse_chain_text(chain), name="qwen3_gemm")
+def _gemm(chain: str, load_path: int, simt: bool = False, a_norm: bool = False) -> PdlKernel:
+    spec = KernelSpec(ab="bf16", c="bf16", lb="col", chain=parse_chain_text(chain), name="qwen3_gemm", a_norm=a_norm)
     params = kernel_params(spec, load_path, pdl=True)
     ints = {"M", "N", "K", "GROUP_M", "SPLIT_K"}
     pointers = tuple(p for p in params if p.endswith(("_ptr", "_desc", "_raw")) and p not in ints)
-    read_only = ("b_raw", "b_desc" if load_path else "b_ptr")
-    return PdlKernel(_gemm_name(chain, load_path, simt), "", {"INTERPRET": False, "PF_SPAN": 512, "PF_LINE": 64},
+    read_only = ("b_raw", "b_desc" if load_path else "b_ptr", *(("anorm_ptr",) if a_norm else ()))
+    name = _gemm_name(chain, load_path, simt) + (" + a_norm" if a_norm else "")
+    return PdlKernel(name, "", {"INTERPRET": False, "PF_SPAN": 512, "PF_LINE": 64},
                      pointers, read_only, module_source(spec, load_path, pdl=True, simt=simt))
 
 
@@ -71,6 +72,7 @@ def layer_kernels() -> list[PdlKernel]:
     merge = PdlKernel("_merge_kernel", "formloop.library.attention_decode_jit", {"PDL": True, "TRIGGER": True},
                       ("o_ptr", "ws_ptr"))
     gemms = [_gemm(c, lp, simt) for c in GEMM_CHAINS for lp, simt in GEMM_VARIANTS]
+    gemms += [_gemm(c, 0, True, a_norm=True) for c in ("", "glu(act=silu)")]   # NF = 1: QKV and GateUp
     return [norm, rope, *attn, merge, *gemms]
 
 

@@ -15,7 +15,8 @@ from typing import Any
 from formloop.hw.chips import get_chip
 from formloop.library import attention_service, elementwise, gemm_epilogue, gemv_epilogue, get_template, rowwise
 from formloop.library.qwen3_layer import Qwen3Config, Scenario, check_config
-from formloop.library.qwen3_layer_template import NAME, PARTS, PDL_FIXED, T_PDL_PRIOR, Fusion, all_fusions, stream_us
+from formloop.library.qwen3_layer_template import (NAME, NORM_PARTS, PARTS, PDL_FIXED, T_PDL_PRIOR, Fusion, all_fusions,
+                                                   stream_us)
 from formloop.solve import enumerate_designs, solve_milp
 
 E = 2  # bf16 bytes
@@ -30,6 +31,7 @@ class GemmPart:
     N: int
     K: int
     chain: str = ""
+    norm: bool = False  # A's rows RMS-normalized in the GEMV's loop (gemv-epilogue-gpu a_norm; decode only)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,13 @@ def part_specs(cfg: Qwen3Config, sc: Scenario) -> dict[str, Any]:
     }
 
 
+def norm_part_specs(cfg: Qwen3Config, sc: Scenario) -> dict[str, Any]:
+    """The norm-fused GEMM parts of the template's option norm_fusion (NORM_PARTS)."""
+    t, h, i = sc.tokens, cfg.hidden, cfg.intermediate
+    return {"qkv_norm": GemmPart(t, cfg.qkv_width, h, norm=True), "gateup_norm": GemmPart(t, 2 * i, h, norm=True),
+            "gateup_glu_norm": GemmPart(t, 2 * i, h, "glu(act=silu)", norm=True)}
+
+
 @dataclass
 class PartPlan:
     name: str
@@ -120,7 +129,10 @@ class PartPlan:
 def _solve_gemm(name: str, spec: GemmPart, chip, gemm_calibration: Mapping[str, float] | None,
                 gemv_calibration: Mapping[str, float] | None = None) -> PartPlan:
     """The faster (model) of the tensor-core family's MILP pick and, for a few rows (decode), the
-    CUDA-core GEMV family's; the other's model time is kept in the detail."""
+    CUDA-core GEMV family's; the other's model time is kept in the detail. A norm-fused part (`norm`)
+    is the GEMV family's with a_norm, infeasible (time 0, detail["feasible"] False) beyond its rows."""
+    if spec.norm:
+        return _solve_norm_gemv(name, spec, chip, gemv_calibration)
     t = get_template(GEMM_TEMPLATE, dtype="bf16", epilogue=spec.chain, calibration=gemm_calibration,
                      calibration_id="given" if gemm_calibration else "priors")
     wl = gemm_epilogue.workload(spec.M, spec.N, spec.K, "bf16", pb_=spec.K)
@@ -137,6 +149,18 @@ def _solve_gemm(name: str, spec: GemmPart, chip, gemm_calibration: Mapping[str, 
             best = PartPlan(name, "gemm", float(sv.objective), gemv_epilogue.design_config(sv.assignment),
                             {**detail, "template": gemv_epilogue.NAME, "solver": sv.solver})
     return best
+
+
+def _solve_norm_gemv(name: str, spec: GemmPart, chip, calibration: Mapping[str, float] | None) -> PartPlan:
+    detail = {"M": spec.M, "N": spec.N, "K": spec.K, "chain": spec.chain, "norm": True,
+              "template": gemv_epilogue.NAME, "feasible": spec.M <= gemv_epilogue.MAX_ROWS}
+    if not detail["feasible"]:
+        return PartPlan(name, "gemm", 0.0, {}, {**detail, "why": f"M > {gemv_epilogue.MAX_ROWS}: no norm-fused GEMV"})
+    t = get_template(gemv_epilogue.NAME, dtype="bf16", epilogue=spec.chain, calibration=calibration,
+                     calibration_id="given" if calibration else "priors", a_norm=True)
+    s = solve_milp(t.formulate(gemv_epilogue.workload(spec.M, spec.N, spec.K), chip))
+    return PartPlan(name, "gemm", float(s.objective), gemv_epilogue.design_config(s.assignment),
+                    {**detail, "solver": s.solver})
 
 
 def _solve_part(name: str, spec, chip_name: str, gemm_calibration: Mapping[str, float] | None = None,
@@ -170,24 +194,28 @@ def solve_parts(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", workers: int
     return plan_many(cfg, [sc], chip, workers=workers)[0].parts
 
 
-def solve_layer(parts: Mapping[str, PartPlan], model: str = "qwen3-8b", t_pdl: float = T_PDL_PRIOR) -> dict:
+def solve_layer(parts: Mapping[str, PartPlan], model: str = "qwen3-8b", t_pdl: float = T_PDL_PRIOR,
+                norm_fusion: bool = False) -> dict:
     """The fusion choice (HiGHS over qwen3-layer), with every choice's cost by enumeration; `t_pdl` the
-    saving per PDL hand-over (us, the template's prior unless measured)."""
-    t = get_template(NAME, model=model)
+    saving per PDL hand-over (us, the template's prior unless measured); `norm_fusion`: the template's
+    option (NF), the norm-fused parts in `parts`."""
+    t = get_template(NAME, model=model, norm_fusion=norm_fusion)
     prefill = parts["attn"].detail.get("template") == "attention-prefill"
-    f = t.formulate({**{f"t_{n}": p.time_us for n, p in parts.items()}, "t_pdl": t_pdl,
-                     "n_pdl_fixed": PDL_FIXED[prefill]})
+    values = {f"t_{n}": p.time_us for n, p in parts.items() if n in PARTS or norm_fusion}
+    nf_ok = norm_fusion and all(parts[n].detail.get("feasible") for n in NORM_PARTS)
+    f = t.formulate({**values, "t_pdl": t_pdl, "n_pdl_fixed": PDL_FIXED[prefill],
+                     **({"nf_ok": int(nf_ok)} if norm_fusion else {})})
     s = solve_milp(f)
     e = enumerate_designs(f)
     costs = []
-    for fu in all_fusions((1, 0)):
-        v = t.evaluate_terms(fu.as_dict(), f.params)["cost"]
+    for fu in all_fusions((1, 0), (1, 0) if nf_ok else (0,)):
+        v = t.evaluate_terms({**fu.as_dict(), **({"NF": fu.NF} if norm_fusion else {})}, f.params)["cost"]
         costs.append({"fusion": fu.as_dict(), "model_us": v})
     costs.sort(key=lambda r: r["model_us"])
     return {"fusion": Fusion.of(s.assignment).as_dict(), "model_us": float(s.objective), "bound_us": float(s.bound),
             "solver": s.solver, "status": s.status.value, "enumerated_us": float(e.objective),
             "ties": len(e.ties) if e.ties is not None else None, "choices": costs, "t_pdl_us": t_pdl,
-            "template": NAME, "template_hash": t.content_hash}
+            "template": NAME, "template_hash": t.content_hash, "norm_fusion": bool(norm_fusion)}
 
 
 @dataclass
@@ -222,18 +250,19 @@ class LayerPlan:
 
 def plan(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", model: str = "qwen3-8b", workers: int = 4,
          gemm_calibration: Mapping[str, float] | None = None,
-         gemv_calibration: Mapping[str, float] | None = None) -> LayerPlan:
-    return plan_many(cfg, [sc], chip, model, workers, gemm_calibration, gemv_calibration)[0]
+         gemv_calibration: Mapping[str, float] | None = None, norm_fusion: bool = False) -> LayerPlan:
+    return plan_many(cfg, [sc], chip, model, workers, gemm_calibration, gemv_calibration, norm_fusion)[0]
 
 
 def plan_many(cfg: Qwen3Config, scenarios, chip: str = "h200", model: str = "qwen3-8b",
               workers: int = 4, gemm_calibration: Mapping[str, float] | None = None,
-              gemv_calibration: Mapping[str, float] | None = None) -> list[LayerPlan]:
+              gemv_calibration: Mapping[str, float] | None = None, norm_fusion: bool = False) -> list[LayerPlan]:
     """Plans for several scenarios, every part solve of every scenario in one process pool. The GEMM
     parts use `gemm_calibration` (fitted terms of the gemm-epilogue template) and `gemv_calibration`
-    (gemv-epilogue's) when given, else priors."""
+    (gemv-epilogue's) when given, else priors; `norm_fusion`: the layer template's NF option (the
+    norm-fused decode GEMVs solved too)."""
     cfg = check_config(cfg)
-    specs = [part_specs(cfg, sc) for sc in scenarios]
+    specs = [{**part_specs(cfg, sc), **(norm_part_specs(cfg, sc) if norm_fusion else {})} for sc in scenarios]
     jobs = [(i, n, s) for i, sp in enumerate(specs) for n, s in sp.items()]
     if workers <= 1:
         solved = {(i, n): _solve_part(n, s, chip, gemm_calibration, gemv_calibration) for i, n, s in jobs}
@@ -246,14 +275,14 @@ def plan_many(cfg: Qwen3Config, scenarios, chip: str = "h200", model: str = "qwe
     out = []
     for i, sc in enumerate(scenarios):
         parts = {n: solved[(i, n)] for n in specs[i]}
-        layer = solve_layer(parts, model)
+        layer = solve_layer(parts, model, norm_fusion=norm_fusion)
         out.append(LayerPlan(cfg, sc, Fusion(**layer["fusion"]), parts, layer))
     return out
 
 
 def _gemm_bytes(p: GemmPart) -> int:
     n_out = p.N // 2 if "glu" in p.chain else p.N
-    return E * (p.M * p.K + p.N * p.K + p.M * n_out * (2 if "add" in p.chain else 1))
+    return E * (p.M * p.K + p.N * p.K + p.M * n_out * (2 if "add" in p.chain else 1) + (p.K if p.norm else 0))
 
 
 def part_sol(spec, chip) -> tuple[float, float]:
@@ -278,7 +307,8 @@ def floor_us(flops: float, bytes_: float, chip) -> float:
 
 def part_floor_us(plan: "LayerPlan", name: str, chip) -> float:
     """The speed-of-light floor of one part (us, sol)."""
-    return floor_us(*part_sol(part_specs(plan.cfg, plan.scenario)[name], chip), chip)
+    specs = {**part_specs(plan.cfg, plan.scenario), **norm_part_specs(plan.cfg, plan.scenario)}
+    return floor_us(*part_sol(specs[name], chip), chip)
 
 
 def layer_floor(cfg: Qwen3Config, sc: Scenario, chip_name: str = "h200") -> dict:

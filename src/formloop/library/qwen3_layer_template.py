@@ -11,6 +11,9 @@ Decisions (each a fusion of two neighbouring operations into one kernel):
   PD  programmatic dependent launch (formloop.library.pdl): 1 = the norms, the GEMMs, the rope kernel
       and decode attention are launched as programmatic dependents (each may be scheduled while the
       kernel before it finishes, weights prefetched into the L2 before its wait), 0 = plain launches
+  NF  (option norm_fusion) the input and post-attention RMSNorms: 1 = inside the QKV and GateUp GEMVs'
+      loops (gemv-epilogue-gpu with a_norm; decode only, nf_ok = 1, and not with R1 = 2, whose kernel is
+      the norm), 0 = their own kernels. Without the option the template is the one before NF existed.
 Fixed parts: the input RMSNorm, the QKV GEMM, the q/k RMSNorm + RoPE fused with the KV-cache write,
 attention (attention-prefill or attention-decode), and for prefill the relayout of the attention
 output from head-major to token-major rows (the prefill kernel stores [heads, tokens, head_dim]).
@@ -44,6 +47,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from formloop.errors import InvalidInput
 from formloop.expr import decision, param, where
 from formloop.library import register_template
 from formloop.library.gemm_tiling_gpu import PRIORS
@@ -57,6 +61,7 @@ R1 = decision("R1", (1, 2, 0), doc="residual add after attention: 1 O-proj epilo
 GL = decision("GL", (1, 0), doc="SiLU·mul: 1 in the GateUp epilogue (glu), 0 its own kernel")
 R2 = decision("R2", (1, 0), doc="residual add after the MLP: 1 in the Down epilogue, 0 its own kernel")
 PD = decision("PD", (1, 0), doc="programmatic dependent launch of the chain: 1 on, 0 plain launches")
+NF = decision("NF", (1, 0), doc="the RMSNorms before QKV and GateUp: 1 in the GEMVs' loops (decode), 0 own kernels")
 DECISIONS = (R1, GL, R2, PD)
 # hand-overs between two PDL kernels per branch value (R1 = 0: O-proj -> add1 and add1 -> norm2 are plain)
 PDL_HANDOVERS = {"R1": {1: 2, 2: 2, 0: 1}, "GL": {1: 1, 0: 0}, "R2": {1: 1, 0: 0}}
@@ -81,13 +86,25 @@ PARTS = {
     "down_add": "Down projection with the residual add in its epilogue",
     "add2": "residual add after the MLP (own kernel)",
 }
-T = {name: param(f"t_{name}", integer=False, lower=0, doc=f"{doc}, us (its model)") for name, doc in PARTS.items()}
+NORM_PARTS = {
+    "qkv_norm": "QKV projection with the input RMSNorm in its loop (GEMV, a_norm)",
+    "gateup_norm": "GateUp projection writing gate and up, the post-attention RMSNorm in its loop (GEMV, a_norm)",
+    "gateup_glu_norm": "GateUp with SiLU·mul in its epilogue, the post-attention RMSNorm in its loop (GEMV, a_norm)",
+}
+T = {name: param(f"t_{name}", integer=False, lower=0, doc=f"{doc}, us (its model)")
+     for name, doc in {**PARTS, **NORM_PARTS}.items()}
+NF_OK = param("nf_ok", integer=True, lower=0, doc="1 where the norm-fused GEMVs exist (decode: M <= 8), else 0")
 T_PDL = param("t_pdl", integer=False, lower=None, doc="saving per hand-over between two PDL kernels, us (prior "
               f"{T_PDL_PRIOR}; negative if measured slower)")
 N_PDL_FIXED = param("n_pdl_fixed", integer=True, lower=0, doc="hand-overs among the fixed parts (decode 4, prefill 2)")
 
 ATTN_BRANCH = {1: ("oproj_add", "norm2"), 2: ("oproj", "addnorm2"), 0: ("oproj", "add1", "norm2")}
 MLP_BRANCH = {1: ("gateup_glu",), 0: ("gateup", "silu_mul")}
+# NF = 1: the norms run inside the GEMVs (R1 = 2 excluded: its kernel is the norm)
+ATTN_BRANCH_NF = {1: ("oproj_add",), 2: ("oproj", "addnorm2"), 0: ("oproj", "add1")}
+MLP_BRANCH_NF = {1: ("gateup_glu_norm",), 0: ("gateup_norm", "silu_mul")}
+FIXED_NF = ("qkv_norm", "rope", "attn", "relayout")
+NF_HANDOVERS = 2  # norm1 -> QKV and norm2 -> GateUp
 OUT_BRANCH = {1: ("down_add",), 0: ("down", "add2")}
 FIXED = ("norm1", "qkv", "rope", "attn", "relayout")
 
@@ -100,35 +117,43 @@ class Fusion:
     GL: int = 1
     R2: int = 1
     PD: int = 0
+    NF: int = 0
 
     @classmethod
     def of(cls, assignment: Mapping[str, int]) -> "Fusion":
-        return cls(int(assignment["R1"]), int(assignment["GL"]), int(assignment["R2"]), int(assignment.get("PD", 0)))
+        return cls(int(assignment["R1"]), int(assignment["GL"]), int(assignment["R2"]), int(assignment.get("PD", 0)),
+                   int(assignment.get("NF", 0)))
 
     def parts(self, prefill: bool = True) -> tuple[str, ...]:
         """The parts this choice launches, in order (the relayout only after a prefill)."""
+        if self.NF:
+            return FIXED_NF[: 4 if prefill else 3] + ATTN_BRANCH_NF[self.R1] + MLP_BRANCH_NF[self.GL] \
+                + OUT_BRANCH[self.R2]
         return FIXED[: 5 if prefill else 4] + ATTN_BRANCH[self.R1] + MLP_BRANCH[self.GL] + OUT_BRANCH[self.R2]
 
     def as_dict(self) -> dict[str, int]:
-        return {"R1": self.R1, "GL": self.GL, "R2": self.R2, "PD": self.PD}
+        """R1, GL, R2, PD (and NF where it is 1: the choices without it read as before it existed)."""
+        return {"R1": self.R1, "GL": self.GL, "R2": self.R2, "PD": self.PD, **({"NF": 1} if self.NF else {})}
 
     def with_pdl(self, on: bool) -> "Fusion":
-        return Fusion(self.R1, self.GL, self.R2, int(bool(on)))
+        return Fusion(self.R1, self.GL, self.R2, int(bool(on)), self.NF)
 
     def handovers(self, prefill: bool) -> int:
         """Hand-overs between two PDL kernels in one layer (and to the next layer's norm) with PD = 1."""
         h = PDL_HANDOVERS
-        return PDL_FIXED[bool(prefill)] + h["R1"][self.R1] + h["GL"][self.GL] + h["R2"][self.R2]
+        return (PDL_FIXED[bool(prefill)] + h["R1"][self.R1] + h["GL"][self.GL] + h["R2"][self.R2]
+                - (NF_HANDOVERS if self.NF else 0))
 
     @property
     def text(self) -> str:
-        return f"R1={self.R1},GL={self.GL},R2={self.R2},PD={self.PD}"
+        return f"R1={self.R1},GL={self.GL},R2={self.R2},PD={self.PD}" + (",NF=1" if self.NF else "")
 
 
-def all_fusions(pdl: tuple[int, ...] = (0,)) -> list[Fusion]:
-    """Every fusion choice (with each PD value in `pdl`)."""
-    return [Fusion(a, b, c, d) for a, b, c, d in itertools.product(R1.decision.menu, GL.decision.menu,
-                                                                   R2.decision.menu, pdl)]
+def all_fusions(pdl: tuple[int, ...] = (0,), nf: tuple[int, ...] = (0,)) -> list[Fusion]:
+    """Every fusion choice (with each PD value in `pdl` and each NF value in `nf`; NF = 1 excludes R1 = 2)."""
+    return [Fusion(a, b, c, d, n) for a, b, c, d, n in itertools.product(R1.decision.menu, GL.decision.menu,
+                                                                         R2.decision.menu, pdl, nf)
+            if not (n and a == 2)]
 
 
 def _branch(d, table: Mapping[int, tuple[str, ...]]):
@@ -157,47 +182,63 @@ def stream_us(bytes_: float, chip, calibration: Mapping[str, float] | None = Non
 
 
 @register_template(NAME)
-def qwen3_layer(model: str = "qwen3-8b") -> Template:
-    """The layer's fusion template (the model only names the option; shapes enter through times)."""
+def qwen3_layer(model: str = "qwen3-8b", norm_fusion: bool = False) -> Template:
+    """The layer's fusion template (the model only names the option; shapes enter through times);
+    `norm_fusion` adds the decision NF (the norms inside the decode GEMVs)."""
+    if norm_fusion not in (True, False):
+        raise InvalidInput("option norm_fusion", norm_fusion, [True, False])
     fixed = sum((T[p] for p in FIXED), start=0.0)
     attn_side = _branch(R1, ATTN_BRANCH)
     mlp_side = _branch(GL, MLP_BRANCH)
     out_side = _branch(R2, OUT_BRANCH)
     n_handovers = N_PDL_FIXED + sum((_count(d, PDL_HANDOVERS[d.decision.name]) for d in (R1, GL, R2)), start=0)
+    params, decisions, constraints, parts = (*(T[p] for p in PARTS), T_PDL, N_PDL_FIXED), DECISIONS, (), PARTS
+    if norm_fusion:
+        fixed = where(NF.eq(1), sum((T[p] for p in FIXED_NF), start=0.0), fixed)
+        attn_side = where(NF.eq(1), _branch(R1, ATTN_BRANCH_NF), attn_side)
+        mlp_side = where(NF.eq(1), _branch(GL, MLP_BRANCH_NF), mlp_side)
+        n_handovers = n_handovers - where(NF.eq(1), NF_HANDOVERS, 0)
+        params, decisions = (*params, *(T[p] for p in NORM_PARTS), NF_OK), (*DECISIONS, NF)
+        parts = {**PARTS, **NORM_PARTS}
+        constraints = (Constraint("NF1", NF <= NF_OK, "scope", "the norm-fused GEMVs exist (decode)"),
+                       Constraint("NF2", NF.eq(0) | (R1 <= 1), "layout", "R1 = 2's kernel is the norm: not with NF"))
     pdl_saving = where(PD.eq(1), T_PDL * n_handovers, 0.0)
     return Template(
         name=NAME,
         doc=__doc__.strip().splitlines()[0],
-        decisions=DECISIONS,
-        params=(*T.values(), T_PDL, N_PDL_FIXED),
-        scope=tuple(Constraint(f"{name}_time", T[name] >= 0, "scope", "part times are >= 0") for name in PARTS),
-        constraints=(),
+        decisions=decisions,
+        params=params,
+        scope=tuple(Constraint(f"{name}_time", T[name] >= 0, "scope", "part times are >= 0") for name in parts),
+        constraints=constraints,
         preconditions=(),
         cost=fixed + attn_side + mlp_side + out_side - pdl_saving,
         unit="us",
         terms={"T_attention_side_us": attn_side, "T_mlp_us": mlp_side, "T_down_side_us": out_side,
                "T_fixed_us": fixed, "T_pdl_saving_us": pdl_saving},
         tie_break=("T_attention_side_us",),
-        obligations=lambda template: fusion_plan(),
-        options={"model": model},
+        obligations=lambda template: fusion_plan(norm_fusion),
+        options={"model": model, **({"norm_fusion": True} if norm_fusion else {})},
         descriptor={"algorithm": "qwen3_layer", "reuse": "fusion of neighbouring operations",
                     "placement": "one stream of kernels", "resources": "DRAM traffic and launches"},
     )
 
 
-def fusion_plan() -> ProofPlan:
+def fusion_plan(norm_fusion: bool = False) -> ProofPlan:
     """K2 by test: each fusion choice's kernels against the fp32 reference (qwen3_layer_check)."""
     return ProofPlan(fixed_reason="the part times are data; the choices are checked on the tiny config",
                      bounds={"config": "tiny (hidden 256, heads 4/2, head_dim 64, intermediate 512)",
-                             "scenarios": "prefill:8, decode:40"}, checks=(check_fusions,))
+                             "scenarios": "prefill:8, decode:40"},
+                     checks=(lambda run: check_fusions(run, norm_fusion),))
 
 
-def check_fusions(run=None) -> list[ObligationResult]:
+def check_fusions(run=None, norm_fusion: bool = False) -> list[ObligationResult]:
     """Run qwen3_layer_check in a subprocess (the Triton interpreter needs its switch set before
-    triton is imported); one obligation per (choice, scenario): checked by test, not proved."""
+    triton is imported); one obligation per (choice, scenario): checked by test, not proved. With
+    `norm_fusion` the NF = 1 choices too (decode)."""
     t0 = time.time()
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-m", "formloop.library.qwen3_layer_check"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "formloop.library.qwen3_layer_check",
+                           *(["--norm-fusion"] if norm_fusion else [])], capture_output=True,
                           text=True, env=env, check=False)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     out = []
