@@ -139,6 +139,9 @@ def choose_gemvs(p, device, n: int, calibration):
         part = p.parts[name]
         if part.design.get("Tm") != 1:
             continue
+        if part.detail.get("norm"):   # decode_gemv's measure has no norm prologue: the plan's design stays
+            rec[name] = {"chosen": "plan", "note": "norm-fused GEMV: not timed alone"}
+            continue
         N, K, chain = part.detail["N"], part.detail["K"], part.detail["chain"]
         width = N // 2 if "glu" in chain else N
         menu, _, _ = dg.gemv_menu(chain, N, K, 2 * n, calibration)

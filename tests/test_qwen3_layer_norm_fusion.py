@@ -85,6 +85,8 @@ def test_layer_plan_with_norm_fusion_solves_the_fused_parts():
     for n in NORM_PARTS:
         assert p.parts[n].design["Tm"] == 1 and p.parts[n].design["KS"] == 1 and p.parts[n].time_us > 0
     assert p.layer["norm_fusion"] is True
+    launched = [r["part"] for r in p.as_dict()["parts"]]   # what the benchmark writes for the plan
+    assert launched == list(p.fusion.parts(False)) and "qkv_norm" in launched
     assert p.model_us == pytest.approx(min(c["model_us"] for c in p.layer["choices"]), rel=1e-6)
     pre = plan(cfg, parse_scenario("prefill:128"), workers=1, norm_fusion=True)
     assert pre.fusion.NF == 0 and pre.parts["qkv_norm"].detail["feasible"] is False

@@ -123,7 +123,7 @@ class PartPlan:
 
     def as_dict(self) -> dict:
         return {"part": self.name, "kind": self.kind, "model_us": self.time_us, "design": self.design,
-                "detail": self.detail, "what": PARTS[self.name]}
+                "detail": self.detail, "what": {**PARTS, **NORM_PARTS}[self.name]}
 
 
 def _solve_gemm(name: str, spec: GemmPart, chip, gemm_calibration: Mapping[str, float] | None,
