@@ -232,6 +232,19 @@ def _unique(template: str, what: str, names: Sequence[str]) -> None:
         seen.add(n)
 
 
+BOOL_TEXT = {True: True, False: False, "true": True, "false": False, "True": True, "False": False, "1": True,
+             "0": False}
+
+
+def bool_option(field: str, value: object) -> bool:
+    """A template factory's on/off option as a bool: True/False, or their text from `--option NAME=VALUE`
+    (true/false, 1/0); anything else is refused naming `field`."""
+    try:
+        return BOOL_TEXT[value]
+    except (KeyError, TypeError):
+        raise InvalidInput(field, value, ["true", "false"]) from None
+
+
 def with_calibration(values: dict[str, float], calibration: Mapping[str, float] | None,
                      allowed: Sequence[str]) -> dict[str, float]:
     """A template's chip values with fitted terms put over its priors (`values`, updated and returned); a

@@ -21,7 +21,7 @@ from formloop.library.user import file_origin, library_origin, load_user_templat
 from formloop.population import Population
 from formloop.population import calibrations as stored
 from formloop.settings import Settings, load_settings
-from formloop.template import Template
+from formloop.template import Template, bool_option
 
 GPU_CONTRACT = gemm_tiling_gpu.CONTRACT
 GENERIC_DTYPE = "fp32"
@@ -192,11 +192,7 @@ def gpu_contract(dtype: str, calibration: str | None = None, options: Mapping[st
 
 
 def _schedules_option(value: Any) -> bool:
-    if value in (True, "true", "True", "1", 1):
-        return True
-    if value in (False, "false", "False", "0", 0):
-        return False
-    raise InvalidInput("option schedules of gemm-tiling-gpu", value, ["true", "false"])
+    return bool_option("option schedules of gemm-tiling-gpu", value)
 
 
 def stored_calibration(name: str, dtype: str, chip: str, settings: Settings | None = None

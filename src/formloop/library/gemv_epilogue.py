@@ -42,13 +42,12 @@ from formloop.library.gemm_epilogue import chain_rules
 from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
 from formloop.library.gemm_epilogue_ops import VALUE_BYTES, chain_facts, chain_text, parse_chain_text
 from formloop.library.gemm_tiling_gpu import CONTRACT_CHIPS, DTYPE_BYTES, proof_chip
-from formloop.template import Constraint, Template, with_calibration
+from formloop.template import Constraint, Template, bool_option, with_calibration
 from formloop.verify.certificate import ProofPlan
 
 NAME = "gemv-epilogue-gpu"
 DTYPES = ("bf16", "fp16", "fp32")
 MAX_ROWS = 8
-BOOL_TEXT = {True: True, False: False, "true": True, "false": False, "1": True, "0": False}
 PROD_REGS = 64  # fp32 products a thread keeps (the loaded tile takes as many again; 255-register cap)
 US = 1e6
 
@@ -131,9 +130,7 @@ def gemv_epilogue_gpu(dtype: str = "bf16", out: str | None = None, epilogue: str
     A's rows RMS-normalized (times a weight vector) in the loop, the norm before a linear layer fused."""
     if dtype not in DTYPES:
         raise InvalidInput("dtype", dtype, DTYPES)
-    if a_norm not in BOOL_TEXT:
-        raise InvalidInput("option a_norm", a_norm, ["true", "false"])
-    a_norm = BOOL_TEXT[a_norm]
+    a_norm = bool_option("option a_norm", a_norm)
     out = out or dtype
     if out not in VALUE_BYTES:
         raise InvalidInput("out (C dtype)", out, sorted(VALUE_BYTES))

@@ -47,12 +47,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from formloop.errors import InvalidInput
 from formloop.expr import decision, param, where
 from formloop.library import register_template
 from formloop.library.gemm_tiling_gpu import PRIORS
 from formloop.library.qwen3_layer_pdl import check_sources
-from formloop.template import Constraint, Template
+from formloop.template import Constraint, Template, bool_option
 from formloop.verify.certificate import ProofPlan
 from formloop.verify.outcome import ObligationResult, Verdict
 
@@ -185,8 +184,7 @@ def stream_us(bytes_: float, chip, calibration: Mapping[str, float] | None = Non
 def qwen3_layer(model: str = "qwen3-8b", norm_fusion: bool = False) -> Template:
     """The layer's fusion template (the model only names the option; shapes enter through times);
     `norm_fusion` adds the decision NF (the norms inside the decode GEMVs)."""
-    if norm_fusion not in (True, False):
-        raise InvalidInput("option norm_fusion", norm_fusion, [True, False])
+    norm_fusion = bool_option("option norm_fusion", norm_fusion)
     fixed = sum((T[p] for p in FIXED), start=0.0)
     attn_side = _branch(R1, ATTN_BRANCH)
     mlp_side = _branch(GL, MLP_BRANCH)
