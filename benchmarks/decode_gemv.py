@@ -86,14 +86,15 @@ def reference(x, w, r, chain):
     return acc + r.float() if "residual" in chain else acc
 
 
-def operand_sets(N, K, device, l2_bytes):
+def operand_sets(N, K, device, l2_bytes, M=1):
+    """(x [M, K], w [N, K], residual [M, N]) sets, enough that the weights exceed the L2 three times."""
     n_sets = max(2, math.ceil(3 * l2_bytes / (N * K * 2))) if device == "cuda" else 2
     g = torch.Generator(device=device).manual_seed(7)
     sets = []
     for _ in range(n_sets):
-        x = torch.randn(1, K, device=device, generator=g).to(torch.bfloat16)
+        x = torch.randn(M, K, device=device, generator=g).to(torch.bfloat16)
         w = (torch.randn(N, K, device=device, generator=g) / math.sqrt(K)).to(torch.bfloat16)
-        r = torch.randn(1, N, device=device, generator=g).to(torch.bfloat16)
+        r = torch.randn(M, N, device=device, generator=g).to(torch.bfloat16)
         sets.append((x, w, r))
     return sets
 
@@ -101,7 +102,8 @@ def operand_sets(N, K, device, l2_bytes):
 def measure(launch, sets, chain, out_width, device) -> dict:
     from formloop.measure.timer import time_launches
 
-    outs = [torch.full((1, out_width), float("nan"), device=device, dtype=torch.bfloat16) for _ in sets]
+    rows = sets[0][0].shape[0]
+    outs = [torch.full((rows, out_width), float("nan"), device=device, dtype=torch.bfloat16) for _ in sets]
 
     def run(i):
         launch(sets[i], outs[i])
@@ -130,10 +132,10 @@ def gemv_launcher(N, K, chain, cfg):
     return launch
 
 
-def family_launcher(N, K, chain, design, device):
+def family_launcher(N, K, chain, design, device, M=1):
     from formloop.library.qwen3_layer_kernels import _gemm
 
-    plan = _gemm(design, 1, N, K, chain)
+    plan = _gemm(design, M, N, K, chain)
     ws = plan.new_workspace(device)
 
     def launch(s, out):

@@ -46,6 +46,10 @@ def parse_args(argv):
                     "may run the two RMSNorms inside the QKV and GateUp GEMVs (decision NF)")
     ap.add_argument("--gemv-candidates", type=int, default=5, help="decode: time each GEMV part's plan design and "
                     "this many of the gemv model's next designs alone, and take the fastest")
+    ap.add_argument("--gemm-candidates", type=int, default=6, help="prefill: the same for each tensor-core GEMM "
+                    "part (gemm-epilogue-gpu's model, one design per tile shape and split)")
+    ap.add_argument("--gemm-candidates-rows", type=int, default=512, help="measure GEMM candidates only in scenarios "
+                    "of at most this many tokens (the latency- and memory-bound shapes where the model errs most)")
     ap.add_argument("--gemv-calibration", help="JSON whose 'values' are gemv-epilogue-gpu's fitted terms "
                     "(benchmarks/decode_gemv.py writes one); default: priors")
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="processes for the solves")
@@ -122,14 +126,17 @@ def choose_attention(p, device, w, n: int):
     return p, rec
 
 
-GEMV_TIMES: dict = {}  # (part, design) -> the measurement (the decode GEMMs' shapes do not depend on history)
+GEMM_TIMES: dict = {}  # (part, M, design) -> the measurement (decode's GEMM shapes do not depend on history)
 
 
-def choose_gemvs(p, device, n: int, calibration):
-    """Decode: each CUDA-core GEMV part's plan design and the gemv model's next `n` designs (with the
-    plan's calibration), each checked against fp32 torch and timed alone (graph, weight sets beyond the
-    L2: benchmarks/decode_gemv.py's measure); the plan with the fastest (if >= 3 % faster) and the record."""
+def choose_gemms(p, device, n: int, calibration, max_rows: int = 1 << 30):
+    """Each GEMM part's plan design and its family's next `n` designs by model (a CUDA-core GEMV part:
+    gemv-epilogue-gpu's menu with the plan's calibration, decode_gemv.gemv_menu; a tensor-core part with at
+    most `max_rows` rows: gemm-epilogue-gpu's, prefill_gemms.family_menu), each checked against fp32 torch and
+    timed alone (graph, weight sets beyond the L2: decode_gemv.measure); the plan with the fastest (if >= 3 %
+    faster) and the record."""
     import decode_gemv as dg  # noqa: PLC0415 (benchmarks/ is on the path)
+    import prefill_gemms as pg  # noqa: PLC0415
     from formloop.hw.chips import get_chip  # noqa: PLC0415
     from formloop.library import gemv_epilogue as gv  # noqa: PLC0415
     from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan  # noqa: PLC0415
@@ -137,28 +144,32 @@ def choose_gemvs(p, device, n: int, calibration):
     rec, parts = {}, dict(p.parts)
     for name in p.launched:
         part = p.parts[name]
-        if part.design.get("Tm") != 1:
+        if part.kind != "gemm" or part.detail.get("M", 0) > max_rows:
             continue
         if part.detail.get("norm"):   # decode_gemv's measure has no norm prologue: the plan's design stays
             rec[name] = {"chosen": "plan", "note": "norm-fused GEMV: not timed alone"}
             continue
-        N, K, chain = part.detail["N"], part.detail["K"], part.detail["chain"]
+        M, N, K, chain = part.detail["M"], part.detail["N"], part.detail["K"], part.detail["chain"]
         width = N // 2 if "glu" in chain else N
-        menu, _, _ = dg.gemv_menu(chain, N, K, 2 * n, calibration)
-        plan_d = {k: part.design[k] for k in ("Tn", "Tk", "S", "W", "KS")}
+        if part.design.get("Tm") == 1:
+            menu = dg.gemv_menu(chain, N, K, 2 * n, calibration)[0]
+            plan_d, config = {k: part.design[k] for k in ("Tn", "Tk", "S", "W", "KS")}, gv.design_config
+        else:
+            menu = pg.family_menu(chain, M, N, K, n + 1)[0]
+            plan_d, config = dict(part.design), dict
         designs = [plan_d] + [d for d in menu if d != plan_d][:n]
         sets = None
         rows = []
         for d in designs:
-            key = (name, tuple(sorted(d.items())))
-            if key not in GEMV_TIMES:
-                sets = sets or dg.operand_sets(N, K, device, get_chip("h200").l2_bytes)
+            key = (name, M, tuple(sorted(d.items())))
+            if key not in GEMM_TIMES:
+                sets = sets or dg.operand_sets(N, K, device, get_chip("h200").l2_bytes, M=M)
                 try:
-                    GEMV_TIMES[key] = dg.measure(dg.family_launcher(N, K, chain, gv.design_config(d), device), sets,
+                    GEMM_TIMES[key] = dg.measure(dg.family_launcher(N, K, chain, config(d), device, M=M), sets,
                                                  chain, width, device)
                 except Exception as exc:  # noqa: BLE001 (a design that fails here is recorded, not chosen)
-                    GEMV_TIMES[key] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            rows.append({"design": d, **GEMV_TIMES[key]})
+                    GEMM_TIMES[key] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            rows.append({"design": d, **GEMM_TIMES[key]})
         del sets
         timed = [r for r in rows if r.get("graph_us")]
         r0 = rows[0]
@@ -167,10 +178,10 @@ def choose_gemvs(p, device, n: int, calibration):
             best = min(timed, key=lambda r: r["graph_us"])
             entry.update(best_design=best["design"], best_us=best["graph_us"])
             if best["graph_us"] < 0.97 * r0["graph_us"]:
-                parts[name] = PartPlan(name, part.kind, part.time_us, gv.design_config(best["design"]),
+                parts[name] = PartPlan(name, part.kind, part.time_us, config(best["design"]),
                                        {**part.detail, "chosen_by": "measurement alone", "plan_design": part.design})
                 entry["chosen"] = "measured best"
-            log(f"{p.scenario.text}: {name} GEMV alone (gpu, graph): plan {r0['graph_us']:.1f} us {plan_d}, best of "
+            log(f"{p.scenario.text}: {name} alone (gpu, graph): plan {r0['graph_us']:.1f} us {plan_d}, best of "
                 f"{len(timed)} {best['graph_us']:.1f} us {best['design']} -> {entry['chosen']}")
         rec[name] = entry
     return LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer), rec
@@ -287,12 +298,14 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
             row["attention_in_context"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             log(f"{sc.text}: attention in context failed ({row['attention_in_context']['error']}); the plan's design")
         row["plan_measured_attention"] = p.parts["attn"].design
-    if sc.kind == "decode" and ARGS is not None and ARGS.gemv_candidates > 0:
+    n_gemm = (ARGS.gemv_candidates if sc.kind == "decode" else ARGS.gemm_candidates) if ARGS is not None else 0
+    if n_gemm > 0 and sc.tokens <= ARGS.gemm_candidates_rows:
         try:
-            p, row["gemv_alone"] = choose_gemvs(p, device, ARGS.gemv_candidates, GEMV_CALIBRATION.get("values"))
+            p, row["gemm_alone"] = choose_gemms(p, device, n_gemm, GEMV_CALIBRATION.get("values"),
+                                                ARGS.gemm_candidates_rows)
         except Exception as exc:  # noqa: BLE001 (the diagnostic must not cost the scenario)
-            row["gemv_alone"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            log(f"{sc.text}: GEMV choice by measurement failed ({row['gemv_alone']['error']}); the plan's designs")
+            row["gemm_alone"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            log(f"{sc.text}: GEMM choice by measurement failed ({row['gemm_alone']['error']}); the plan's designs")
     m, row["pdl_ab"] = pdl_ab(p, device, w)
     FINAL[sc.text] = p.with_fusion(p.fusion.with_pdl(bool(row["pdl_ab"]["chosen_pd"])))
     row["formloop"] = m

@@ -1,0 +1,115 @@
+"""The Qwen3-8B layer's GEMMs at prefill row counts on the GPU, same timer, same run: the gemm-epilogue
+family's MILP pick (the design the layer plan launches), the model's next designs (one per tile shape
+and split: `ranked_designs` with distinct Tm, Tn, Tk, KS, W), and cuBLAS (torch.nn.functional.linear,
+the epilogue in torch after it). It answers whether the family holds a faster design than its pick
+(the model's error at these shapes) and how far the best is from cuBLAS.
+
+    PYTHONPATH=src python3 benchmarks/prefill_gemms.py --out DIR [--rows 128 --rows 512] [--per-part 12]
+
+Shapes: qkv (6144×4096), oproj + residual (4096×4096), gateup + SiLU·mul (24576×4096), down + residual
+(4096×12288), bf16, M rows of A. Each design is checked against fp32 torch on NaN-poisoned output first,
+then timed by formloop.measure.timer (CUDA graph over weight sets that exceed the L2, and eager: every
+eager call goes through EpiloguePlan.launch). Writes DIR/prefill_gemms.json; µs (gpu) unless marked (model)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+if __name__ == "__main__" and "--dry-run" in sys.argv:
+    os.environ["TRITON_INTERPRET"] = "1"   # before triton is imported
+
+import torch  # noqa: E402
+
+import decode_gemv as dg  # noqa: E402 (benchmarks/ is on the path when run as a script)
+
+T0 = time.time()
+DISTINCT = ("Tm", "Tn", "Tk", "KS", "W")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
+
+
+def family_menu(chain: str, M: int, N: int, K: int, per_part: int) -> tuple[list[dict], list[float]]:
+    """gemm-epilogue-gpu's MILP pick (as the layer plan solves the part), the model's best two designs of
+    each split count KS (splits the model ranks apart still measured), then its best designs, one per
+    (Tm, Tn, Tk, KS, W), up to `per_part` in all; with their model times (us)."""
+    from formloop.hw.chips import get_chip
+    from formloop.library import gemm_epilogue, get_template
+    from formloop.solve import solve_milp
+    from formloop.solve.enumerate import ranked_designs
+
+    t = get_template(gemm_epilogue.NAME, dtype="bf16", epilogue=chain)
+    f = t.formulate(gemm_epilogue.workload(M, N, K, "bf16", pb_=K), get_chip("h200"))
+    s = solve_milp(f)
+    pick = {k: int(v) for k, v in s.assignment.items()}
+    designs, model = [pick], [float(s.objective)]
+    for a, cost in ranked_designs(f, 2, group="KS") + ranked_designs(f, per_part, distinct=DISTINCT):
+        a = {k: int(v) for k, v in a.items()}
+        if len(designs) >= per_part:
+            break
+        if all(any(a[k] != b[k] for k in a if k != "G") for b in designs):  # G alone: a launch order
+            designs.append(a)
+            model.append(cost)
+    return designs, model
+
+
+def main(argv) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rows", type=int, action="append", help="M, rows of A (repeatable; default 128 and 512)")
+    ap.add_argument("--part", action="append", choices=sorted(dg.PARTS), help="parts to run (default: all)")
+    ap.add_argument("--per-part", type=int, default=12, help="designs measured per part and row count")
+    ap.add_argument("--dry-run", action="store_true", help="CPU, Triton interpreter, shapes / 64 (code path only)")
+    args = ap.parse_args(argv)
+    device = "cpu" if args.dry_run else "cuda"
+    parts = {k: dg.PARTS[k] for k in (args.part or dg.PARTS)}
+    rows_list = args.rows or [128, 512]
+    if args.dry_run:
+        parts = {k: (n // 64, k_ // 64, c) for k, (n, k_, c) in parts.items()}
+        rows_list = [16]
+    from formloop.evaluate.calibrate import spearman
+    from formloop.hw.chips import get_chip
+
+    l2 = get_chip("h200").l2_bytes
+    result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter, dry run)",
+              "torch": torch.__version__, "runs": {}}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    fmt = lambda r: f"{r['graph_us']:.1f}/{r['eager_us']:.1f}" if r and r.get("graph_us") else "—"  # noqa: E731
+    for M in rows_list:
+        for name, (N, K, chain) in parts.items():
+            width = N // 2 if "glu" in chain else N
+            sets = dg.operand_sets(N, K, device, l2, M=M)
+            floor_us = (N * K + M * K + M * width) * 2 / 4.21e12 * 1e6
+            cublas = dg.measure(dg.cublas_launcher(chain), sets, chain, width, device)
+            designs, model = family_menu(chain, M, N, K, args.per_part)
+            fam = []
+            for d, m in zip(designs, model):
+                try:
+                    row = dg.measure(dg.family_launcher(N, K, chain, d, device, M=M), sets, chain, width, device)
+                except Exception as exc:  # noqa: BLE001 - a design that fails to compile is a finding
+                    row = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+                fam.append({"design": d, "model_us": m, **row})
+            del sets
+            good = [r for r in fam if r.get("graph_us")]
+            best = min(good, key=lambda r: r["graph_us"]) if good else None
+            rec = {"M": M, "N": N, "K": K, "chain": chain, "floor_us_at_4.21TBs": floor_us, "cublas": cublas,
+                   "family": fam, "pick": fam[0], "best": best, "wrong": sum(not r.get("ok") for r in fam)}
+            if len(good) > 2:
+                rec["spearman_model"] = spearman([r["model_us"] for r in good], [r["graph_us"] for r in good])
+            result["runs"][f"{name}@{M}"] = rec
+            log(f"{name} M={M}: floor {floor_us:.1f} us; cublas g/e {fmt(cublas)}; pick {fmt(fam[0])} "
+                f"{fam[0]['design']} model {fam[0]['model_us']:.1f}; best of {len(good)} {fmt(best)} "
+                f"{best['design'] if best else ''} model {best['model_us'] if best else 0:.1f}; spearman "
+                f"{rec.get('spearman_model', float('nan')):.2f}; wrong {rec['wrong']}")
+            (out / "prefill_gemms.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
