@@ -278,32 +278,18 @@ def _pointer_steps(spec: KernelSpec) -> list[str]:
 
 
 def _simt_loop(spec: KernelSpec) -> list[str]:
-    """The GEMV main loop (one row of A per program): A's k-slice as a vector and B's tile as stored (a
-    linear layer's weight rows, [BLOCK_N, BLOCK_K]), fp32 products reduced over k after the loop; no layout
-    conversion inside it. With `a_norm` (KS = 1: the loop sees the whole row) the slice is scaled by the norm
-    weight and its squares summed, and the row's 1/rms scales the result."""
-    row = "a_ptr + bid64 * stride_ab + (pid_m % M)" + (" * stride_a" if spec.la == "row" else "")
-    x = f"x_ptrs = {row} + " + ("(k_lo + rk)" if spec.la == "row" else "(k_lo + rk) * stride_a")
-    if spec.lb == "col":
-        w = ("w_ptrs = b_ptr + bid64 * stride_bb + tl.multiple_of((rn % N) * stride_b, ALIGN)[:, None]"
-             " + (k_lo + rk)[None, :]")
-        shape, mask, prod, axis = "(BLOCK_N, BLOCK_K)", "k_ok[None, :]", "x[None, :]", 1
-    else:
-        w = ("w_ptrs = b_ptr + bid64 * stride_bb + tl.multiple_of((k_lo + rk) * stride_b, ALIGN)[:, None]"
-             " + (rn % N)[None, :]")
-        shape, mask, prod, axis = "(BLOCK_K, BLOCK_N)", "k_ok[:, None]", "x[:, None]", 0
-    norm = ["ssq += x * x", "x = x * tl.load(g_ptrs, mask=k_ok, other=0.0).to(tl.float32)",
+    """The GEMV main loop (one row of A per program): fp32 products of B's [BLOCK_K, BLOCK_N] tile with A's
+    k-slice, reduced over k after the loop. With `a_norm` (KS = 1: the loop sees the whole row) the slice is
+    scaled by the norm weight and its squares summed, and the row's 1/rms scales the result."""
+    norm = ["ssq += a32 * a32", "a32 = a32 * tl.load(g_ptrs, mask=k_ok, other=0.0).to(tl.float32)[None, :]",
             "g_ptrs += BLOCK_K"] if spec.a_norm else []
-    loop = ["k_ok = (k + rk) < k_hi", "x = tl.load(x_ptrs, mask=k_ok, other=0.0).to(tl.float32)", *norm,
-            f"w = tl.load(w_ptrs, mask={mask}, other=0.0)", f"prods += w.to(tl.float32) * {prod}",
-            f"x_ptrs += {'BLOCK_K' if spec.la == 'row' else 'BLOCK_K * stride_a'}",
-            f"w_ptrs += {'BLOCK_K' if spec.lb == 'col' else 'BLOCK_K * stride_b'}"]
-    start = ["ssq = tl.zeros((BLOCK_K,), dtype=tl.float32)", "g_ptrs = anorm_ptr + k_lo + rk"]
-    return ["rk = tl.arange(0, BLOCK_K)", x, w, *(start if spec.a_norm else []),
-            f"prods = tl.zeros({shape}, dtype=tl.float32)",
-            "for k in range(k_lo, k_hi, BLOCK_K):", *("    " + line for line in loop),
-            f"acc = tl.reshape(tl.sum(prods, axis={axis}), (BLOCK_M, BLOCK_N))",
-            *(["acc = acc * tl.rsqrt(tl.sum(ssq, axis=0) / K + anorm_eps)"] if spec.a_norm else [])]
+    loop = [*_pointer_loads(spec), "a32 = a.to(tl.float32)", *norm,
+            "prods += b.to(tl.float32) * tl.reshape(a32, (BLOCK_K, 1))", *_pointer_steps(spec)]
+    start = ["ssq = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)", "g_ptrs = anorm_ptr + k_lo + rk"]
+    return [*(start if spec.a_norm else []), "prods = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)",
+            "for k in range(k_lo, k_hi, BLOCK_K):", *("    " + x for x in loop),
+            "acc = tl.reshape(tl.sum(prods, axis=0), (BLOCK_M, BLOCK_N))",
+            *(["acc = acc * tl.rsqrt(tl.sum(ssq, axis=1) / K + anorm_eps)[:, None]"] if spec.a_norm else [])]
 
 
 def kernel_params(spec: KernelSpec, load_path: int = 0, pdl: bool = False) -> list[str]:
@@ -347,7 +333,8 @@ def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False, simt: boo
     """The kernel's Triton source; `load_path` 1 = tensor-memory copies (TMA), 0 = pointer loads;
     `pdl` adds the programmatic-dependent prologue (without it the source is the same text as before);
     `simt`: the CUDA-core main loop of one-row tiles (BLOCK_M = 1, pointer loads), the GEMV of
-    gemv-epilogue-gpu (`_simt_loop`: no tensor cores, no 16-row padding of A)."""
+    gemv-epilogue-gpu: each thread keeps fp32 products of its [BLOCK_K, BLOCK_N] share of B with A's
+    k-slice and reduces them over k after the loop (no tensor cores, no 16-row padding of A)."""
     if load_path not in (0, 1):
         raise InvalidInput("load path L", load_path, (0, 1))
     if load_path == 1 and spec.op == "conv2d":
@@ -363,8 +350,7 @@ def kernel_source(spec: KernelSpec, load_path: int, pdl: bool = False, simt: boo
     if pdl:
         body += gemm_prologue(spec.lb == "col" and spec.op != "conv2d")
     if load_path == 0:
-        body += ["k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)",
-                 *([] if simt else _pointer_setup(spec))]
+        body += ["k_hi = tl.multiple_of(tl.minimum(K, k_lo + per_split * BLOCK_K), ALIGN)", *_pointer_setup(spec)]
         if simt:
             body += _simt_loop(spec)
         else:
