@@ -9,7 +9,9 @@ the epilogue in torch after it). It answers whether the family holds a faster de
 Shapes: qkv (6144×4096), oproj + residual (4096×4096), gateup + SiLU·mul (24576×4096), down + residual
 (4096×12288), bf16, M rows of A. Each design is checked against fp32 torch on NaN-poisoned output first,
 then timed by formloop.measure.timer (CUDA graph over weight sets that exceed the L2, and eager: every
-eager call goes through EpiloguePlan.launch). Writes DIR/prefill_gemms.json; µs (gpu) unless marked (model)."""
+eager call goes through EpiloguePlan.launch). Then the family's chip-side terms are fitted to every measured
+point and each part re-solved with the fit. Writes DIR/prefill_gemms.json and DIR/gemm_calibration.json (for
+`benchmarks/qwen3_layer.py --gemm-calibration`); µs (gpu) unless marked (model)."""
 from __future__ import annotations
 
 import argparse
@@ -34,16 +36,19 @@ def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
 
 
-def family_menu(chain: str, M: int, N: int, K: int, per_part: int) -> tuple[list[dict], list[float]]:
+def family_menu(chain: str, M: int, N: int, K: int, per_part: int,
+                calibration: dict | None = None) -> tuple[list[dict], list[float]]:
     """gemm-epilogue-gpu's MILP pick (as the layer plan solves the part), the model's best two designs of
     each split count KS (splits the model ranks apart still measured), then its best designs, one per
-    (Tm, Tn, Tk, KS, W), up to `per_part` in all; with their model times (us)."""
+    (Tm, Tn, Tk, KS, W), up to `per_part` in all; with their model times (us). `calibration`: fitted
+    chip-side terms the model reads instead of the priors."""
     from formloop.hw.chips import get_chip
     from formloop.library import gemm_epilogue, get_template
     from formloop.solve import solve_milp
     from formloop.solve.enumerate import ranked_designs
 
-    t = get_template(gemm_epilogue.NAME, dtype="bf16", epilogue=chain)
+    t = get_template(gemm_epilogue.NAME, dtype="bf16", epilogue=chain, calibration=calibration,
+                     calibration_id="given" if calibration else "priors")
     f = t.formulate(gemm_epilogue.workload(M, N, K, "bf16", pb_=K), get_chip("h200"))
     s = solve_milp(f)
     pick = {k: int(v) for k, v in s.assignment.items()}
@@ -72,8 +77,9 @@ def main(argv) -> int:
     if args.dry_run:
         parts = {k: (n // 64, k_ // 64, c) for k, (n, k_, c) in parts.items()}
         rows_list = [16]
-    from formloop.evaluate.calibrate import spearman
+    from formloop.evaluate.calibrate import Point, spearman
     from formloop.hw.chips import get_chip
+    from formloop.library import gemm_epilogue
 
     l2 = get_chip("h200").l2_bytes
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter, dry run)",
@@ -108,7 +114,43 @@ def main(argv) -> int:
                 f"{best['design'] if best else ''} model {best['model_us'] if best else 0:.1f}; spearman "
                 f"{rec.get('spearman_model', float('nan')):.2f}; wrong {rec['wrong']}")
             (out / "prefill_gemms.json").write_text(json.dumps(result, indent=1))
+    points = [Point(x["design"], gemm_epilogue.workload(r["M"], r["N"], r["K"], "bf16", pb_=r["K"]), x["graph_us"])
+              for r in result["runs"].values() for x in r["family"] if x.get("graph_us")]
+    if len(points) > 30:
+        refit(result, points, out)
+    (out / "prefill_gemms.json").write_text(json.dumps(result, indent=1))
     return 0
+
+
+def refit(result: dict, points: list, out: Path) -> None:
+    """Fit gemm-epilogue-gpu's chip-side terms to every measured point (one fit across the parts: the
+    chains change only the epilogue's few terms), then re-solve each part with the fit: its pick, its
+    model rank order against the measurements, and the pick's measured time where the menu holds it.
+    Writes DIR/gemm_calibration.json (for `benchmarks/qwen3_layer.py --gemm-calibration`)."""
+    from formloop.evaluate.calibrate import Point, fit, predict, spearman
+    from formloop.hw.chips import get_chip
+    from formloop.library import gemm_epilogue, get_template
+
+    chip = get_chip("h200")
+    cal = fit(get_template(gemm_epilogue.NAME, dtype="bf16"), chip, points, near_best=1.5, chip_label="h200")
+    result["fit"] = f = {"values": cal.values, "points": cal.points, "rms_log_error_before": cal.rms_log_error_before,
+                         "rms_log_error_after": cal.rms_log_error_after}
+    log(f"fit: rms log error {f['rms_log_error_before']:.3f} -> {f['rms_log_error_after']:.3f} over {f['points']} "
+        f"points")
+    for key, r in result["runs"].items():
+        good = [x for x in r["family"] if x.get("graph_us")]
+        t = get_template(gemm_epilogue.NAME, dtype="bf16", epilogue=r["chain"], calibration=cal.values,
+                         calibration_id="given")
+        wl = gemm_epilogue.workload(r["M"], r["N"], r["K"], "bf16", pb_=r["K"])
+        r["spearman_fit"] = spearman(list(predict(t, chip, [Point(x["design"], wl, 1.0) for x in good])),
+                                     [x["graph_us"] for x in good])
+        pick = family_menu(r["chain"], r["M"], r["N"], r["K"], 1, cal.values)[0][0]
+        same = next((x for x in good if all(x["design"][k] == pick[k] for k in pick if k != "G")), None)
+        r["pick_fit"] = {"design": pick, "graph_us": same["graph_us"] if same else None}
+        log(f"{key}: pick with the fit {pick} measured {same['graph_us'] if same else float('nan'):.1f} us (pick "
+            f"{r['pick']['graph_us']:.1f}, best {r['best']['graph_us']:.1f}); spearman {r.get('spearman_model', 0):.2f}"
+            f" -> {r['spearman_fit']:.2f}")
+    (out / "gemm_calibration.json").write_text(json.dumps(f, indent=1))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ Per scenario (prefill 128/512/2048/4096, decode history 512/2048/4096/8192; batc
      launch (PD, the template's decision) off AND on -- both checked first, PD on also by the PDL rules
      on the compiled PTX; HF-math torch eager, eager + CUDA graph, torch.compile default and
      max-autotune-no-cudagraphs, each + CUDA graph. `formloop` is the faster of the two (PD as measured);
-     the measured saving per PDL hand-over is the template's t_pdl for this scenario
+     the measured saving per PDL hand-over is the template's t_pdl for this scenario; with --norm-fusion and
+     NF = 1 planned, the layer with the norms launched apart (NF = 0) is checked and timed too, the faster kept.
+     Before that, decode attention and each GEMM part (decode; prefill up to --gemm-candidates-rows tokens) may
+     take a faster design of its family measured alone (--attn-candidates, --gemv-candidates, --gemm-candidates)
   4. every part of formloop's layer alone (graph) with its SOL fraction
 Then a 36-layer decode stack (history 4096): tokens/s of formloop (the faster PD) vs the best baseline.
 Writes DIR/qwen3_layer.json (after every scenario) and prints the table. SM clock and power are in
@@ -50,6 +53,9 @@ def parse_args(argv):
                     "part (gemm-epilogue-gpu's model, one design per tile shape and split)")
     ap.add_argument("--gemm-candidates-rows", type=int, default=512, help="measure GEMM candidates only in scenarios "
                     "of at most this many tokens (the latency- and memory-bound shapes where the model errs most)")
+    ap.add_argument("--gemm-calibration", help="JSON whose 'values' are gemm-epilogue-gpu's fitted terms "
+                    "(benchmarks/prefill_gemms.py writes one): the prefill GEMM candidates are that model's best "
+                    "designs (the plan keeps the priors' pick)")
     ap.add_argument("--gemv-calibration", help="JSON whose 'values' are gemv-epilogue-gpu's fitted terms "
                     "(benchmarks/decode_gemv.py writes one); default: priors")
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="processes for the solves")
@@ -87,6 +93,7 @@ def log(msg: str) -> None:
 COMPILED: dict = {}  # (scenario, variant) -> the function, reused by the stack (no second compile)
 FINAL: dict = {}  # scenario -> the plan as measured (attention design and PD), reused by the stack
 GEMV_CALIBRATION: dict = {}  # "values": gemv-epilogue-gpu's fitted terms (--gemv-calibration), or None
+GEMM_CALIBRATION: dict = {}  # "values": gemm-epilogue-gpu's fitted terms (--gemm-calibration), or None
 
 
 def choose_attention(p, device, w, n: int):
@@ -129,10 +136,11 @@ def choose_attention(p, device, w, n: int):
 GEMM_TIMES: dict = {}  # (part, M, design) -> the measurement (decode's GEMM shapes do not depend on history)
 
 
-def choose_gemms(p, device, n: int, calibration, max_rows: int = 1 << 30):
+def choose_gemms(p, device, n: int, calibration, max_rows: int = 1 << 30, gemm_calibration=None):
     """Each GEMM part's plan design and its family's next `n` designs by model (a CUDA-core GEMV part:
     gemv-epilogue-gpu's menu with the plan's calibration, decode_gemv.gemv_menu; a tensor-core part with at
-    most `max_rows` rows: gemm-epilogue-gpu's, prefill_gemms.family_menu), each checked against fp32 torch and
+    most `max_rows` rows: gemm-epilogue-gpu's with `gemm_calibration` where given, prefill_gemms.family_menu,
+    while the plan's design stays the priors' pick), each checked against fp32 torch and
     timed alone (graph, weight sets beyond the L2: decode_gemv.measure); the plan with the fastest (if >= 3 %
     faster) and the record."""
     import decode_gemv as dg  # noqa: PLC0415 (benchmarks/ is on the path)
@@ -155,7 +163,7 @@ def choose_gemms(p, device, n: int, calibration, max_rows: int = 1 << 30):
             menu = dg.gemv_menu(chain, N, K, 2 * n, calibration)[0]
             plan_d, config = {k: part.design[k] for k in ("Tn", "Tk", "S", "W", "KS")}, gv.design_config
         else:
-            menu = pg.family_menu(chain, M, N, K, n + 1)[0]
+            menu = pg.family_menu(chain, M, N, K, n + 1, gemm_calibration)[0]
             plan_d, config = dict(part.design), dict
         designs = [plan_d] + [d for d in menu if d != plan_d][:n]
         sets = None
@@ -284,6 +292,30 @@ def pdl_ab(p, device, w) -> tuple[dict, dict]:
     return runs[best], ab
 
 
+def nf_ab(p, device, w, fused: dict) -> tuple:
+    """With the norm fusion chosen (NF = 1, its measurement `fused`): the same plan with the two RMSNorms
+    launched on their own (NF = 0, same PD and designs), checked and timed; (the plan and measurement of the
+    faster, the A/B record)."""
+    from formloop.library.qwen3_layer_measure import measure  # noqa: PLC0415
+    from formloop.library.qwen3_layer_template import Fusion  # noqa: PLC0415
+
+    f = p.fusion
+    q = p.with_fusion(Fusion(f.R1, f.GL, f.R2, f.PD, 0))
+    try:
+        apart = measure(q, device=device, weights=w)
+    except Exception as exc:  # noqa: BLE001 (a failing variant is recorded, the fused one stands)
+        apart = {"check": {"ok": False}, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+    ab = {"NF=1": fused, "NF=0": apart, "source": "gpu", "chosen_nf": 1}
+    if apart["check"]["ok"] and fused["check"]["ok"]:
+        ab["saving_graph_us"] = apart["graph_us"] - fused["graph_us"]
+        log(f"{p.scenario.text}: norm fusion NF=1 {fused['graph_us']:.1f} us vs NF=0 {apart['graph_us']:.1f} us graph "
+            f"(gpu, PD={f.PD}): saves {ab['saving_graph_us']:.1f} us")
+    if apart["check"]["ok"] and (not fused["check"]["ok"] or apart["graph_us"] < fused["graph_us"]):
+        ab["chosen_nf"] = 0
+        return q, apart, ab
+    return p, fused, ab
+
+
 def run_scenario(p, device, allow_autotune: bool) -> dict:
     from formloop.library.qwen3_layer_measure import operand_sets  # noqa: PLC0415
     from formloop.hw.chips import get_chip
@@ -302,12 +334,15 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
     if n_gemm > 0 and sc.tokens <= ARGS.gemm_candidates_rows:
         try:
             p, row["gemm_alone"] = choose_gemms(p, device, n_gemm, GEMV_CALIBRATION.get("values"),
-                                                ARGS.gemm_candidates_rows)
+                                                ARGS.gemm_candidates_rows, GEMM_CALIBRATION.get("values"))
         except Exception as exc:  # noqa: BLE001 (the diagnostic must not cost the scenario)
             row["gemm_alone"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             log(f"{sc.text}: GEMM choice by measurement failed ({row['gemm_alone']['error']}); the plan's designs")
     m, row["pdl_ab"] = pdl_ab(p, device, w)
-    FINAL[sc.text] = p.with_fusion(p.fusion.with_pdl(bool(row["pdl_ab"]["chosen_pd"])))
+    p = p.with_fusion(p.fusion.with_pdl(bool(row["pdl_ab"]["chosen_pd"])))
+    if p.fusion.NF and m["check"]["ok"]:
+        p, m, row["nf_ab"] = nf_ab(p, device, w, m)
+    FINAL[sc.text] = p
     row["formloop"] = m
     if not m["check"]["ok"]:
         log(f"{sc.text}: formloop's layer is WRONG ({m['check']}); not timed")
@@ -440,6 +475,9 @@ def main() -> int:
     GEMV_CALIBRATION["values"] = gemv_cal
     plans = plan_many(cfg, scs, workers=args.workers, gemv_calibration=gemv_cal, norm_fusion=args.norm_fusion)
     log(f"GEMV calibration: {'fitted, ' + args.gemv_calibration if gemv_cal else 'priors'}")
+    if args.gemm_calibration:
+        GEMM_CALIBRATION["values"] = json.loads(Path(args.gemm_calibration).read_text())["values"]
+        log(f"prefill GEMM candidates ranked by the fit in {args.gemm_calibration}")
     log("planned: " + "; ".join(f"{p.scenario.text} {p.fusion.text} {p.model_us:.1f} us (model)" for p in plans))
     result = {"device": device_facts(), "config": cfg.as_dict(), "scenarios": [], "stack": None}
     path = out_dir / "qwen3_layer.json"
