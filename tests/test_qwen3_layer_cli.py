@@ -46,3 +46,21 @@ def test_tiny_plan_json():
     assert s["model_us"] == pytest.approx(sum(p["model_us"] for p in s["parts"]) - saving)
     assert d["units"]["model_us"] == "us (model)"
     assert all(p["design"] for p in s["parts"])
+
+
+def test_norm_fusion_offers_the_nf_choices_and_solves_over_them():
+    r = runner.invoke(app, ["layer", "tiny", "--scenario", "decode:40", "--measure", "no", "--norm-fusion", "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)["scenarios"][0]
+    choices = s["layer_solve"]["choices"]
+    with_nf = [c for c in choices if c["fusion"].get("NF") == 1]
+    assert with_nf and all(c["fusion"]["R1"] != 2 for c in with_nf)  # NF excludes R1 = 2
+    assert len(choices) - len(with_nf) == 24
+    assert s["model_us"] == pytest.approx(min(c["model_us"] for c in choices))
+    text = runner.invoke(app, ["layer", "tiny", "--scenario", "decode:40", "--measure", "no", "--norm-fusion"])
+    assert text.exit_code == 0 and "(R1 GL R2 NF: us, model)" in text.output
+
+
+def test_norm_fusion_must_be_on_or_off():
+    with pytest.raises(InvalidInput, match="norm_fusion"):
+        api.layer("tiny", ["decode:40"], measure="no", norm_fusion="maybe")

@@ -15,13 +15,15 @@ from formloop.evaluate import gpu_available
 from formloop.hw.chips import get_chip
 from formloop.library.qwen3_layer import get_model, parse_scenario
 from formloop.library.qwen3_layer_plan import layer_floor, plan_many
+from formloop.template import bool_option
 
 MEASURE = ("auto", "yes", "no")
 
 
 def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: str = "auto",
-          workers: int = 4) -> dict[str, Any]:
-    """Plan (and with a GPU, measure) the layer of `model` for each scenario."""
+          workers: int = 4, norm_fusion: bool = False) -> dict[str, Any]:
+    """Plan (and with a GPU, measure) the layer of `model` for each scenario; `norm_fusion`: the layer
+    template's option (decode may run the two RMSNorms inside the QKV and GateUp GEMVs, decision NF)."""
     cfg = get_model(model)
     if isinstance(scenarios, str):
         scenarios = [scenarios]
@@ -33,11 +35,12 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
         raise InvalidInput("measure", measure, MEASURE)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InvalidInput("workers", workers, "a whole number >= 1")
+    norm_fusion = bool_option("norm_fusion", norm_fusion)
     on_gpu = gpu_available()
     if measure == "yes" and not on_gpu:
         raise InvalidInput("measure", measure, "auto or no (no CUDA device here)")
     rows = []
-    for sc, p in zip(parsed, plan_many(cfg, parsed, chip, model, workers)):
+    for sc, p in zip(parsed, plan_many(cfg, parsed, chip, model, workers, norm_fusion=norm_fusion)):
         row = p.as_dict()
         row["sol"] = layer_floor(cfg, sc, chip)
         if on_gpu and measure != "no":

@@ -22,8 +22,10 @@ def _lines(r: dict) -> list[str]:
             design = ",".join(f"{k}={v}" for k, v in p["design"].items())
             out.append(f"  {p['part']:<11} {p['model_us']:9.2f} us (model)  {design}")
         best = s["layer_solve"]["choices"]
-        out.append("  choices: " + "; ".join(f"{c['fusion']['R1']}{c['fusion']['GL']}{c['fusion']['R2']} "
-                                             f"{c['model_us']:.1f}" for c in best) + " (R1 GL R2: us, model)")
+        nf = "NF" in s["fusion"]
+        out.append("  choices: " + "; ".join("".join(str(c["fusion"].get(k, 0)) for k in ("R1", "GL", "R2", "NF")[:3 + nf])
+                                             + f" {c['model_us']:.1f}" for c in best)
+                   + f" (R1 GL R2{' NF' if nf else ''}: us, model)")
         m = s.get("measured")
         if m:
             ok = "ok" if m["check"]["ok"] else "WRONG"
@@ -42,9 +44,11 @@ def layer(model: str = typer.Argument(..., help="model: qwen3-8b (or tiny, the c
           scenario: Optional[list[str]] = typer.Option(None, "--scenario", help="prefill:N or decode:H (repeatable)"),
           chip: str = typer.Option("h200", "--chip", help="chip the parts are solved for"),
           measure: str = typer.Option("auto", "--measure", help="auto (on a CUDA device), yes or no"),
+          norm_fusion: bool = typer.Option(False, "--norm-fusion", help="decode may run the two RMSNorms inside the "
+                                           "QKV and GateUp GEMVs (the layer template's decision NF)"),
           as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Plan a whole decoder layer per scenario: fusion by MILP, parts by their templates; measure on a GPU."""
-    r = api.layer(model, scenario or [], chip=chip, measure=measure)
+    r = api.layer(model, scenario or [], chip=chip, measure=measure, norm_fusion=norm_fusion)
     if as_json:
         print_json(r)
         return
