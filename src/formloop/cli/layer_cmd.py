@@ -22,10 +22,10 @@ def _lines(r: dict) -> list[str]:
             design = ",".join(f"{k}={v}" for k, v in p["design"].items())
             out.append(f"  {p['part']:<11} {p['model_us']:9.2f} us (model)  {design}")
         best = s["layer_solve"]["choices"]
-        nf = "NF" in s["fusion"]
-        out.append("  choices: " + "; ".join("".join(str(c["fusion"].get(k, 0)) for k in ("R1", "GL", "R2", "NF")[:3 + nf])
+        keys = ("R1", "GL", "R2", "NF")[:3 + ("NF" in s["fusion"])]
+        out.append("  choices: " + "; ".join("".join(str(c["fusion"].get(k, 0)) for k in keys)
                                              + f" {c['model_us']:.1f}" for c in best)
-                   + f" (R1 GL R2{' NF' if nf else ''}: us, model)")
+                   + f" ({' '.join(keys)}: us, model)")
         m = s.get("measured")
         if m:
             ok = "ok" if m["check"]["ok"] else "WRONG"
