@@ -10,7 +10,8 @@ configurations: the reference the family's emitted kernel should match), and cuB
 Shapes: the Qwen3-8B decode layer's qkv (6144×4096), oproj + residual (4096×4096), gateup + SiLU·mul
 (24576×4096, gate and up rows interleaved), down + residual (4096×12288), bf16. Each design is checked
 against fp32 torch on NaN-poisoned output first, then timed by formloop.measure.timer (CUDA graph over
-weight sets that exceed the L2, and eager). Writes DIR/decode_gemv.json and DIR/gemv_calibration.json
+weight sets that exceed the L2, and eager: the family through gemm_epilogue_launch.run, thin once bound). Writes
+DIR/decode_gemv.json and DIR/gemv_calibration.json
 (the fit, for `benchmarks/qwen3_layer.py --gemv-calibration`); µs (gpu) unless marked (model)."""
 from __future__ import annotations
 
@@ -133,6 +134,7 @@ def gemv_launcher(N, K, chain, cfg):
 
 
 def family_launcher(N, K, chain, design, device, M=1):
+    from formloop.library import gemm_epilogue_launch
     from formloop.library.qwen3_layer_kernels import _gemm
 
     plan = _gemm(design, M, N, K, chain)
@@ -143,7 +145,7 @@ def family_launcher(N, K, chain, design, device, M=1):
         ops = {"a": x, "b": w.T}
         if "residual" in chain:
             ops["residual"] = r
-        plan.launch(ops, out, ws)
+        gemm_epilogue_launch.run(plan, ops, out, ws)   # thin once bound (the layer launches the same way)
     return launch
 
 

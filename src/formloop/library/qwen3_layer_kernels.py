@@ -25,6 +25,7 @@ from formloop.library.attention_prefill_kernel import PrefillConfig, PrefillPlan
 from formloop.library.elementwise_kernel import ElementwiseProgram, EwConfig
 from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
 from formloop.library.gemm_epilogue_kernel import EpiloguePlan
+from formloop.library.gemm_epilogue_launch import run as gemm_run
 from formloop.library.gemm_epilogue_ops import parse_chain_text
 from formloop.library.gemm_tiling_kernel import TileConfig
 from formloop.library.qwen3_layer import Qwen3Config, Scenario
@@ -178,26 +179,26 @@ class LayerKernels:
         I = cfg.intermediate
         q_rows = self.q[0].transpose(0, 1) if self.prefill else self.q[0].view(1, cfg.heads, cfg.head_dim)
         if self.nf:  # the norms inside the QKV and GateUp GEMVs
-            s = [("qkv_norm", lambda: g["qkv"].launch({"a": x, "b": w["w_qkv"].T, "a_norm_weight": w["w_in"]},
+            s = [("qkv_norm", lambda: gemm_run(g["qkv"], {"a": x, "b": w["w_qkv"].T, "a_norm_weight": w["w_in"]},
                                                       self.qkv, ws["qkv"]))]
         else:
             s = [("norm1", lambda: self.norm1(x, weight=w["w_in"], eps=cfg.eps, out=self.h)),
-                 ("qkv", lambda: g["qkv"].launch({"a": self.h, "b": w["w_qkv"].T}, self.qkv, ws["qkv"]))]
+                 ("qkv", lambda: gemm_run(g["qkv"], {"a": self.h, "b": w["w_qkv"].T}, self.qkv, ws["qkv"]))]
         s += [("rope", lambda: self.rope(self.qkv, w["q_norm"], w["k_norm"], q_rows, k_cache, v_cache))]
         if self.prefill:
-            s += [("attn", lambda: self.attn.launch(self.q, k_cache, v_cache, self.o_heads)),
+            s += [("attn", lambda: self.attn.run(self.q, k_cache, v_cache, self.o_heads)),
                   ("relayout", lambda: relayout(self.o_heads, self.o))]
             o = self.o
         else:
-            s += [("attn", lambda: self.attn.launch(self.q, k_cache, v_cache, self.o_heads, self.attn_ws))]
+            s += [("attn", lambda: self.attn.run(self.q, k_cache, v_cache, self.o_heads, self.attn_ws))]
             o = self.o_heads.view(1, cfg.q_width)
         norm2 = [] if self.nf else [("norm2", lambda: self.norm2(self.h1, weight=w["w_post"], eps=cfg.eps,
                                                                  out=self.h2))]
         if fu.R1 == 1:
-            s += [("oproj_add", lambda: g["oproj"].launch({"a": o, "b": w["w_o"].T, "residual": x}, self.h1,
+            s += [("oproj_add", lambda: gemm_run(g["oproj"], {"a": o, "b": w["w_o"].T, "residual": x}, self.h1,
                                                           ws["oproj"])), *norm2]
         else:
-            s += [("oproj", lambda: g["oproj"].launch({"a": o, "b": w["w_o"].T}, self.tmp, ws["oproj"]))]
+            s += [("oproj", lambda: gemm_run(g["oproj"], {"a": o, "b": w["w_o"].T}, self.tmp, ws["oproj"]))]
             if fu.R1 == 2:
                 s += [("addnorm2", lambda: self.norm2(self.tmp, weight=w["w_post"], residual=x, eps=cfg.eps,
                                                       out=self.h2, residual_out=self.h1))]
@@ -205,16 +206,16 @@ class LayerKernels:
                 s += [("add1", lambda: self.add1(self.tmp, {"residual": x}, out=self.h1)), *norm2]
         gu_in = {"a": self.h1, "b": self.w_gu.T, "a_norm_weight": w["w_post"]} if self.nf else \
             {"a": self.h2, "b": self.w_gu.T}
-        s += [(self.gateup_part, lambda: g["gateup"].launch(gu_in, self.act, ws["gateup"]))]
+        s += [(self.gateup_part, lambda: gemm_run(g["gateup"], gu_in, self.act, ws["gateup"]))]
         if fu.GL:
             mlp = self.act
         else:
             s += [("silu_mul", lambda: self.silu(self.act[:, :I], {"up": self.act[:, I:]}, out=self.mlp))]
             mlp = self.mlp
         if fu.R2:
-            s += [("down_add", lambda: g["down"].launch({"a": mlp, "b": w["w_down"].T, "residual": self.h1}, out,
+            s += [("down_add", lambda: gemm_run(g["down"], {"a": mlp, "b": w["w_down"].T, "residual": self.h1}, out,
                                                         ws["down"]))]
         else:
-            s += [("down", lambda: g["down"].launch({"a": mlp, "b": w["w_down"].T}, self.tmp, ws["down"])),
+            s += [("down", lambda: gemm_run(g["down"], {"a": mlp, "b": w["w_down"].T}, self.tmp, ws["down"])),
                   ("add2", lambda: self.add2(self.tmp, {"residual": self.h1}, out=out))]
         return s
