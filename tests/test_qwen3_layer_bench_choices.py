@@ -1,0 +1,90 @@
+"""benchmarks/qwen3_layer.py's choices by measurement, with the timings faked (the selection logic, not the GPU):
+a GEMM part takes a candidate only when it is at least 3 % faster and correct, a failed candidate is never
+chosen, tensor-core candidates come from the family's menu at the part's own rows; the norm-fusion A/B keeps the
+faster checked variant and never one that failed."""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported anywhere
+
+import pytest  # noqa: E402
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCH)
+
+import decode_gemv  # noqa: E402
+import prefill_gemms  # noqa: E402
+import qwen3_layer as bench  # noqa: E402
+from formloop.library import qwen3_layer_measure  # noqa: E402
+from formloop.library.qwen3_layer import get_model, parse_scenario  # noqa: E402
+from formloop.library.qwen3_layer_plan import plan_many  # noqa: E402
+from formloop.library.qwen3_layer_template import Fusion  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def plans():
+    cfg = get_model("tiny")
+    scs = [parse_scenario(s) for s in ("prefill:32", "decode:40")]
+    return dict(zip(("prefill", "decode"), plan_many(cfg, scs, workers=1, norm_fusion=True)))
+
+
+def _fake_timings(monkeypatch, times):
+    """decode_gemv's measurement replaced: a design's time is times(part shape, design), None = it failed."""
+    seen = []
+    monkeypatch.setattr(decode_gemv, "operand_sets", lambda N, K, device, l2, M=1: [(M, N, K)])
+    monkeypatch.setattr(decode_gemv, "family_launcher", lambda N, K, chain, d, device, M=1: (M, N, K, dict(d)))
+    def measure(launch, sets, chain, width, device):
+        seen.append(launch)
+        us = times(launch[:3], launch[3])
+        return {"ok": False} if us is None else {"ok": True, "graph_us": us, "eager_us": us}
+    monkeypatch.setattr(decode_gemv, "measure", measure)
+    bench.GEMM_TIMES.clear()
+    return seen
+
+
+def test_a_tensor_core_part_takes_only_a_correct_design_at_least_3_percent_faster(plans, monkeypatch):
+    p = plans["prefill"]
+    gemms = [n for n in p.launched if p.parts[n].kind == "gemm"]
+    assert gemms and all(p.parts[n].design["Tm"] > 1 for n in gemms)
+    first = gemms[0]
+    plan_design = p.parts[first].design
+
+    def times(shape, d):
+        if d == plan_design:
+            return 100.0
+        if d["KS"] > 1:
+            return None          # the fastest would be a failed one: never chosen
+        return 98.0 if shape[1] != p.parts[first].detail["N"] else 90.0
+
+    seen = _fake_timings(monkeypatch, times)
+    q, rec = bench.choose_gemms(p, "cpu", 4, None)
+    assert {launch[0] for launch in seen} == {p.parts[n].detail["M"] for n in gemms} == {32}  # the parts' own rows
+    e = rec[first]
+    assert e["chosen"] == "measured best" and e["best_us"] == 90.0 and q.parts[first].design["KS"] == 1
+    menu = prefill_gemms.family_menu(p.parts[first].detail["chain"], p.parts[first].detail["M"],
+                                     p.parts[first].detail["N"], p.parts[first].detail["K"], 5)[0]
+    assert [r["design"] for r in e["rows"]][1:] == [d for d in menu if d != plan_design][:4]
+    slower = [n for n in gemms if p.parts[n].detail["N"] != p.parts[first].detail["N"]]
+    assert slower
+    for name in slower:   # 2 % faster only: the plan stays
+        assert rec[name]["chosen"] == "plan" and q.parts[name].design == p.parts[name].design
+
+
+def test_the_norm_fusion_ab_keeps_the_faster_checked_variant(plans, monkeypatch):
+    p = plans["decode"].with_fusion(Fusion(1, 1, 1, 0, 1))
+    ok = lambda us: {"check": {"ok": True}, "graph_us": us}  # noqa: E731
+    for apart, fused, want_nf in ((ok(10.0), ok(12.0), 0), (ok(12.0), ok(10.0), 1),
+                                  ({"check": {"ok": False}}, ok(12.0), 1), ("raise", ok(12.0), 1)):
+        def measure(q, device, weights, apart=apart):
+            assert q.fusion.NF == 0 and q.fusion.PD == p.fusion.PD and q.parts == p.parts
+            if apart == "raise":
+                raise RuntimeError("a failing variant")
+            return apart
+        monkeypatch.setattr(qwen3_layer_measure, "measure", measure)
+        q, m, ab = bench.nf_ab(p, "cpu", None, fused)
+        assert ab["chosen_nf"] == want_nf and q.fusion.NF == want_nf
+        assert m is (fused if want_nf else apart)
+        if apart == "raise":
+            assert "a failing variant" in ab["NF=0"]["error"]
