@@ -16,9 +16,7 @@ DIR/decode_gemv.json and DIR/gemv_calibration.json
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import math
 import os
 import sys
 import time
@@ -30,6 +28,10 @@ if __name__ == "__main__" and "--dry-run" in sys.argv:
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from formloop.library.qwen3_layer_tune import (  # noqa: E402,F401 (the benchmark's names for them)
+    GEMV_MENU as MENU, family_launcher, gemv_menu, measure, operand_sets, reference,
+)
 
 PARTS = {  # name: (N, K, chain)
     "qkv": (6144, 4096, ""),
@@ -45,7 +47,6 @@ MENU_BEST = {  # the round-3 menu's best tensor-core design per part (RESULTS.md
 }
 HAND = [{"BN": 4, "BK": 1024, "W": 4, "S": 3}, {"BN": 8, "BK": 1024, "W": 4, "S": 3},
         {"BN": 8, "BK": 1024, "W": 4, "S": 2}]  # the best of a 40-configuration sweep in the first call
-MENU = {"Tn": (4, 8, 16, 32, 64), "Tk": (128, 256, 512, 1024, 2048), "S": (1, 3), "W": (4, 8), "KS": (1, 2, 3)}
 T0 = time.time()
 
 
@@ -80,49 +81,6 @@ def _gemv(x_ptr, w_ptr, r_ptr, out_ptr, N, K, BN: tl.constexpr, BK: tl.constexpr
         tl.store(out_ptr + rn, y.to(out_ptr.dtype.element_ty))
 
 
-def reference(x, w, r, chain):
-    acc = x.float() @ w.float().T
-    if "glu" in chain:
-        return torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2]
-    return acc + r.float() if "residual" in chain else acc
-
-
-def operand_sets(N, K, device, l2_bytes, M=1):
-    """(x [M, K], w [N, K], residual [M, N]) sets, enough that the weights exceed the L2 three times."""
-    n_sets = max(2, math.ceil(3 * l2_bytes / (N * K * 2))) if device == "cuda" else 2
-    g = torch.Generator(device=device).manual_seed(7)
-    sets = []
-    for _ in range(n_sets):
-        x = torch.randn(M, K, device=device, generator=g).to(torch.bfloat16)
-        w = (torch.randn(N, K, device=device, generator=g) / math.sqrt(K)).to(torch.bfloat16)
-        r = torch.randn(M, N, device=device, generator=g).to(torch.bfloat16)
-        sets.append((x, w, r))
-    return sets
-
-
-def measure(launch, sets, chain, out_width, device) -> dict:
-    from formloop.measure.timer import time_launches
-
-    rows = sets[0][0].shape[0]
-    outs = [torch.full((rows, out_width), float("nan"), device=device, dtype=torch.bfloat16) for _ in sets]
-
-    def run(i):
-        launch(sets[i], outs[i])
-
-    run(0)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    ref = reference(*sets[0], chain)
-    err = float((outs[0].float() - ref).norm() / ref.norm())
-    row = {"rel_err": err, "ok": bool(err < 2e-2 and not torch.isnan(outs[0]).any())}
-    if row["ok"]:
-        for mode in ("graph", "eager"):
-            t = time_launches(run, len(sets), device=device, mode=mode)
-            row[f"{mode}_us"] = t.timing.seconds * 1e6
-        row["device"] = t.timing.as_dict().get("device")
-    return row
-
-
 def gemv_launcher(N, K, chain, cfg):
     epi = 2 if "glu" in chain else (1 if "residual" in chain else 0)
 
@@ -130,22 +88,6 @@ def gemv_launcher(N, K, chain, cfg):
         x, w, r = s
         _gemv[(N // cfg["BN"],)](x, w, r, out, N, K, BN=cfg["BN"], BK=cfg["BK"], EPI=epi,
                                  num_warps=cfg["W"], num_stages=cfg["S"])
-    return launch
-
-
-def family_launcher(N, K, chain, design, device, M=1):
-    from formloop.library import gemm_epilogue_launch
-    from formloop.library.qwen3_layer_kernels import _gemm
-
-    plan = _gemm(design, M, N, K, chain)
-    ws = plan.new_workspace(device)
-
-    def launch(s, out):
-        x, w, r = s
-        ops = {"a": x, "b": w.T}
-        if "residual" in chain:
-            ops["residual"] = r
-        gemm_epilogue_launch.run(plan, ops, out, ws)   # thin once bound (the layer launches the same way)
     return launch
 
 
@@ -159,29 +101,6 @@ def cublas_launcher(chain):
             y = y + r
         out.copy_(y)
     return launch
-
-
-def gemv_menu(chain, N, K, per_part, calibration=None):
-    """gemv-epilogue-gpu's MILP pick, then the accepted MENU designs by model rank (up to per_part)."""
-    from formloop.evaluate.calibrate import Point, predict
-    from formloop.hw.chips import get_chip
-    from formloop.library import gemv_epilogue as gv, get_template
-    from formloop.solve import solve_milp
-
-    chip = get_chip("h200")
-    t = get_template(gv.NAME, epilogue=chain, calibration=calibration)
-    wl = gv.workload(1, N, K)
-    pick = {k: int(v) for k, v in solve_milp(t.formulate(wl, chip)).assignment.items()}
-    designs = [dict(zip(MENU, v)) for v in itertools.product(*MENU.values())]
-    designs = [d for d in designs if not t.check(d, wl, chip) and d != pick]
-    model = predict(t, chip, [Point(d, wl, 1.0) for d in designs])
-    ranked = [d for _, d in sorted(zip(model, designs), key=lambda x: x[0])]
-    # the model's best half, then every other design spread over the rest (the fit sees the slow side too)
-    head = ranked[: per_part // 2]
-    tail = ranked[per_part // 2:]
-    step = max(1, len(tail) // max(1, per_part - len(head) - 1))
-    chosen = [pick] + head + tail[::step][: per_part - len(head) - 1]
-    return chosen, list(predict(t, chip, [Point(d, wl, 1.0) for d in chosen])), wl
 
 
 def fit_gemv(points):

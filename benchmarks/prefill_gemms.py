@@ -28,39 +28,13 @@ import torch  # noqa: E402
 
 import decode_gemv as dg  # noqa: E402 (benchmarks/ is on the path when run as a script)
 
+from formloop.library.qwen3_layer_tune import gemm_menu as family_menu  # noqa: E402 (one menu with the layer's)
+
 T0 = time.time()
-DISTINCT = ("Tm", "Tn", "Tk", "KS", "W")
 
 
 def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
-
-
-def family_menu(chain: str, M: int, N: int, K: int, per_part: int,
-                calibration: dict | None = None) -> tuple[list[dict], list[float]]:
-    """gemm-epilogue-gpu's MILP pick (as the layer plan solves the part), the model's best two designs of
-    each split count KS (splits the model ranks apart still measured), then its best designs, one per
-    (Tm, Tn, Tk, KS, W), up to `per_part` in all; with their model times (us). `calibration`: fitted
-    chip-side terms the model reads instead of the priors."""
-    from formloop.hw.chips import get_chip
-    from formloop.library import gemm_epilogue, get_template
-    from formloop.solve import solve_milp
-    from formloop.solve.enumerate import ranked_designs
-
-    t = get_template(gemm_epilogue.NAME, dtype="bf16", epilogue=chain, calibration=calibration,
-                     calibration_id="given" if calibration else "priors")
-    f = t.formulate(gemm_epilogue.workload(M, N, K, "bf16", pb_=K), get_chip("h200"))
-    s = solve_milp(f)
-    pick = {k: int(v) for k, v in s.assignment.items()}
-    designs, model = [pick], [float(s.objective)]
-    for a, cost in ranked_designs(f, 2, group="KS") + ranked_designs(f, per_part, distinct=DISTINCT):
-        a = {k: int(v) for k, v in a.items()}
-        if len(designs) >= per_part:
-            break
-        if all(any(a[k] != b[k] for k in a if k != "G") for b in designs):  # G alone: a launch order
-            designs.append(a)
-            model.append(cost)
-    return designs, model
 
 
 def main(argv) -> int:

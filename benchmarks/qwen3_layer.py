@@ -138,62 +138,13 @@ GEMM_TIMES: dict = {}  # (part, M, design) -> the measurement (decode's GEMM sha
 
 
 def choose_gemms(p, device, n: int, calibration, max_rows: int = 1 << 30, gemm_calibration=None):
-    """Each GEMM part's plan design and its family's next `n` designs by model (a CUDA-core GEMV part:
-    gemv-epilogue-gpu's menu with the plan's calibration, decode_gemv.gemv_menu; a tensor-core part with at
-    most `max_rows` rows: gemm-epilogue-gpu's with `gemm_calibration` where given, prefill_gemms.family_menu,
-    while the plan's design stays the priors' pick), each checked against fp32 torch and
-    timed alone (graph, weight sets beyond the L2: decode_gemv.measure); the plan with the fastest (if >= 3 %
-    faster) and the record."""
-    import decode_gemv as dg  # noqa: PLC0415 (benchmarks/ is on the path)
-    import prefill_gemms as pg  # noqa: PLC0415
-    from formloop.hw.chips import get_chip  # noqa: PLC0415
-    from formloop.library import gemv_epilogue as gv  # noqa: PLC0415
-    from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan  # noqa: PLC0415
+    """Each GEMM part's plan design against its family's next `n` designs, timed alone; the fastest where >= 3 %
+    faster (formloop.library.qwen3_layer_tune, the library's `formloop layer --tune`): the plan and the record.
+    `calibration`: the GEMV family's fitted terms; `gemm_calibration`: the tensor-core family's, ranking its
+    candidates while the plan keeps the priors' pick."""
+    from formloop.library.qwen3_layer_tune import tune_gemms  # noqa: PLC0415
 
-    rec, parts = {}, dict(p.parts)
-    for name in p.launched:
-        part = p.parts[name]
-        if part.kind != "gemm" or part.detail.get("M", 0) > max_rows:
-            continue
-        if part.detail.get("norm"):   # decode_gemv's measure has no norm prologue: the plan's design stays
-            rec[name] = {"chosen": "plan", "note": "norm-fused GEMV: not timed alone"}
-            continue
-        M, N, K, chain = part.detail["M"], part.detail["N"], part.detail["K"], part.detail["chain"]
-        width = N // 2 if "glu" in chain else N
-        if part.design.get("Tm") == 1:
-            menu = dg.gemv_menu(chain, N, K, 2 * n, calibration)[0]
-            plan_d, config = {k: part.design[k] for k in ("Tn", "Tk", "S", "W", "KS")}, gv.design_config
-        else:
-            menu = pg.family_menu(chain, M, N, K, n + 1, gemm_calibration)[0]
-            plan_d, config = dict(part.design), dict
-        designs = [plan_d] + [d for d in menu if d != plan_d][:n]
-        sets = None
-        rows = []
-        for d in designs:
-            key = (name, M, tuple(sorted(d.items())))
-            if key not in GEMM_TIMES:
-                sets = sets or dg.operand_sets(N, K, device, get_chip("h200").l2_bytes, M=M)
-                try:
-                    GEMM_TIMES[key] = dg.measure(dg.family_launcher(N, K, chain, config(d), device, M=M), sets,
-                                                 chain, width, device)
-                except Exception as exc:  # noqa: BLE001 (a design that fails here is recorded, not chosen)
-                    GEMM_TIMES[key] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            rows.append({"design": d, **GEMM_TIMES[key]})
-        del sets
-        timed = [r for r in rows if r.get("graph_us")]
-        r0 = rows[0]
-        entry = {"rows": rows, "plan_us": r0.get("graph_us"), "chosen": "plan"}
-        if timed and r0.get("graph_us"):
-            best = min(timed, key=lambda r: r["graph_us"])
-            entry.update(best_design=best["design"], best_us=best["graph_us"])
-            if best["graph_us"] < 0.97 * r0["graph_us"]:
-                parts[name] = PartPlan(name, part.kind, part.time_us, config(best["design"]),
-                                       {**part.detail, "chosen_by": "measurement alone", "plan_design": part.design})
-                entry["chosen"] = "measured best"
-            log(f"{p.scenario.text}: {name} alone (gpu, graph): plan {r0['graph_us']:.1f} us {plan_d}, best of "
-                f"{len(timed)} {best['graph_us']:.1f} us {best['design']} -> {entry['chosen']}")
-        rec[name] = entry
-    return LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer), rec
+    return tune_gemms(p, device, n, calibration, gemm_calibration, max_rows, log=log, cache=GEMM_TIMES)
 
 
 def baseline_runs(cfg, sc, w, device, allow_autotune: bool):

@@ -1,4 +1,5 @@
-"""benchmarks/qwen3_layer.py's choices by measurement, with the timings faked (the selection logic, not the GPU):
+"""The layer's GEMM choices by measurement (qwen3_layer_tune, as benchmarks/qwen3_layer.py and `formloop layer
+--tune` use them) and the benchmark's norm-fusion A/B, with the timings faked (the selection logic, not the GPU):
 a GEMM part takes a candidate only when it is at least 3 % faster and correct, a failed candidate is never
 chosen, tensor-core candidates come from the family's menu at the part's own rows; the norm-fusion A/B keeps the
 faster checked variant and never one that failed."""
@@ -14,10 +15,8 @@ import pytest  # noqa: E402
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 sys.path.insert(0, BENCH)
 
-import decode_gemv  # noqa: E402
-import prefill_gemms  # noqa: E402
 import qwen3_layer as bench  # noqa: E402
-from formloop.library import qwen3_layer_measure  # noqa: E402
+from formloop.library import qwen3_layer_measure, qwen3_layer_tune as tune  # noqa: E402
 from formloop.library.qwen3_layer import get_model, parse_scenario  # noqa: E402
 from formloop.library.qwen3_layer_plan import plan_many  # noqa: E402
 from formloop.library.qwen3_layer_template import Fusion  # noqa: E402
@@ -31,15 +30,15 @@ def plans():
 
 
 def _fake_timings(monkeypatch, times):
-    """decode_gemv's measurement replaced: a design's time is times(part shape, design), None = it failed."""
+    """qwen3_layer_tune's measurement replaced: a design's time is times(part shape, design), None = it failed."""
     seen = []
-    monkeypatch.setattr(decode_gemv, "operand_sets", lambda N, K, device, l2, M=1: [(M, N, K)])
-    monkeypatch.setattr(decode_gemv, "family_launcher", lambda N, K, chain, d, device, M=1: (M, N, K, dict(d)))
+    monkeypatch.setattr(tune, "operand_sets", lambda N, K, device, l2, M=1: [(M, N, K)])
+    monkeypatch.setattr(tune, "family_launcher", lambda N, K, chain, d, device, M=1: (M, N, K, dict(d)))
     def measure(launch, sets, chain, width, device):
         seen.append(launch)
         us = times(launch[:3], launch[3])
         return {"ok": False} if us is None else {"ok": True, "graph_us": us, "eager_us": us}
-    monkeypatch.setattr(decode_gemv, "measure", measure)
+    monkeypatch.setattr(tune, "measure", measure)
     bench.GEMM_TIMES.clear()
     return seen
 
@@ -63,7 +62,7 @@ def test_a_tensor_core_part_takes_only_a_correct_design_at_least_3_percent_faste
     assert {launch[0] for launch in seen} == {p.parts[n].detail["M"] for n in gemms} == {32}  # the parts' own rows
     e = rec[first]
     assert e["chosen"] == "measured best" and e["best_us"] == 90.0 and q.parts[first].design["KS"] == 1
-    menu = prefill_gemms.family_menu(p.parts[first].detail["chain"], p.parts[first].detail["M"],
+    menu = tune.gemm_menu(p.parts[first].detail["chain"], p.parts[first].detail["M"],
                                      p.parts[first].detail["N"], p.parts[first].detail["K"], 5)[0]
     assert [r["design"] for r in e["rows"]][1:] == [d for d in menu if d != plan_design][:4]
     slower = [n for n in gemms if p.parts[n].detail["N"] != p.parts[first].detail["N"]]

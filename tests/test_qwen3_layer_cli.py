@@ -64,3 +64,14 @@ def test_norm_fusion_offers_the_nf_choices_and_solves_over_them():
 def test_norm_fusion_must_be_on_or_off():
     with pytest.raises(InvalidInput, match="norm_fusion"):
         api.layer("tiny", ["decode:40"], measure="no", norm_fusion="maybe")
+
+
+@pytest.mark.parametrize("tune", [-1, True, 1.5, "2"])
+def test_tune_must_be_a_whole_number(tune):
+    with pytest.raises(InvalidInput, match="tune"):
+        api.layer("tiny", ["decode:40"], measure="no", tune=tune)
+
+
+def test_tune_needs_a_gpu_and_is_never_dropped():
+    r = runner.invoke(app, ["layer", "tiny", "--scenario", "decode:40", "--measure", "no", "--tune", "2"])
+    assert r.exit_code == 2 and "invalid tune" in r.output and "CUDA device" in r.output

@@ -21,9 +21,11 @@ MEASURE = ("auto", "yes", "no")
 
 
 def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: str = "auto",
-          workers: int = 4, norm_fusion: bool = False) -> dict[str, Any]:
+          workers: int = 4, norm_fusion: bool = False, tune: int = 0) -> dict[str, Any]:
     """Plan (and with a GPU, measure) the layer of `model` for each scenario; `norm_fusion`: the layer
-    template's option (decode may run the two RMSNorms inside the QKV and GateUp GEMVs, decision NF)."""
+    template's option (decode may run the two RMSNorms inside the QKV and GateUp GEMVs, decision NF); `tune`:
+    on a GPU, time each GEMM part's plan design against its family's next `tune` designs alone and launch the
+    fastest where it is >= 3 % faster (formloop.library.qwen3_layer_tune) before measuring the layer."""
     cfg = get_model(model)
     if isinstance(scenarios, str):
         scenarios = [scenarios]
@@ -36,13 +38,24 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InvalidInput("workers", workers, "a whole number >= 1")
     norm_fusion = bool_option("norm_fusion", norm_fusion)
+    if isinstance(tune, bool) or not isinstance(tune, int) or tune < 0:
+        raise InvalidInput("tune", tune, "a whole number >= 0 (candidate designs timed per GEMM part)")
     on_gpu = gpu_available()
     if measure == "yes" and not on_gpu:
         raise InvalidInput("measure", measure, "auto or no (no CUDA device here)")
+    if tune and not (on_gpu and measure != "no"):
+        raise InvalidInput("tune", tune, "0 here: tuning times designs on a CUDA device (none here, or measure=no)")
     rows = []
     for sc, p in zip(parsed, plan_many(cfg, parsed, chip, model, workers, norm_fusion=norm_fusion)):
+        tuned = None
+        if tune:
+            from formloop.library.qwen3_layer_tune import tune_gemms  # noqa: PLC0415 (torch)
+
+            p, tuned = tune_gemms(p, "cuda", tune)
         row = p.as_dict()
         row["sol"] = layer_floor(cfg, sc, chip)
+        if tuned is not None:
+            row["tuned"] = tuned
         if on_gpu and measure != "no":
             from formloop.library.qwen3_layer_measure import measure as measure_plan  # noqa: PLC0415 (torch)
 

@@ -26,6 +26,10 @@ def _lines(r: dict) -> list[str]:
         out.append("  choices: " + "; ".join("".join(str(c["fusion"].get(k, 0)) for k in keys)
                                              + f" {c['model_us']:.1f}" for c in best)
                    + f" ({' '.join(keys)}: us, model)")
+        for part, t in (s.get("tuned") or {}).items():
+            if t.get("best_us") is not None:
+                out.append(f"  tuned {part}: plan {t['plan_us']:.1f} us, best of {len(t['rows'])} "
+                           f"{t['best_us']:.1f} us (gpu, graph, alone) -> {t['chosen']}")
         m = s.get("measured")
         if m:
             ok = "ok" if m["check"]["ok"] else "WRONG"
@@ -46,9 +50,11 @@ def layer(model: str = typer.Argument(..., help="model: qwen3-8b (or tiny, the c
           measure: str = typer.Option("auto", "--measure", help="auto (on a CUDA device), yes or no"),
           norm_fusion: bool = typer.Option(False, "--norm-fusion", help="decode may run the two RMSNorms inside the "
                                            "QKV and GateUp GEMVs (the layer template's decision NF)"),
+          tune: int = typer.Option(0, "--tune", help="on a GPU: time each GEMM part's design against its family's "
+                                   "next N designs alone and launch the fastest (>= 3 % faster)"),
           as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Plan a whole decoder layer per scenario: fusion by MILP, parts by their templates; measure on a GPU."""
-    r = api.layer(model, scenario or [], chip=chip, measure=measure, norm_fusion=norm_fusion)
+    r = api.layer(model, scenario or [], chip=chip, measure=measure, norm_fusion=norm_fusion, tune=tune)
     if as_json:
         print_json(r)
         return

@@ -1,0 +1,192 @@
+"""Choose a Qwen3 layer's GEMM designs by measurement (`formloop layer --tune N`, benchmarks/qwen3_layer.py).
+
+Each GEMM part's plan design (the MILP's pick) and the next N designs of its family's model are checked against
+fp32 torch on NaN-poisoned output, then timed alone by formloop.measure.timer (CUDA graph over weight sets that
+exceed the L2); a candidate replaces the plan's design only if it is correct and at least 3 % faster. Menus: a
+CUDA-core GEMV part (gemv-epilogue-gpu, decode) its model's ranking over GEMV_MENU; a tensor-core part
+(gemm-epilogue-gpu) its model's best two designs of each split count, then its best design per tile shape, split
+and warps (`gemm_menu`), ranked by fitted terms where given while the plan keeps the priors' pick. Why: the
+priors misprice split-K at 128 rows and misrank 256×128 against 128×256 tiles at 2048 and more (RESULTS.md round
+12). A norm-fused GEMV keeps its plan design (the timing harness has no norm prologue). Imports torch lazily."""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping
+
+FASTER = 0.97  # a candidate must take at most this fraction of the plan design's time
+GEMV_MENU = {"Tn": (4, 8, 16, 32, 64), "Tk": (128, 256, 512, 1024, 2048), "S": (1, 3), "W": (4, 8), "KS": (1, 2, 3)}
+DISTINCT = ("Tm", "Tn", "Tk", "KS", "W")
+
+
+def operand_sets(N: int, K: int, device, l2_bytes: int, M: int = 1) -> list:
+    """(x [M, K], w [N, K], residual [M, N]) sets, enough that the weights exceed the L2 three times."""
+    import torch
+
+    n_sets = max(2, math.ceil(3 * l2_bytes / (N * K * 2))) if str(device).startswith("cuda") else 2
+    g = torch.Generator(device=device).manual_seed(7)
+    sets = []
+    for _ in range(n_sets):
+        x = torch.randn(M, K, device=device, generator=g).to(torch.bfloat16)
+        w = (torch.randn(N, K, device=device, generator=g) / math.sqrt(K)).to(torch.bfloat16)
+        r = torch.randn(M, N, device=device, generator=g).to(torch.bfloat16)
+        sets.append((x, w, r))
+    return sets
+
+
+def reference(x, w, r, chain: str):
+    """The part in fp32 torch: x·wᵀ, then SiLU(gate)·up over interleaved columns, or + residual."""
+    import torch
+
+    acc = x.float() @ w.float().T
+    if "glu" in chain:
+        return torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2]
+    return acc + r.float() if "residual" in chain else acc
+
+
+def measure(launch: Callable, sets: list, chain: str, out_width: int, device) -> dict:
+    """Check `launch(set, out)` against the fp32 reference on a NaN-poisoned output, then (if correct) time it over
+    the sets, CUDA graph and eager (us, gpu on a CUDA device)."""
+    import torch
+
+    from formloop.measure.timer import time_launches
+
+    rows = sets[0][0].shape[0]
+    outs = [torch.full((rows, out_width), float("nan"), device=device, dtype=torch.bfloat16) for _ in sets]
+
+    def run(i):
+        launch(sets[i], outs[i])
+
+    run(0)
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+    ref = reference(*sets[0], chain)
+    err = float((outs[0].float() - ref).norm() / ref.norm())
+    row = {"rel_err": err, "ok": bool(err < 2e-2 and not torch.isnan(outs[0]).any())}
+    if row["ok"]:
+        for mode in ("graph", "eager"):
+            t = time_launches(run, len(sets), device=device, mode=mode)
+            row[f"{mode}_us"] = t.timing.seconds * 1e6
+        row["device"] = t.timing.as_dict().get("device")
+    return row
+
+
+def family_launcher(N: int, K: int, chain: str, design: Mapping[str, int], device, M: int = 1) -> Callable:
+    """launch((x, w, r), out): the gemm-epilogue kernel of `design` (a GEMV where Tm = 1), thin once bound."""
+    from formloop.library import gemm_epilogue_launch
+    from formloop.library.qwen3_layer_kernels import _gemm
+
+    plan = _gemm(design, M, N, K, chain)
+    ws = plan.new_workspace(device)
+
+    def launch(s, out):
+        x, w, r = s
+        ops = {"a": x, "b": w.T}
+        if "residual" in chain:
+            ops["residual"] = r
+        gemm_epilogue_launch.run(plan, ops, out, ws)
+    return launch
+
+
+def gemv_menu(chain: str, N: int, K: int, per_part: int, calibration: Mapping[str, float] | None = None):
+    """gemv-epilogue-gpu's MILP pick, then the accepted GEMV_MENU designs by model rank (up to per_part): the
+    model's best half, then every other design spread over the rest (a fit sees the slow side too);
+    (designs, model us, workload)."""
+    from formloop.evaluate.calibrate import Point, predict
+    from formloop.hw.chips import get_chip
+    from formloop.library import gemv_epilogue as gv, get_template
+    from formloop.solve import solve_milp
+
+    chip = get_chip("h200")
+    t = get_template(gv.NAME, epilogue=chain, calibration=calibration)
+    wl = gv.workload(1, N, K)
+    pick = {k: int(v) for k, v in solve_milp(t.formulate(wl, chip)).assignment.items()}
+    designs = [dict(zip(GEMV_MENU, v)) for v in itertools.product(*GEMV_MENU.values())]
+    designs = [d for d in designs if not t.check(d, wl, chip) and d != pick]
+    model = predict(t, chip, [Point(d, wl, 1.0) for d in designs])
+    ranked = [d for _, d in sorted(zip(model, designs), key=lambda x: x[0])]
+    head = ranked[: per_part // 2]
+    tail = ranked[per_part // 2:]
+    step = max(1, len(tail) // max(1, per_part - len(head) - 1))
+    chosen = [pick] + head + tail[::step][: per_part - len(head) - 1]
+    return chosen, list(predict(t, chip, [Point(d, wl, 1.0) for d in chosen])), wl
+
+
+def gemm_menu(chain: str, M: int, N: int, K: int, per_part: int,
+              calibration: Mapping[str, float] | None = None) -> tuple[list[dict], list[float]]:
+    """gemm-epilogue-gpu's MILP pick, the model's best two designs of each split count KS (splits the model
+    ranks apart still measured), then its best designs, one per (Tm, Tn, Tk, KS, W), up to `per_part` in all;
+    with their model times (us). `calibration`: fitted chip-side terms the model reads instead of the priors."""
+    from formloop.hw.chips import get_chip
+    from formloop.library import gemm_epilogue, get_template
+    from formloop.solve import solve_milp
+    from formloop.solve.enumerate import ranked_designs
+
+    t = get_template(gemm_epilogue.NAME, dtype="bf16", epilogue=chain, calibration=calibration,
+                     calibration_id="given" if calibration else "priors")
+    f = t.formulate(gemm_epilogue.workload(M, N, K, "bf16", pb_=K), get_chip("h200"))
+    s = solve_milp(f)
+    designs, model = [{k: int(v) for k, v in s.assignment.items()}], [float(s.objective)]
+    for a, cost in ranked_designs(f, 2, group="KS") + ranked_designs(f, per_part, distinct=DISTINCT):
+        a = {k: int(v) for k, v in a.items()}
+        if len(designs) >= per_part:
+            break
+        if all(any(a[k] != b[k] for k in a if k != "G") for b in designs):  # G alone: a launch order
+            designs.append(a)
+            model.append(cost)
+    return designs, model
+
+
+def tune_gemms(p, device, n: int, gemv_calibration: Mapping[str, float] | None = None,
+               gemm_calibration: Mapping[str, float] | None = None, max_rows: int = 1 << 30,
+               log: Callable[[str], None] | None = None, cache: dict | None = None):
+    """(the plan with each GEMM part's fastest correct design where it is >= 3 % faster than the plan's, the record
+    per part). Parts with more than `max_rows` rows keep their design; `cache`: (part, M, design) -> measurement,
+    shared across scenarios (decode's GEMM shapes do not depend on the history)."""
+    from formloop.hw.chips import get_chip
+    from formloop.library import gemv_epilogue as gv
+    from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan
+
+    cache = {} if cache is None else cache
+    rec, parts = {}, dict(p.parts)
+    for name in p.launched:
+        part = p.parts[name]
+        if part.kind != "gemm" or part.detail.get("M", 0) > max_rows:
+            continue
+        if part.detail.get("norm"):
+            rec[name] = {"chosen": "plan", "note": "norm-fused GEMV: not timed alone"}
+            continue
+        M, N, K, chain = part.detail["M"], part.detail["N"], part.detail["K"], part.detail["chain"]
+        if part.design.get("Tm") == 1:
+            menu = gemv_menu(chain, N, K, 2 * n, gemv_calibration)[0]
+            plan_d, config = {k: part.design[k] for k in GEMV_MENU}, gv.design_config
+        else:
+            menu = gemm_menu(chain, M, N, K, n + 1, gemm_calibration)[0]
+            plan_d, config = dict(part.design), dict
+        designs = [plan_d] + [d for d in menu if d != plan_d][:n]
+        rows, sets = [], None
+        for d in designs:
+            key = (name, M, tuple(sorted(d.items())))
+            if key not in cache:
+                sets = sets or operand_sets(N, K, device, get_chip("h200").l2_bytes, M=M)
+                try:
+                    cache[key] = measure(family_launcher(N, K, chain, config(d), device, M=M), sets, chain,
+                                         N // 2 if "glu" in chain else N, device)
+                except Exception as exc:  # noqa: BLE001 (a design that fails here is recorded, not chosen)
+                    cache[key] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            rows.append({"design": d, **cache[key]})
+        del sets
+        timed = [r for r in rows if r.get("graph_us")]
+        entry = {"rows": rows, "plan_us": rows[0].get("graph_us"), "chosen": "plan", "unit": "us (gpu, graph)"}
+        if timed and entry["plan_us"]:
+            best = min(timed, key=lambda r: r["graph_us"])
+            entry.update(best_design=best["design"], best_us=best["graph_us"])
+            if best["graph_us"] < FASTER * entry["plan_us"]:
+                parts[name] = PartPlan(name, part.kind, part.time_us, config(best["design"]),
+                                       {**part.detail, "chosen_by": "measurement alone", "plan_design": part.design})
+                entry["chosen"] = "measured best"
+            if log:
+                log(f"{p.scenario.text}: {name} alone (gpu, graph): plan {entry['plan_us']:.1f} us {plan_d}, best of "
+                    f"{len(timed)} {best['graph_us']:.1f} us {best['design']} -> {entry['chosen']}")
+        rec[name] = entry
+    return LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer), rec
