@@ -26,7 +26,8 @@ GUARDED = ("triton", "torch", "formloop.library.gemm_tiling_kernel", "formloop.l
            "formloop.library.elementwise_kernel", "formloop.library.qk_rope_kernel",
            "formloop.library.qwen3_layer_kernels", "formloop.library.attention_fp32_kernel",
            "formloop.library.gemm_tiling_sched_kernel", "formloop.library.fused_gemm", "formloop.library.fused_vector")
-GUARDED = (*GUARDED, "formloop.library.rope_kernel", "formloop.library.tf32_split")
+GUARDED = (*GUARDED, "formloop.library.rope_kernel", "formloop.library.tf32_split",
+           "formloop.library.gemm_epilogue_launch")
 # each imports triton and torch at module level
 
 

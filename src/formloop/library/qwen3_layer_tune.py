@@ -14,6 +14,14 @@ import itertools
 import math
 from collections.abc import Callable, Mapping
 
+from formloop.evaluate.calibrate import Point, predict
+from formloop.hw.chips import get_chip
+from formloop.library import gemm_epilogue, gemv_epilogue as gv, get_template
+from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan
+from formloop.measure.timer import time_launches
+from formloop.solve import solve_milp
+from formloop.solve.enumerate import ranked_designs
+
 FASTER = 0.97  # a candidate must take at most this fraction of the plan design's time
 GEMV_MENU = {"Tn": (4, 8, 16, 32, 64), "Tk": (128, 256, 512, 1024, 2048), "S": (1, 3), "W": (4, 8), "KS": (1, 2, 3)}
 DISTINCT = ("Tm", "Tn", "Tk", "KS", "W")
@@ -49,8 +57,6 @@ def measure(launch: Callable, sets: list, chain: str, out_width: int, device) ->
     the sets, CUDA graph and eager (us, gpu on a CUDA device)."""
     import torch
 
-    from formloop.measure.timer import time_launches
-
     rows = sets[0][0].shape[0]
     outs = [torch.full((rows, out_width), float("nan"), device=device, dtype=torch.bfloat16) for _ in sets]
 
@@ -73,7 +79,7 @@ def measure(launch: Callable, sets: list, chain: str, out_width: int, device) ->
 
 def family_launcher(N: int, K: int, chain: str, design: Mapping[str, int], device, M: int = 1) -> Callable:
     """launch((x, w, r), out): the gemm-epilogue kernel of `design` (a GEMV where Tm = 1), thin once bound."""
-    from formloop.library import gemm_epilogue_launch
+    from formloop.library.gemm_epilogue_launch import run as thin_run
     from formloop.library.qwen3_layer_kernels import _gemm
 
     plan = _gemm(design, M, N, K, chain)
@@ -84,7 +90,7 @@ def family_launcher(N: int, K: int, chain: str, design: Mapping[str, int], devic
         ops = {"a": x, "b": w.T}
         if "residual" in chain:
             ops["residual"] = r
-        gemm_epilogue_launch.run(plan, ops, out, ws)
+        thin_run(plan, ops, out, ws)
     return launch
 
 
@@ -92,10 +98,6 @@ def gemv_menu(chain: str, N: int, K: int, per_part: int, calibration: Mapping[st
     """gemv-epilogue-gpu's MILP pick, then the accepted GEMV_MENU designs by model rank (up to per_part): the
     model's best half, then every other design spread over the rest (a fit sees the slow side too);
     (designs, model us, workload)."""
-    from formloop.evaluate.calibrate import Point, predict
-    from formloop.hw.chips import get_chip
-    from formloop.library import gemv_epilogue as gv, get_template
-    from formloop.solve import solve_milp
 
     chip = get_chip("h200")
     t = get_template(gv.NAME, epilogue=chain, calibration=calibration)
@@ -117,10 +119,6 @@ def gemm_menu(chain: str, M: int, N: int, K: int, per_part: int,
     """gemm-epilogue-gpu's MILP pick, the model's best two designs of each split count KS (splits the model
     ranks apart still measured), then its best designs, one per (Tm, Tn, Tk, KS, W), up to `per_part` in all;
     with their model times (us). `calibration`: fitted chip-side terms the model reads instead of the priors."""
-    from formloop.hw.chips import get_chip
-    from formloop.library import gemm_epilogue, get_template
-    from formloop.solve import solve_milp
-    from formloop.solve.enumerate import ranked_designs
 
     t = get_template(gemm_epilogue.NAME, dtype="bf16", epilogue=chain, calibration=calibration,
                      calibration_id="given" if calibration else "priors")
@@ -143,9 +141,6 @@ def tune_gemms(p, device, n: int, gemv_calibration: Mapping[str, float] | None =
     """(the plan with each GEMM part's fastest correct design where it is >= 3 % faster than the plan's, the record
     per part). Parts with more than `max_rows` rows keep their design; `cache`: (part, M, design) -> measurement,
     shared across scenarios (decode's GEMM shapes do not depend on the history)."""
-    from formloop.hw.chips import get_chip
-    from formloop.library import gemv_epilogue as gv
-    from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan
 
     cache = {} if cache is None else cache
     rec, parts = {}, dict(p.parts)
