@@ -14,7 +14,7 @@ Per scenario (prefill 128/512/2048/4096, decode history 512/2048/4096/8192; batc
      max-autotune-no-cudagraphs, each + CUDA graph. `formloop` is the faster of the two (PD as measured);
      the measured saving per PDL hand-over is the template's t_pdl for this scenario; with --norm-fusion and
      NF = 1 planned, the layer with the norms launched apart (NF = 0) is checked and timed too, the faster kept.
-     Before that, decode attention and each GEMM part (decode; prefill up to --gemm-candidates-rows tokens) may
+     Before that, attention and each GEMM part (decode; prefill up to --gemm-candidates-rows tokens) may
      take a faster design of its family measured alone (--attn-candidates, --gemv-candidates, --gemm-candidates)
   4. every part of formloop's layer alone (graph) with its SOL fraction
 Then a 36-layer decode stack (history 4096): tokens/s of formloop (the faster PD) vs the best baseline.
@@ -60,7 +60,7 @@ def parse_args(argv):
     ap.add_argument("--gemv-calibration", help="JSON whose 'values' are gemv-epilogue-gpu's fitted terms "
                     "(benchmarks/decode_gemv.py writes one); default: priors")
     ap.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="processes for the solves")
-    ap.add_argument("--attn-candidates", type=int, default=6, help="decode: time the plan's attention design and "
+    ap.add_argument("--attn-candidates", type=int, default=6, help="time the plan's attention design and "
                     "this many of the attention model's candidates alone in the layer's context, and use the fastest "
                     "(0 = the plan's design, not measured)")
     return ap.parse_args(argv)
@@ -98,23 +98,25 @@ GEMM_CALIBRATION: dict = {}  # "values": gemm-epilogue-gpu's fitted terms (--gem
 
 
 def choose_attention(p, device, w, n: int):
-    """Decode: the plan's attention design and `n` of the attention model's candidates (half its best
-    designs and their one-decision neighbours, attention_sweep.candidates; then its best design for each
-    tile length Bn not yet in), each checked and timed alone
-    in the layer's context; the plan with the fastest (if >= 3 % faster) and the record."""
-    from attention_sweep import DECODE, _feasible, candidates, key_of  # noqa: PLC0415
+    """The plan's attention design and `n` of the attention model's candidates (half its best designs
+    and their one-decision neighbours, attention_sweep.candidates; then its best design for each tile
+    (decode: Bn; prefill: Br x Bc) not yet in), each checked and timed alone in the layer's context;
+    the plan with the fastest (if >= 3 % faster) and the record."""
+    from attention_sweep import DECODE, PREFILL, _feasible, candidates, key_of  # noqa: PLC0415
     from formloop.hw.chips import get_chip  # noqa: PLC0415
     from formloop.library import attention_service  # noqa: PLC0415
     from formloop.library.qwen3_layer_measure import attention_in_context  # noqa: PLC0415
     from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan  # noqa: PLC0415
 
+    family = PREFILL if p.scenario.kind == "prefill" else DECODE
+    tile = (lambda a: a["Bn"]) if family == DECODE else (lambda a: (a["Br"], a["Bc"]))
     shape = p.parts["attn"].detail["shape"]
-    f = attention_service.template(DECODE).formulate(attention_service.attention_workload(DECODE, shape),
+    f = attention_service.template(family).formulate(attention_service.attention_workload(family, shape),
                                                      get_chip("h200"))
-    designs = {key_of(DECODE, a): a for a in candidates(DECODE, f, top=4)[:max(1, n // 2)]}
-    for a in _feasible(f):  # then the model's best design for each tile length Bn (the split count follows it)
-        if len(designs) < n and all(b["Bn"] != a["Bn"] for b in designs.values()):
-            designs.setdefault(key_of(DECODE, a), a)
+    designs = {key_of(family, a): a for a in candidates(family, f, top=4)[:max(1, n // 2)]}
+    for a in _feasible(f):  # then the model's best design for each tile (the rest of the design follows it)
+        if len(designs) < n and all(tile(b) != tile(a) for b in designs.values()):
+            designs.setdefault(key_of(family, a), a)
     rows = attention_in_context(p, list(designs.values())[:n], device, w)
     rec = {"rows": rows, "plan_design": rows[0]["design"], "plan_us": rows[0].get("gpu_us"), "chosen": "plan",
            "source": "gpu (each design alone, graph, in the layer's context: its q and KV cache)"}
@@ -275,7 +277,7 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
     cfg, sc = p.cfg, p.scenario
     row = {"scenario": sc.text, "plan": p.as_dict(), "sol": layer_floor(cfg, sc)}
     w = new_weights(cfg, device, seed=0)
-    if sc.kind == "decode" and ARGS is not None and ARGS.attn_candidates > 0:
+    if ARGS is not None and ARGS.attn_candidates > 0:
         try:
             p, row["attention_in_context"] = choose_attention(p, device, w, ARGS.attn_candidates)
         except Exception as exc:  # noqa: BLE001 (the diagnostic must not cost the scenario)

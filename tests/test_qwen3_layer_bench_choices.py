@@ -87,3 +87,30 @@ def test_the_norm_fusion_ab_keeps_the_faster_checked_variant(plans, monkeypatch)
         assert m is (fused if want_nf else apart)
         if apart == "raise":
             assert "a failing variant" in ab["NF=0"]["error"]
+
+
+@pytest.mark.parametrize("kind", ["prefill", "decode"])
+def test_attention_takes_a_measured_design_of_its_own_family_only_when_3_percent_faster(plans, monkeypatch, kind):
+    p = plans[kind]
+    plan_design = {k: int(v) for k, v in p.parts["attn"].design.items()}
+    tile = ("Br", "Bc") if kind == "prefill" else ("Bn",)
+    for faster, want in ((0.90, "measured best"), (0.98, "plan")):
+        asked = []
+
+        def in_context(q, designs, device, w, faster=faster):
+            asked.extend(designs)
+            rows = [{"design": plan_design, "gpu_us": 100.0}]
+            for d in designs:
+                d = {k: int(v) for k, v in d.items()}
+                if d != plan_design:  # the first other design is the fastest; one other fails
+                    rows.append({"design": d, "gpu_us": 100.0 * faster if len(rows) == 1 else 120.0}
+                                if len(rows) != 2 else {"design": d, "error": "RuntimeError: failed"})
+            return rows
+
+        monkeypatch.setattr(qwen3_layer_measure, "attention_in_context", in_context)
+        q, rec = bench.choose_attention(p, "cpu", None, 4)
+        assert asked and all(set(d) == set(plan_design) for d in asked)  # the scenario's own family
+        assert len({tuple(d[k] for k in tile) for d in asked}) >= 2  # more than one tile shape measured
+        assert rec["chosen"] == want and rec["plan_us"] == 100.0
+        fastest = {k: int(v) for k, v in rec["rows"][1]["design"].items()}
+        assert q.parts["attn"].design == (fastest if want == "measured best" else p.parts["attn"].design)

@@ -95,14 +95,16 @@ def measure(plan: LayerPlan, device: str = "cuda", chip: str = "h200", parts: bo
 
 
 def attention_in_context(plan: LayerPlan, designs: list, device: str = "cuda", weights=None) -> list[dict]:
-    """Decode attention designs timed alone in the layer's context (graph, us gpu): the layer (PD off)
-    runs once, then each design reads its q and KV cache and writes a fresh output, checked against
-    the plan's design's output (same math: rel. error <= 1e-2) before it is timed, over copies of the
-    KV cache that together exceed the L2 (in a decode step a layer's cache is cold). The plan's own
-    design comes first. How the benchmark tells a plan choice from the layer's context."""
+    """Attention designs (decode or prefill, the plan's family) timed alone in the layer's context
+    (graph, us gpu): the layer (PD off) runs once, then each design reads its q and KV cache and writes
+    a fresh output, checked against the plan's design's output (same math: rel. error <= 1e-2) before
+    it is timed, over copies of the KV cache that together exceed the L2 (in a decode step a layer's
+    cache is cold). The plan's own design comes first. How the benchmark and `--tune` tell a plan
+    choice from the layer's context."""
     import torch
 
     from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan  # noqa: PLC0415 (triton)
+    from formloop.library.attention_prefill_kernel import PrefillConfig, PrefillPlan  # noqa: PLC0415 (triton)
     from formloop.library.qwen3_layer_kernels import LayerKernels  # noqa: PLC0415 (triton)
 
     cfg, sc = plan.cfg, plan.scenario
@@ -115,22 +117,28 @@ def attention_in_context(plan: LayerPlan, designs: list, device: str = "cuda", w
     n = min(8, operand_sets_for(kc.numel() * kc.element_size() * 2, get_chip("h200").l2_bytes))
     caches = [(kc, vc)] + [(kc.clone(), vc.clone()) for _ in range(n - 1)]
     wl = {"B": 1, "Hq": cfg.heads, "Hkv": cfg.kv_heads, "D": cfg.head_dim, "L": sc.kv_len}
+    prefill = sc.kind == "prefill"
     rows = []
     for d in [plan.parts["attn"].design, *designs]:
         d = {k: int(v) for k, v in d.items()}
         if any(r["design"] == d for r in rows):
             continue
         try:
-            p = DecodePlan.of(DecodeConfig.from_assignment(d), wl, "bf16")
-            ws = p.new_workspace(device)
+            if prefill:
+                p = PrefillPlan.of(PrefillConfig.from_assignment(d), wl, "bf16")
+                wss = [None] * len(caches)
+            else:
+                p = DecodePlan.of(DecodeConfig.from_assignment(d), wl, "bf16")
+                wss = [p.new_workspace(device) for _ in caches]
             o = torch.full_like(ref, float("nan"))
-            p.launch(layer.q, kc, vc, o, ws)
+            launch = (lambda c, o, ws, p=p: p.launch(layer.q, *c, o)) if prefill else \
+                (lambda c, o, ws, p=p: p.launch(layer.q, *c, o, ws))
+            launch(caches[0], o, wss[0])
             torch.cuda.synchronize()
             err = rel_err(o, ref)
             row = {"design": d, "rel_err_vs_plan": err}
             if err <= 1e-2:
-                wss = [ws] + [p.new_workspace(device) for _ in caches[1:]]
-                t = time_launches(lambda i, p=p, o=o, wss=wss: p.launch(layer.q, *caches[i], o, wss[i]), len(caches),
+                t = time_launches(lambda i, f=launch, o=o, wss=wss: f(caches[i], o, wss[i]), len(caches),
                                   device=device, mode="graph", policy=PART_POLICY)
                 row["gpu_us"] = t.timing.seconds * 1e6
                 row["cache_copies"] = len(caches)

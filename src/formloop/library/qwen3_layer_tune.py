@@ -116,16 +116,19 @@ def gemv_menu(chain: str, N: int, K: int, per_part: int, calibration: Mapping[st
 
 def gemm_menu(chain: str, M: int, N: int, K: int, per_part: int,
               calibration: Mapping[str, float] | None = None) -> tuple[list[dict], list[float]]:
-    """gemm-epilogue-gpu's MILP pick, the model's best two designs of each split count KS (splits the model
-    ranks apart still measured), then its best designs, one per (Tm, Tn, Tk, KS, W), up to `per_part` in all;
-    with their model times (us). `calibration`: fitted chip-side terms the model reads instead of the priors."""
+    """gemm-epilogue-gpu's MILP pick, the model's best design of each tile shape Tm x Tn (up to half the menu:
+    the priors rank 256 x 128 below 128 x 256 where it measured 12-14 % faster, round 12), its best two designs of
+    each split count KS (splits the model ranks apart still measured), then its best designs, one per
+    (Tm, Tn, Tk, KS, W), up to `per_part` in all; with their model times (us). `calibration`: fitted chip-side
+    terms the model reads instead of the priors."""
 
     t = get_template(gemm_epilogue.NAME, dtype="bf16", epilogue=chain, calibration=calibration,
                      calibration_id="given" if calibration else "priors")
     f = t.formulate(gemm_epilogue.workload(M, N, K, "bf16", pb_=K), get_chip("h200"))
     s = solve_milp(f)
     designs, model = [{k: int(v) for k, v in s.assignment.items()}], [float(s.objective)]
-    for a, cost in ranked_designs(f, 2, group="KS") + ranked_designs(f, per_part, distinct=DISTINCT):
+    tiles = ranked_designs(f, per_part, distinct=("Tm", "Tn"))[:per_part // 2]
+    for a, cost in tiles + ranked_designs(f, 2, group="KS") + ranked_designs(f, per_part, distinct=DISTINCT):
         a = {k: int(v) for k, v in a.items()}
         if len(designs) >= per_part:
             break
