@@ -11,7 +11,9 @@ pick's grid (programs per KV head group × KS splits, its Bn, warps and stages),
              stores one fp32 row (Σ over its keys of k + v): the read floor of the pick's split;
   read+fold  read, then the pick's in-launch fold: partial rows stored, one acquire-release counter per program,
              the last arriver loads the KS partials, sums them and stores the result.
-Each skeleton's output is checked against torch (Σ over all keys of k + v, fp32) before it is timed; the pick and
+With --sweep, the read and read+fold skeletons also run over a grid of launches (Bn, KS, S, W at QP 4) at each
+length, graph only: the fastest skeleton bounds what any kernel of this structure (split-KV, in-launch fold) can
+reach, whatever its math. Each skeleton's output is checked against torch (Σ over all keys of k + v, fp32) before it is timed; the pick and
 cuDNN (SDPA, enable_gqa) are checked against float64 attention on the device. Times: formloop.measure.timer, CUDA graph
 and eager, µs (gpu). Writes DIR/decode_attention_floor.json and prints the table."""
 from __future__ import annotations
@@ -165,11 +167,52 @@ def run_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
     return row
 
 
+SWEEP = {"Bn": (32, 64, 128), "KS": (8, 16, 32, 64), "S": (2, 3, 6), "W": (4, 8)}
+
+
+def sweep_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
+    """The read and read+fold skeletons over the SWEEP grid (QP 4), each checked, then graph-timed."""
+    import itertools
+
+    from formloop.hw.chips import get_chip
+
+    Hq, Hkv, D = dims
+    G = Hq // Hkv
+    QP = min(4, G)
+    n = operand_sets_for(2 * Hkv * L * D * 2, get_chip("h200").l2_bytes) if device == "cuda" else 2
+    gen = torch.Generator(device=device).manual_seed(L + 1)
+    kvs = [tuple(torch.randn(1, Hkv, L, D, device=device, generator=gen).to(torch.bfloat16) for _ in range(2))
+           for _ in range(n)]
+    rows = []
+    for Bn, KS, S, W in itertools.product(*SWEEP.values()):
+        tiles = -(-L // Bn)
+        per = -(-tiles // KS)
+        if (KS - 1) * per >= tiles:  # a split without a tile (the template's C4)
+            continue
+        cfg = {"Bn": Bn, "KS": KS, "QP": QP, "S": S, "W": W}
+        grid = (Hkv * (G // QP), KS)
+        for kind in ("read", "read+fold"):
+            launch, result = skeleton_launcher(kind, grid, L, per, cfg, G, Hkv, D, device)
+            result.fill_(float("nan"))
+            launch(*kvs[0])
+            err = check_skeleton(kind, result, *kvs[0], grid, G, QP, Hkv, D)
+            row = {"kind": kind, **cfg, "rel_err": err, "ok": err <= 1e-4}
+            if row["ok"]:
+                t = time_launches(lambda i, f=launch: f(*kvs[i]), n, device=device, mode="graph")
+                row["graph_us"] = t.timing.seconds * 1e6
+            rows.append(row)
+    best = {k: min((r for r in rows if r["kind"] == k and r.get("graph_us")), key=lambda r: r["graph_us"],
+                   default=None) for k in ("read", "read+fold")}
+    return {"L": L, "kv_sets": n, "rows": rows, "best": best,
+            "wrong": sum(not r["ok"] for r in rows)}
+
+
 def main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--lengths", help="comma-separated KV lengths (default 512,2048,8192,16384,32768)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, Triton interpreter, tiny heads (code path only)")
+    ap.add_argument("--sweep", help="comma-separated lengths at which to sweep the skeletons over launches")
     args = ap.parse_args(argv)
     device = "cpu" if args.dry_run else "cuda"
     lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else ([96] if args.dry_run else LENGTHS)
@@ -193,7 +236,16 @@ def main(argv) -> int:
         ratio = (row["rows"]["pick"].get("graph_us", float("nan")) /
                  row["rows"]["read+fold"].get("graph_us", float("nan")))
         print(f"| {L} | {row['design']} | " + " | ".join(cells) + f" | {ratio:.2f} |", flush=True)
+    for L in ([int(x) for x in args.sweep.split(",")] if args.sweep else []):
+        sw = sweep_length(L, device, dims)
+        res.setdefault("sweep", []).append(sw)
+        (out / "decode_attention_floor.json").write_text(json.dumps(res, indent=1, default=str))
+        for kind, b in sw["best"].items():
+            log(f"sweep L={L}: fastest {kind} skeleton of {sum(r['kind'] == kind for r in sw['rows'])}: "
+                + (f"{b['graph_us']:.1f} us (gpu, graph) at Bn {b['Bn']} KS {b['KS']} S {b['S']} W {b['W']}"
+                   if b else "none timed") + f"; wrong {sw['wrong']}")
     bad = [(r["L"], k) for r in res["lengths"] for k, v in r["rows"].items() if not v["ok"]]
+    bad += [(sw["L"], r["kind"], r["Bn"], r["KS"]) for sw in res.get("sweep", []) for r in sw["rows"] if not r["ok"]]
     if bad:
         log(f"WRONG: {bad}")
     return 1 if bad else 0
