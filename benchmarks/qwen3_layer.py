@@ -98,42 +98,12 @@ GEMM_CALIBRATION: dict = {}  # "values": gemm-epilogue-gpu's fitted terms (--gem
 
 
 def choose_attention(p, device, w, n: int):
-    """The plan's attention design and `n` of the attention model's candidates (half its best designs
-    and their one-decision neighbours, attention_sweep.candidates; then its best design for each tile
-    (decode: Bn; prefill: Br x Bc) not yet in), each checked and timed alone in the layer's context;
-    the plan with the fastest (if >= 3 % faster) and the record."""
-    from attention_sweep import DECODE, PREFILL, _feasible, candidates, key_of  # noqa: PLC0415
-    from formloop.hw.chips import get_chip  # noqa: PLC0415
-    from formloop.library import attention_service  # noqa: PLC0415
-    from formloop.library.qwen3_layer_measure import attention_in_context  # noqa: PLC0415
-    from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan  # noqa: PLC0415
+    """The plan's attention design and `n` of its template's next designs (qwen3_layer_tune.attention_menu),
+    each checked and timed alone in the layer's context; the plan with the fastest (if >= 3 % faster) and the
+    record (qwen3_layer_tune.tune_attention, as `formloop layer --tune` does)."""
+    from formloop.library.qwen3_layer_tune import tune_attention  # noqa: PLC0415
 
-    family = PREFILL if p.scenario.kind == "prefill" else DECODE
-    tile = (lambda a: a["Bn"]) if family == DECODE else (lambda a: (a["Br"], a["Bc"]))
-    shape = p.parts["attn"].detail["shape"]
-    f = attention_service.template(family).formulate(attention_service.attention_workload(family, shape),
-                                                     get_chip("h200"))
-    designs = {key_of(family, a): a for a in candidates(family, f, top=4)[:max(1, n // 2)]}
-    for a in _feasible(f):  # then the model's best design for each tile (the rest of the design follows it)
-        if len(designs) < n and all(tile(b) != tile(a) for b in designs.values()):
-            designs.setdefault(key_of(family, a), a)
-    rows = attention_in_context(p, list(designs.values())[:n], device, w)
-    rec = {"rows": rows, "plan_design": rows[0]["design"], "plan_us": rows[0].get("gpu_us"), "chosen": "plan",
-           "source": "gpu (each design alone, graph, in the layer's context: its q and KV cache)"}
-    timed = [r for r in rows if "gpu_us" in r]
-    if timed and rec["plan_us"] is not None:
-        best = min(timed, key=lambda r: r["gpu_us"])
-        rec["best_design"], rec["best_us"] = best["design"], best["gpu_us"]
-        if best["gpu_us"] < 0.97 * rec["plan_us"]:
-            old = p.parts["attn"]
-            parts = {**p.parts, "attn": PartPlan("attn", old.kind, old.time_us, dict(best["design"]),
-                                                 {**old.detail, "chosen_by": "in-context measurement",
-                                                  "plan_design": old.design})}
-            p = LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer)
-            rec["chosen"] = "measured best"
-        log(f"{p.scenario.text}: attention in the layer's context (gpu, alone): plan {rec['plan_us']:.1f} us "
-            f"{rec['plan_design']}, best of {len(timed)} {best['gpu_us']:.1f} us {best['design']} -> {rec['chosen']}")
-    return p, rec
+    return tune_attention(p, device, n, w, log=log)
 
 
 GEMM_TIMES: dict = {}  # (part, M, design) -> the measurement (decode's GEMM shapes do not depend on history)

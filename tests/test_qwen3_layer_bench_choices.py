@@ -100,17 +100,37 @@ def test_attention_takes_a_measured_design_of_its_own_family_only_when_3_percent
         def in_context(q, designs, device, w, faster=faster):
             asked.extend(designs)
             rows = [{"design": plan_design, "gpu_us": 100.0}]
-            for d in designs:
-                d = {k: int(v) for k, v in d.items()}
-                if d != plan_design:  # the first other design is the fastest; one other fails
-                    rows.append({"design": d, "gpu_us": 100.0 * faster if len(rows) == 1 else 120.0}
-                                if len(rows) != 2 else {"design": d, "error": "RuntimeError: failed"})
+            for d in designs:  # the first other design is the fastest; the second fails
+                rows.append({"design": d, "gpu_us": 100.0 * faster} if len(rows) == 1 else
+                            {"design": d, "error": "RuntimeError: failed"} if len(rows) == 2 else
+                            {"design": d, "gpu_us": 120.0})
             return rows
 
         monkeypatch.setattr(qwen3_layer_measure, "attention_in_context", in_context)
         q, rec = bench.choose_attention(p, "cpu", None, 4)
-        assert asked and all(set(d) == set(plan_design) for d in asked)  # the scenario's own family
-        assert len({tuple(d[k] for k in tile) for d in asked}) >= 2  # more than one tile shape measured
+        assert len(asked) == 4 and plan_design not in asked
+        assert all(set(d) == set(plan_design) for d in asked)  # the scenario's own family
+        assert len({tuple(d[k] for k in tile) for d in asked + [plan_design]}) >= 2  # more than one tile measured
         assert rec["chosen"] == want and rec["plan_us"] == 100.0
-        fastest = {k: int(v) for k, v in rec["rows"][1]["design"].items()}
-        assert q.parts["attn"].design == (fastest if want == "measured best" else p.parts["attn"].design)
+        assert q.parts["attn"].design == (asked[0] if want == "measured best" else p.parts["attn"].design)
+        if want == "measured best":
+            assert q.parts["attn"].detail["plan_design"] == p.parts["attn"].design
+
+
+def test_the_attention_menu_is_feasible_and_spans_tiles():
+    from formloop.expr import evaluate
+    from formloop.library import attention_service
+    from formloop.solve import SOLVERS
+
+    for template, shape, tile in (("attention-prefill", "1,32,8,128,4096", ("Br", "Bc")),
+                                  ("attention-decode", "1,32,8,128,2048", ("Bn",))):
+        menu = tune.attention_menu(template, shape, 6)
+        t = attention_service.template(template)
+        wl = attention_service.attention_workload(template, shape)
+        f = t.formulate(wl, tune.get_chip("h200"))
+        best = SOLVERS["enumerate"](f)  # an independent solver: the menu opens at the optimum
+        assert abs(evaluate(f.cost, {**f.params, **menu[0]}) - best.objective) <= 1e-9 * best.objective
+        assert len(menu) == 6 and len({tuple(sorted(d.items())) for d in menu}) == 6
+        assert all(not t.check(d, wl, tune.get_chip("h200")) for d in menu)
+        assert len({tuple(d[k] for k in tile) for d in menu}) >= 3
+

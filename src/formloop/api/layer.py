@@ -24,8 +24,8 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
           workers: int = 4, norm_fusion: bool = False, tune: int = 0) -> dict[str, Any]:
     """Plan (and with a GPU, measure) the layer of `model` for each scenario; `norm_fusion`: the layer
     template's option (decode may run the two RMSNorms inside the QKV and GateUp GEMVs, decision NF); `tune`:
-    on a GPU, time each GEMM part's plan design against its family's next `tune` designs alone and launch the
-    fastest where it is >= 3 % faster (formloop.library.qwen3_layer_tune) before measuring the layer."""
+    on a GPU, time each GEMM part's and the attention's plan design against its family's next `tune` designs alone
+    and launch the fastest where it is >= 3 % faster (formloop.library.qwen3_layer_tune) before measuring the layer."""
     cfg = get_model(model)
     if isinstance(scenarios, str):
         scenarios = [scenarios]
@@ -49,9 +49,10 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
     for sc, p in zip(parsed, plan_many(cfg, parsed, chip, model, workers, norm_fusion=norm_fusion)):
         tuned = None
         if tune:
-            from formloop.library.qwen3_layer_tune import tune_gemms  # noqa: PLC0415 (torch)
+            from formloop.library.qwen3_layer_tune import tune_attention, tune_gemms  # noqa: PLC0415 (torch)
 
             p, tuned = tune_gemms(p, "cuda", tune)
+            p, tuned["attn"] = tune_attention(p, "cuda", tune)
         row = p.as_dict()
         row["sol"] = layer_floor(cfg, sc, chip)
         if tuned is not None:

@@ -50,8 +50,8 @@ def layer(model: str = typer.Argument(..., help="model: qwen3-8b (or tiny, the c
           measure: str = typer.Option("auto", "--measure", help="auto (on a CUDA device), yes or no"),
           norm_fusion: bool = typer.Option(False, "--norm-fusion", help="decode may run the two RMSNorms inside the "
                                            "QKV and GateUp GEMVs (the layer template's decision NF)"),
-          tune: int = typer.Option(0, "--tune", help="on a GPU: time each GEMM part's design against its family's "
-                                   "next N designs alone and launch the fastest (>= 3 % faster)"),
+          tune: int = typer.Option(0, "--tune", help="on a GPU: time each GEMM part's and the attention's design "
+                                   "against its family's next N designs alone and launch the fastest (>= 3 % faster)"),
           as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Plan a whole decoder layer per scenario: fusion by MILP, parts by their templates; measure on a GPU."""
     r = api.layer(model, scenario or [], chip=chip, measure=measure, norm_fusion=norm_fusion, tune=tune)

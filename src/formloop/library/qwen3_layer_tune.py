@@ -7,7 +7,11 @@ CUDA-core GEMV part (gemv-epilogue-gpu, decode) its model's ranking over GEMV_ME
 (gemm-epilogue-gpu) its model's best two designs of each split count, then its best design per tile shape, split
 and warps (`gemm_menu`), ranked by fitted terms where given while the plan keeps the priors' pick. Why: the
 priors misprice split-K at 128 rows and misrank 256×128 against 128×256 tiles at 2048 and more (RESULTS.md round
-12). A norm-fused GEMV keeps its plan design (the timing harness has no norm prologue). Imports torch lazily."""
+12). A norm-fused GEMV keeps its plan design (the timing harness has no norm prologue). Attention (`tune_attention`):
+the plan's design and its template's next designs (`attention_menu`), each checked against the plan design's output
+and timed alone on the layer's own q and KV cache (qwen3_layer_measure.attention_in_context); the same 3 % rule.
+Why: in the layer's prefill the priors pick 128 x 128 tiles that ran 20-25 % slower than 64 x 64 (RESULTS.md round
+13). Imports torch lazily."""
 from __future__ import annotations
 
 import itertools
@@ -16,7 +20,7 @@ from collections.abc import Callable, Mapping
 
 from formloop.evaluate.calibrate import Point, predict
 from formloop.hw.chips import get_chip
-from formloop.library import gemm_epilogue, gemv_epilogue as gv, get_template
+from formloop.library import attention_service, gemm_epilogue, gemv_epilogue as gv, get_template
 from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan
 from formloop.measure.timer import time_launches
 from formloop.solve import solve_milp
@@ -188,3 +192,51 @@ def tune_gemms(p, device, n: int, gemv_calibration: Mapping[str, float] | None =
                     f"{len(timed)} {best['graph_us']:.1f} us {best['design']} -> {entry['chosen']}")
         rec[name] = entry
     return LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer), rec
+
+
+ATTENTION_TILE = {"attention-decode": ("Bn",), "attention-prefill": ("Br", "Bc")}
+
+
+def attention_menu(template: str, shape: str, n: int) -> list[dict]:
+    """Up to `n` designs of the attention template at `shape` (priors): the model's best ceil(n/2), then its best
+    design of each tile (decode: Bn; prefill: Br x Bc) not yet in, then its next best."""
+    f = attention_service.template(template).formulate(attention_service.attention_workload(template, shape),
+                                                       get_chip("h200"))
+    tile = ATTENTION_TILE[template]
+    ranked = [{k: int(v) for k, v in a.items()} for a, _ in ranked_designs(f, max(n, 1) * 4)]
+    tiles = [{k: int(v) for k, v in a.items()} for a, _ in ranked_designs(f, max(n, 1), distinct=tile)]
+    menu: list[dict] = []
+    for a in ranked[:-(-n // 2)] + tiles + ranked:
+        if len(menu) >= n:
+            break
+        if a not in menu:
+            menu.append(a)
+    return menu
+
+
+def tune_attention(p, device, n: int, weights=None, log: Callable[[str], None] | None = None):
+    """(the plan with its attention part's fastest correct design where it is >= 3 % faster than the plan's, the
+    record): the plan's design and `n` of `attention_menu`, each checked and timed alone in the layer's context."""
+    from formloop.library import qwen3_layer_measure  # noqa: PLC0415 (its measurement imports triton)
+
+    old = p.parts["attn"]
+    designs = [d for d in attention_menu(old.detail["template"], old.detail["shape"], n + 1)
+               if d != {k: int(v) for k, v in old.design.items()}][:n]
+    rows = qwen3_layer_measure.attention_in_context(p, designs, device, weights)
+    rec = {"rows": rows, "plan_design": rows[0]["design"], "plan_us": rows[0].get("gpu_us"), "chosen": "plan",
+           "source": "gpu (each design alone, graph, in the layer's context: its q and KV cache)"}
+    timed = [r for r in rows if "gpu_us" in r]
+    if timed and rec["plan_us"] is not None:
+        best = min(timed, key=lambda r: r["gpu_us"])
+        rec["best_design"], rec["best_us"] = best["design"], best["gpu_us"]
+        if best["gpu_us"] < FASTER * rec["plan_us"]:
+            parts = {**p.parts, "attn": PartPlan("attn", old.kind, old.time_us, dict(best["design"]),
+                                                 {**old.detail, "chosen_by": "in-context measurement",
+                                                  "plan_design": old.design})}
+            p = LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer)
+            rec["chosen"] = "measured best"
+        if log:
+            log(f"{p.scenario.text}: attention in the layer's context (gpu, alone): plan {rec['plan_us']:.1f} us "
+                f"{rec['plan_design']}, best of {len(timed)} {best['gpu_us']:.1f} us {best['design']} -> "
+                f"{rec['chosen']}")
+    return p, rec
