@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 
 from formloop.evaluate.calibrate import Point, predict
 from formloop.hw.chips import get_chip
-from formloop.library import attention_service, gemm_epilogue, gemv_epilogue as gv, get_template
+from formloop.library import attention_service, gemm_epilogue, gemv_epilogue as gv, get_template, qwen3_layer_measure
 from formloop.library.qwen3_layer_plan import LayerPlan, PartPlan
 from formloop.measure.timer import time_launches
 from formloop.solve import solve_milp
@@ -217,8 +217,6 @@ def attention_menu(template: str, shape: str, n: int) -> list[dict]:
 def tune_attention(p, device, n: int, weights=None, log: Callable[[str], None] | None = None):
     """(the plan with its attention part's fastest correct design where it is >= 3 % faster than the plan's, the
     record): the plan's design and `n` of `attention_menu`, each checked and timed alone in the layer's context."""
-    from formloop.library import qwen3_layer_measure  # noqa: PLC0415 (its measurement imports triton)
-
     old = p.parts["attn"]
     designs = [d for d in attention_menu(old.detail["template"], old.detail["shape"], n + 1)
                if d != {k: int(v) for k, v in old.design.items()}][:n]
