@@ -13,7 +13,8 @@ pick's grid (programs per KV head group × KS splits, its Bn, warps and stages),
              the last arriver loads the KS partials, sums them and stores the result.
 With --sweep, the read and read+fold skeletons also run over a grid of launches (Bn, KS, S, W at QP 4) at each
 length, graph only: the fastest skeleton bounds what any kernel of this structure (split-KV, in-launch fold) can
-reach, whatever its math. Each skeleton's output is checked against torch (Σ over all keys of k + v, fp32) before it is timed; the pick and
+reach, whatever its math; then the family's own kernel at the three fastest read+fold launches (each merge
+and load path). Each skeleton's output is checked against torch (Σ over all keys of k + v, fp32) before it is timed; the pick and
 cuDNN (SDPA, enable_gqa) are checked against float64 attention on the device. Times: formloop.measure.timer, CUDA graph
 and eager, µs (gpu). Writes DIR/decode_attention_floor.json and prints the table."""
 from __future__ import annotations
@@ -203,8 +204,45 @@ def sweep_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
             rows.append(row)
     best = {k: min((r for r in rows if r["kind"] == k and r.get("graph_us")), key=lambda r: r["graph_us"],
                    default=None) for k in ("read", "read+fold")}
-    return {"L": L, "kv_sets": n, "rows": rows, "best": best,
-            "wrong": sum(not r["ok"] for r in rows)}
+    kernels = kernel_at_grids(L, device, dims, rows, kvs) if device == "cuda" else []
+    return {"L": L, "kv_sets": n, "rows": rows, "best": best, "kernels": kernels,
+            "wrong": sum(not r["ok"] for r in rows) + sum(not r["ok"] for r in kernels)}
+
+
+def kernel_at_grids(L: int, device: str, dims, rows: list, kvs: list, top: int = 3) -> list[dict]:
+    """The decode family's own kernel at the `top` fastest read+fold launches of the sweep (QP 4), each merge
+    MG 1 / 0 and load path TM 0 / 1: checked against float64 attention, then graph-timed on the same KV sets."""
+    from formloop.library.attention_cases import reference
+    from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan
+
+    Hq, Hkv, D = dims
+    folds = sorted((r for r in rows if r["kind"] == "read+fold" and r.get("graph_us")), key=lambda r: r["graph_us"])
+    gen = torch.Generator(device=device).manual_seed(L + 2)
+    q = torch.randn(1, Hq, D, device=device, generator=gen).to(torch.bfloat16)
+    want = reference(q[:, :, None, :], *kvs[0], dtype=torch.float64)[:, :, 0, :]
+    out = []
+    for r in folds[:top]:
+        for mg, tm in ((1, 0), (1, 1), (0, 0), (0, 1)):
+            d = {"Bn": r["Bn"], "KS": r["KS"], "QP": r["QP"], "S": r["S"], "W": r["W"], "MG": mg, "TM": tm}
+            row = {"design": d, "skeleton_us": r["graph_us"]}
+            try:
+                plan = DecodePlan.of(DecodeConfig(**d), {"B": 1, "Hq": Hq, "Hkv": Hkv, "D": D, "L": L}, "bf16")
+                o = torch.full((1, Hq, D), float("nan"), device=device, dtype=torch.bfloat16)
+                wss = [plan.new_workspace(device) for _ in kvs]
+                plan.run(q, *kvs[0], o, wss[0])
+                row["rel_err"] = float((o.double() - want).norm() / want.norm())
+                row["ok"] = row["rel_err"] <= 2e-2
+                if row["ok"]:
+                    t = time_launches(lambda i, p=plan, o=o, w=wss: p.run(q, *kvs[i], o, w[i]), len(kvs),
+                                      device=device, mode="graph")
+                    row["graph_us"] = t.timing.seconds * 1e6
+            except Exception as exc:  # noqa: BLE001 (a design that fails is a finding)
+                row.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:160]}")
+            out.append(row)
+            log(f"L={L} kernel {d}: " + (f"{row['graph_us']:.1f} us (gpu, graph)" if row.get("graph_us") else
+                                         row.get("error", f"WRONG rel err {row.get('rel_err')}"))
+                + f"; its read+fold skeleton {r['graph_us']:.1f} us")
+    return out
 
 
 def main(argv) -> int:
@@ -246,6 +284,7 @@ def main(argv) -> int:
                    if b else "none timed") + f"; wrong {sw['wrong']}")
     bad = [(r["L"], k) for r in res["lengths"] for k, v in r["rows"].items() if not v["ok"]]
     bad += [(sw["L"], r["kind"], r["Bn"], r["KS"]) for sw in res.get("sweep", []) for r in sw["rows"] if not r["ok"]]
+    bad += [(sw["L"], r["design"]) for sw in res.get("sweep", []) for r in sw["kernels"] if not r["ok"]]
     if bad:
         log(f"WRONG: {bad}")
     return 1 if bad else 0
