@@ -188,7 +188,7 @@ def sweep_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
     for Bn, KS, S, W in itertools.product(*SWEEP.values()):
         tiles = -(-L // Bn)
         per = -(-tiles // KS)
-        if (KS - 1) * per >= tiles:  # a split without a tile (the template's C4)
+        if 2 * -(-tiles // per) < KS:  # fewer than half the splits get a tile (the template's C4)
             continue
         cfg = {"Bn": Bn, "KS": KS, "QP": QP, "S": S, "W": W}
         grid = (Hkv * (G // QP), KS)

@@ -30,6 +30,10 @@ DECODE = [  # (config, (B, Hq, Hkv, D, L), page)
     (DecodeConfig(Bn=16, KS=9, QP=8, S=2, W=4, MG=0), (1, 16, 2, 32, 140), 0),  # row-by-row fold (QP·KSP = 128)
     (DecodeConfig(Bn=16, KS=3, QP=2, S=6, W=4, MG=2), (2, 8, 2, 32, 70), 0),  # dependent merge (plain here), 6 stages
     (DecodeConfig(Bn=16, KS=2, QP=4, S=2, W=4, MG=2, TM=1), (1, 8, 2, 32, 100), 16),
+    # trailing empty splits (C4 admits them): 7 tiles in 8 splits, 5 in 6, 11 in 12 (one tile each, the last empty)
+    (DecodeConfig(Bn=16, KS=8, QP=4, S=2, W=4, MG=1), (1, 8, 2, 32, 97), 0),
+    (DecodeConfig(Bn=16, KS=6, QP=2, S=2, W=4, MG=0, TM=1), (2, 8, 2, 32, 65), 0),
+    (DecodeConfig(Bn=16, KS=12, QP=4, S=2, W=4, MG=2), (1, 8, 2, 32, 161), 16),
 ]
 PREFILL = [  # (config, (B, Hq, Hkv, D, L), causal)
     (PrefillConfig(Br=32, Bc=16, S=2, W=4, GQ=1, TM=0), (1, 4, 2, 32, 45), 1),
@@ -128,7 +132,7 @@ def test_plan_refuses_configs_outside_the_contract():
     with pytest.raises(InvalidInput, match="QP"):
         DecodePlan(DecodeConfig(QP=8), 1, 8, 2, 32, 40)  # 8 does not divide the group of 4
     with pytest.raises(InvalidInput, match="KS"):
-        DecodePlan(DecodeConfig(Bn=16, KS=4), 1, 8, 2, 32, 40)  # 3 tiles cannot feed 4 splits
+        DecodePlan(DecodeConfig(Bn=16, KS=8), 1, 8, 2, 32, 40)  # 3 tiles fill 3 of 8 splits: fewer than half
     with pytest.raises(InvalidInput, match="Bc"):
         PrefillConfig(Br=64, Bc=128)
     with pytest.raises(InvalidInput, match="page size"):

@@ -88,8 +88,8 @@ def test_replay_softmax_against_direct_softmax(arith):
 
 
 def test_split_walk_brute_force_matches_the_proof():
-    """Where the template's C4 holds (every split gets a tile), the replayed walk reads every key
-    exactly once; the kernel's host mirror computes the same ranges."""
+    """The replayed walk reads every key exactly once whatever the split count (trailing splits may be
+    empty); the kernel's host mirror computes the same ranges."""
     from formloop.library.attention_decode_kernel import kv_split
 
     for L in (1, 2, 15, 16, 17, 63, 100, 257, 1000):
@@ -100,10 +100,9 @@ def test_split_walk_brute_force_matches_the_proof():
                 assert walk.ranges(L, T, KS) == kv_split(L, T, KS)
                 per = walk.per_split(L, T, KS)
                 rep = replay_split_walk(L, walk.loops(L, T, KS))
-                if (KS - 1) * per < tiles:
-                    assert not rep.kinds, (L, T, KS, rep.text)
-                else:
-                    assert all(lo >= L for lo, _ in walk.ranges(L, T, KS)[-1:])
+                assert not rep.kinds, (L, T, KS, rep.text)
+                if (KS - 1) * per >= tiles:  # the last split is empty, and the first never is
+                    assert walk.ranges(L, T, KS)[-1][0] >= L and walk.ranges(L, T, KS)[0][0] < L
 
 
 def test_causal_walk_brute_force():

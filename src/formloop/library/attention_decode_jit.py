@@ -21,8 +21,9 @@ def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KS
     Partial (m, l, o) of row r, split j lives at ((row0 + r)·KS + j)·(D + 4): o[0..D), m, l (16-byte records). All KS
     partials of a row are loaded at once (one L2 round trip, not KS dependent ones) and folded in
     closed form against the largest max M: O = Σ_j 2^(m_j − M)·o_j, L = Σ_j 2^(m_j − M)·l_j, out = O / L
-    (the merge-step chain of softmax_merge applied with its final max; every m_j is finite because
-    every split has a key, C4). The result does not depend on the order the splits arrived in. When
+    (the merge-step chain of softmax_merge applied with its final max; M is finite because split 0
+    holds a key; an empty trailing split's m_j = −inf weighs 0: merge-empty). The result does not
+    depend on the order the splits arrived in. When
     QP·KSP ≤ 64 the QP rows' partials (contiguous records) are loaded together and folded as
     [QP, KSP, D]: one L2 round trip instead of QP."""
     d = tl.arange(0, D)

@@ -3,7 +3,7 @@
 Decision → program: grid (B·Hkv·G/QP, KS). Program (b, a, g) runs query heads a·G + g·QP + r,
 r < QP (the rows of its dots, padded to 16), over split j of the keys: tiles of Bn keys in
 [lo, hi), lo = j·per·Bn, hi = min(L, lo + per·Bn), per = ⌈⌈L/Bn⌉/KS⌉ (the walk the proofs name
-SplitWalk), masked at hi. Each tile step: scores = q·Kᵀ (tensor cores, fp32), scaled by
+SplitWalk), masked at hi; trailing splits with lo >= L are empty and store a neutral partial. Each tile step: scores = q·Kᵀ (tensor cores, fp32), scaled by
 log2(e)/√D so exp2 is the exponential; the running max m, sum l and accumulator o follow the
 online-softmax update the proofs name SoftmaxArithmetic. S is num_stages (loads S−1 tiles ahead),
 W num_warps. A paged cache [pages, Hkv, page, D] is read through the block table:
@@ -88,6 +88,12 @@ def kv_split(L: int, Bn: int, KS: int) -> list[tuple[int, int]]:
     return [(min(L, j * per * Bn), min(L, j * per * Bn + per * Bn)) for j in range(KS)]
 
 
+def splits_fit(L: int, Bn: int, KS: int) -> bool:
+    """The template's C4: at least half of the KS splits get a tile (the rest, trailing, are empty: their partial
+    (max −inf, sum 0, accumulator 0) leaves the merge unchanged)."""
+    return 2 * sum(lo < hi for lo, hi in kv_split(L, Bn, KS)) >= KS
+
+
 def _spec_key(tensors, strides) -> tuple:
     """What Triton specializes a launch on, beyond the plan: each tensor's device, dtype and 16-byte
     alignment, the stride values (ints specialize on 1 and divisibility by 16) and the cache's shape
@@ -129,14 +135,11 @@ class DecodePlan:
         if self.config.TM and self.page % self.config.Bn:
             raise InvalidInput("page size", self.page, f"a multiple of Bn={self.config.Bn} on the TMA path (TM=1): a "
                                                        f"tile must lie inside one page", fix="use TM=0")
-        ranges = kv_split(self.L, self.config.Bn, self.config.KS)
-        if ranges[-1][0] >= self.L:
-            raise InvalidInput("KS", self.config.KS, f"at most {self._max_splits()} splits at L={self.L}, "
-                                                     f"Bn={self.config.Bn} (every split needs a tile)")
-
-    def _max_splits(self) -> int:
-        return max(ks for ks in range(1, -(-self.L // self.config.Bn) + 1)
-                   if kv_split(self.L, self.config.Bn, ks)[-1][0] < self.L)
+        if not splits_fit(self.L, self.config.Bn, self.config.KS):
+            fits = [ks for ks in range(1, 2 * -(-self.L // self.config.Bn) + 1)
+                    if splits_fit(self.L, self.config.Bn, ks)]
+            raise InvalidInput("KS", self.config.KS, f"a split count of which at least half get a tile at "
+                                                     f"L={self.L}, Bn={self.config.Bn}: at most {max(fits)}")
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -198,15 +198,19 @@ ATTENTION_TILE = {"attention-decode": ("Bn",), "attention-prefill": ("Br", "Bc")
 
 
 def attention_menu(template: str, shape: str, n: int) -> list[dict]:
-    """Up to `n` designs of the attention template at `shape` (priors): the model's best ceil(n/2), then its best
-    design of each tile (decode: Bn; prefill: Br x Bc) not yet in, then its next best."""
+    """Up to `n` designs of the attention template at `shape` (priors): the model's best ceil(n/3), then its best
+    design of each tile (decode: Bn; prefill: Br x Bc) and, decode, of each split count KS, not yet in, then its
+    next best. Why the split counts: at a decode step's length (history + 1) the fastest launches measured keep one
+    or two tiles per split with some trailing splits empty, which the priors rank low (RESULTS.md round 13)."""
     f = attention_service.template(template).formulate(attention_service.attention_workload(template, shape),
                                                        get_chip("h200"))
-    tile = ATTENTION_TILE[template]
-    ranked = [{k: int(v) for k, v in a.items()} for a, _ in ranked_designs(f, max(n, 1) * 4)]
-    tiles = [{k: int(v) for k, v in a.items()} for a, _ in ranked_designs(f, max(n, 1), distinct=tile)]
+    as_int = lambda pairs: [{k: int(v) for k, v in a.items()} for a, _ in pairs]  # noqa: E731
+    ranked = as_int(ranked_designs(f, max(n, 1) * 4))
+    groups = as_int(ranked_designs(f, max(n, 1), distinct=ATTENTION_TILE[template]))
+    if template == "attention-decode":
+        groups += as_int(ranked_designs(f, max(n, 1), distinct=("KS",)))
     menu: list[dict] = []
-    for a in ranked[:-(-n // 2)] + tiles + ranked:
+    for a in ranked[:-(-n // 3)] + groups + ranked:
         if len(menu) >= n:
             break
         if a not in menu:

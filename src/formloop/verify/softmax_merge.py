@@ -16,6 +16,8 @@ The chain of obligations, each one Z3 query whose negation must be unsatisfiable
                               zeros, since exp2(−inf) = 0) one tile step represents the tile
   tile-step                   a tile step maps a state representing X to one representing X ⊎ T
   merge-step                  folding a split's state into the running merge represents the union
+  merge-empty                 folding an empty split (l = o = 0, its max below the running one: −inf in the
+                              kernel, exp2(−inf) = 0) leaves the running merge as it was
   normalize                   o / l of a state representing the whole (non-empty) row is
                               Σ exp(s_k)·v_k / Σ exp(s_k): softmax attention
 With the index obligations (every position in exactly one split and tile, tails masked), induction
@@ -39,7 +41,8 @@ from formloop.verify.attention_replay import SoftmaxArithmetic, replay_softmax
 from formloop.verify.outcome import ObligationResult
 from formloop.verify.solver import Query, Question, Replay, decide
 
-SOFTMAX_OBLIGATIONS = ("rescale-base", "rescale-step", "tile-first", "tile-step", "merge-step", "normalize")
+SOFTMAX_OBLIGATIONS = ("rescale-base", "rescale-step", "tile-first", "tile-step", "merge-step", "merge-empty",
+                       "normalize")
 EXP = z3.Function("exp", z3.RealSort(), z3.RealSort())
 REPLAY_RTOL = 1e-9
 
@@ -127,6 +130,13 @@ def _claims(arith: SoftmaxArithmetic) -> list[Claim]:
         mj - (M if arith.stale_merge_max else M_new) <= 0), (M, mj),
         lambda w: ([[[w["M"]]], [[w["m_j"]]]], [1.0, 0.0]),
         "folding split j into the running merge represents X1 ⊎ X2, exponents <= 0"))
+    # an empty split (a trailing split past the last tile): l_j = o_j = 0 and m_j at most the running max
+    M_e = _max(M, mj)
+    w_e = EXP(mj - (M if arith.stale_merge_max else M_e))
+    L_e = EXP(M - M_e) * EXP(-M) * F1 + w_e * 0
+    O_e = EXP(M - M_e) * EXP(-M) * G1 + w_e * 0
+    out.append(Claim("merge-empty", (F1 > 0, mj <= M), z3.And(L_e == EXP(-M) * F1, O_e == EXP(-M) * G1, M_e == M),
+                     (M, mj), None, "folding an empty split leaves the running merge unchanged"))
     Lf, Of = EXP(-M) * F1, EXP(-M) * G1
     out.append(Claim("normalize", (F1 > 0,), z3.And(Lf > 0, Of * F1 == G1 * Lf), (M,), None,
                      "o / l of a state representing the row is sum exp(s)·v / sum exp(s)"))
