@@ -114,7 +114,7 @@ def timed(launch, n, device) -> dict:
 def run_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
     from formloop.library import attention_service
     from formloop.library.attention_cases import reference
-    from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan, kv_split
+    from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan, splits_fit
     from formloop.hw.chips import get_chip
 
     Hq, Hkv, D = dims
@@ -123,7 +123,7 @@ def run_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
     cfg = {k: int(v) for k, v in solved["design"].items()}
     plan = DecodePlan.of(DecodeConfig.from_assignment(cfg), {"B": 1, "Hq": Hq, "Hkv": Hkv, "D": D, "L": L}, "bf16")
     per = -(-(-(-L // cfg["Bn"])) // cfg["KS"])
-    assert kv_split(L, cfg["Bn"], cfg["KS"])[-1][0] < L
+    assert splits_fit(L, cfg["Bn"], cfg["KS"])
     grid = plan.grid
     kv_bytes = 2 * Hkv * L * D * 2
     n = operand_sets_for(kv_bytes, get_chip("h200").l2_bytes) if device == "cuda" else 2
