@@ -14,8 +14,8 @@ pick's grid (programs per KV head group × KS splits, its Bn, warps and stages),
 With --sweep, the read and read+fold skeletons also run over a grid of launches (Bn, KS, S, W at QP 4) at each
 length, graph only: the fastest skeleton bounds what any kernel of this structure (split-KV, in-launch fold) can
 reach, whatever its math; then the family's own kernel at the three fastest read+fold launches (each merge
-and load path). Each skeleton's output is checked against torch (Σ over all keys of k + v, fp32) before it is timed; the pick and
-cuDNN (SDPA, enable_gqa) are checked against float64 attention on the device. Times: formloop.measure.timer, CUDA graph
+and load path). Each skeleton's output is checked against torch (Σ over all keys of k + v, fp32) before it is
+timed; the pick and cuDNN (SDPA, enable_gqa) are checked against float64 attention on the device. Times: formloop.measure.timer, CUDA graph
 and eager, µs (gpu). Writes DIR/decode_attention_floor.json and prints the table."""
 from __future__ import annotations
 

@@ -3,9 +3,10 @@
 Decision → program: grid (B·Hkv·G/QP, KS). Program (b, a, g) runs query heads a·G + g·QP + r,
 r < QP (the rows of its dots, padded to 16), over split j of the keys: tiles of Bn keys in
 [lo, hi), lo = j·per·Bn, hi = min(L, lo + per·Bn), per = ⌈⌈L/Bn⌉/KS⌉ (the walk the proofs name
-SplitWalk), masked at hi; trailing splits with lo >= L are empty and store a neutral partial. Each tile step: scores = q·Kᵀ (tensor cores, fp32), scaled by
-log2(e)/√D so exp2 is the exponential; the running max m, sum l and accumulator o follow the
-online-softmax update the proofs name SoftmaxArithmetic. S is num_stages (loads S−1 tiles ahead),
+SplitWalk), masked at hi; trailing splits with lo >= L are empty and store a neutral partial.
+Each tile step: scores = q·Kᵀ (tensor cores, fp32), scaled by log2(e)/√D so exp2 is the exponential;
+the running max m, sum l and accumulator o follow the online-softmax update the proofs name
+SoftmaxArithmetic. S is num_stages (loads S−1 tiles ahead),
 W num_warps. A paged cache [pages, Hkv, page, D] is read through the block table:
 key k of sequence b lives at slot table[b, k // page]·page + k % page. TM picks the load path:
 1 = the copy engine moves whole [Bn, D] tiles (TMA descriptors over the [rows, D] view of the
