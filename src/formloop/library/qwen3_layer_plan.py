@@ -7,6 +7,7 @@ every part in us. The executor (qwen3_layer_kernels) builds the kernels from it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+import copy
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -266,18 +267,19 @@ def plan_many(cfg: Qwen3Config, scenarios, chip: str = "h200", model: str = "qwe
     norm-fused decode GEMVs solved too)."""
     cfg = check_config(cfg)
     specs = [{**part_specs(cfg, sc), **(norm_part_specs(cfg, sc) if norm_fusion else {})} for sc in scenarios]
-    jobs = [(i, n, s) for i, sp in enumerate(specs) for n, s in sp.items()]
+    # one solve per distinct part (decode's GEMM parts are the same at every history length)
+    jobs = list(dict.fromkeys((n, s) for sp in specs for n, s in sp.items()))
     if workers <= 1:
-        solved = {(i, n): _solve_part(n, s, chip, gemm_calibration, gemv_calibration) for i, n, s in jobs}
+        solved = {(n, s): _solve_part(n, s, chip, gemm_calibration, gemv_calibration) for n, s in jobs}
     else:
         # processes: the solves are CPU work in Python and HiGHS; spawn keeps CUDA state out of them
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            done = {(i, n): pool.submit(_solve_part, n, s, chip, gemm_calibration, gemv_calibration)
-                    for i, n, s in jobs}
+            done = {(n, s): pool.submit(_solve_part, n, s, chip, gemm_calibration, gemv_calibration)
+                    for n, s in jobs}
             solved = {k: f.result() for k, f in done.items()}
     out = []
     for i, sc in enumerate(scenarios):
-        parts = {n: solved[(i, n)] for n in specs[i]}
+        parts = {n: copy.deepcopy(solved[(n, s)]) for n, s in specs[i].items()}
         layer = solve_layer(parts, model, norm_fusion=norm_fusion)
         out.append(LayerPlan(cfg, sc, Fusion(**layer["fusion"]), parts, layer))
     return out
