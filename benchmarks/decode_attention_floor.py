@@ -111,6 +111,24 @@ def timed(launch, n, device) -> dict:
             "device_state": dict(g.timing.device)}
 
 
+def checked_plan(plan, q, kvs: list, want, device: str, eager: bool = True) -> dict:
+    """A DecodePlan on NaN-poisoned output against float64 attention `want` on the first KV set, then timed over
+    all of them (graph, and eager unless `eager` is False) when correct."""
+    out = torch.full(tuple(q.shape), float("nan"), device=device, dtype=torch.bfloat16)
+    wss = [plan.new_workspace(device) for _ in kvs]
+    plan.run(q, *kvs[0], out, wss[0])
+    err = float((out.double() - want).norm() / want.norm())
+    r = {"rel_err": err, "ok": err <= 2e-2}
+    if r["ok"]:
+        def launch(i):
+            plan.run(q, *kvs[i], out, wss[i])
+        if eager:
+            r.update(timed(launch, len(kvs), device))
+        else:
+            r["graph_us"] = time_launches(launch, len(kvs), device=device, mode="graph").timing.seconds * 1e6
+    return r
+
+
 def run_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
     from formloop.library import attention_service
     from formloop.library.attention_cases import reference
@@ -143,14 +161,7 @@ def run_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
             r.update(timed(lambda i, f=launch: f(*kvs[i]), n, device))
         row["rows"][kind] = r
     want = reference(q[:, :, None, :], *kvs[0], dtype=torch.float64)[:, :, 0, :]
-    out = torch.full((1, Hq, D), float("nan"), device=device, dtype=torch.bfloat16)
-    wss = [plan.new_workspace(device) for _ in kvs]
-    plan.run(q, *kvs[0], out, wss[0])
-    err = float((out.double() - want).norm() / want.norm())
-    r = {"rel_err": err, "ok": err <= 2e-2}
-    if r["ok"]:
-        r.update(timed(lambda i: plan.run(q, *kvs[i], out, wss[i]), n, device))
-    row["rows"]["pick"] = r
+    row["rows"]["pick"] = checked_plan(plan, q, kvs, want, device)
     if device == "cuda":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -176,6 +187,7 @@ def sweep_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
     import itertools
 
     from formloop.hw.chips import get_chip
+    from formloop.library.attention_decode_kernel import splits_fit
 
     Hq, Hkv, D = dims
     G = Hq // Hkv
@@ -186,10 +198,9 @@ def sweep_length(L: int, device: str, dims: tuple[int, int, int]) -> dict:
            for _ in range(n)]
     rows = []
     for Bn, KS, S, W in itertools.product(*SWEEP.values()):
-        tiles = -(-L // Bn)
-        per = -(-tiles // KS)
-        if 2 * -(-tiles // per) < KS:  # fewer than half the splits get a tile (the template's C4)
+        if not splits_fit(L, Bn, KS):  # fewer than half the splits get a tile (the template's C4)
             continue
+        per = -(-(-(-L // Bn)) // KS)
         cfg = {"Bn": Bn, "KS": KS, "QP": QP, "S": S, "W": W}
         grid = (Hkv * (G // QP), KS)
         for kind in ("read", "read+fold"):
@@ -227,15 +238,7 @@ def kernel_at_grids(L: int, device: str, dims, rows: list, kvs: list, top: int =
             row = {"design": d, "skeleton_us": r["graph_us"]}
             try:
                 plan = DecodePlan.of(DecodeConfig(**d), {"B": 1, "Hq": Hq, "Hkv": Hkv, "D": D, "L": L}, "bf16")
-                o = torch.full((1, Hq, D), float("nan"), device=device, dtype=torch.bfloat16)
-                wss = [plan.new_workspace(device) for _ in kvs]
-                plan.run(q, *kvs[0], o, wss[0])
-                row["rel_err"] = float((o.double() - want).norm() / want.norm())
-                row["ok"] = row["rel_err"] <= 2e-2
-                if row["ok"]:
-                    t = time_launches(lambda i, p=plan, o=o, w=wss: p.run(q, *kvs[i], o, w[i]), len(kvs),
-                                      device=device, mode="graph")
-                    row["graph_us"] = t.timing.seconds * 1e6
+                row.update(checked_plan(plan, q, kvs, want, device, eager=False))
             except Exception as exc:  # noqa: BLE001 (a design that fails is a finding)
                 # a launch past the chip's shared memory is outside the family (the template's wall C1), not wrong
                 fits = type(exc).__name__ != "OutOfResources"
