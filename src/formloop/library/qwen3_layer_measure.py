@@ -124,22 +124,20 @@ def attention_in_context(plan: LayerPlan, designs: list, device: str = "cuda", w
         if any(r["design"] == d for r in rows):
             continue
         try:
-            if prefill:
+            if prefill:  # prefill has no workspace: its launch takes q, K, V and the output only
                 p = PrefillPlan.of(PrefillConfig.from_assignment(d), wl, "bf16")
-                wss = [None] * len(caches)
+                extra = [()] * len(caches)
             else:
                 p = DecodePlan.of(DecodeConfig.from_assignment(d), wl, "bf16")
-                wss = [p.new_workspace(device) for _ in caches]
+                extra = [(p.new_workspace(device),) for _ in caches]
             o = torch.full_like(ref, float("nan"))
-            launch = (lambda c, o, ws, p=p: p.launch(layer.q, *c, o)) if prefill else \
-                (lambda c, o, ws, p=p: p.launch(layer.q, *c, o, ws))
-            launch(caches[0], o, wss[0])
+            p.launch(layer.q, *caches[0], o, *extra[0])
             torch.cuda.synchronize()
             err = rel_err(o, ref)
             row = {"design": d, "rel_err_vs_plan": err}
             if err <= 1e-2:
-                t = time_launches(lambda i, f=launch, o=o, wss=wss: f(caches[i], o, wss[i]), len(caches),
-                                  device=device, mode="graph", policy=PART_POLICY)
+                t = time_launches(lambda i, p=p, o=o, extra=extra: p.launch(layer.q, *caches[i], o, *extra[i]),
+                                  len(caches), device=device, mode="graph", policy=PART_POLICY)
                 row["gpu_us"] = t.timing.seconds * 1e6
                 row["cache_copies"] = len(caches)
         except Exception as exc:  # noqa: BLE001 (a design that fails here is recorded, not chosen)

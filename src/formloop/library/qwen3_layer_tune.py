@@ -178,18 +178,13 @@ def tune_gemms(p, device, n: int, gemv_calibration: Mapping[str, float] | None =
                     cache[key] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
             rows.append({"design": d, **cache[key]})
         del sets
-        timed = [r for r in rows if r.get("graph_us")]
-        entry = {"rows": rows, "plan_us": rows[0].get("graph_us"), "chosen": "plan", "unit": "us (gpu, graph)"}
-        if timed and entry["plan_us"]:
-            best = min(timed, key=lambda r: r["graph_us"])
-            entry.update(best_design=best["design"], best_us=best["graph_us"])
-            if best["graph_us"] < FASTER * entry["plan_us"]:
-                parts[name] = PartPlan(name, part.kind, part.time_us, config(best["design"]),
-                                       {**part.detail, "chosen_by": "measurement alone", "plan_design": part.design})
-                entry["chosen"] = "measured best"
-            if log:
-                log(f"{p.scenario.text}: {name} alone (gpu, graph): plan {entry['plan_us']:.1f} us {plan_d}, best of "
-                    f"{len(timed)} {best['graph_us']:.1f} us {best['design']} -> {entry['chosen']}")
+        entry = measured_choice(rows, "graph_us", unit="us (gpu, graph)")
+        if entry["chosen"] == "measured best":
+            parts[name] = PartPlan(name, part.kind, part.time_us, config(entry["best_design"]),
+                                   {**part.detail, "chosen_by": "measurement alone", "plan_design": part.design})
+        if log and "best_us" in entry:
+            log(f"{p.scenario.text}: {name} alone (gpu, graph): plan {entry['plan_us']:.1f} us {plan_d}, best of "
+                f"{entry['timed']} {entry['best_us']:.1f} us {entry['best_design']} -> {entry['chosen']}")
         rec[name] = entry
     return LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer), rec
 
@@ -225,20 +220,29 @@ def tune_attention(p, device, n: int, weights=None, log: Callable[[str], None] |
     designs = [d for d in attention_menu(old.detail["template"], old.detail["shape"], n + 1)
                if d != {k: int(v) for k, v in old.design.items()}][:n]
     rows = qwen3_layer_measure.attention_in_context(p, designs, device, weights)
-    rec = {"rows": rows, "plan_design": rows[0]["design"], "plan_us": rows[0].get("gpu_us"), "chosen": "plan",
+    rec = {**measured_choice(rows, "gpu_us"), "plan_design": rows[0]["design"],
            "source": "gpu (each design alone, graph, in the layer's context: its q and KV cache)"}
-    timed = [r for r in rows if "gpu_us" in r]
-    if timed and rec["plan_us"] is not None:
-        best = min(timed, key=lambda r: r["gpu_us"])
-        rec["best_design"], rec["best_us"] = best["design"], best["gpu_us"]
-        if best["gpu_us"] < FASTER * rec["plan_us"]:
-            parts = {**p.parts, "attn": PartPlan("attn", old.kind, old.time_us, dict(best["design"]),
-                                                 {**old.detail, "chosen_by": "in-context measurement",
-                                                  "plan_design": old.design})}
-            p = LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer)
-            rec["chosen"] = "measured best"
-        if log:
-            log(f"{p.scenario.text}: attention in the layer's context (gpu, alone): plan {rec['plan_us']:.1f} us "
-                f"{rec['plan_design']}, best of {len(timed)} {best['gpu_us']:.1f} us {best['design']} -> "
-                f"{rec['chosen']}")
+    if rec["chosen"] == "measured best":
+        parts = {**p.parts, "attn": PartPlan("attn", old.kind, old.time_us, dict(rec["best_design"]),
+                                             {**old.detail, "chosen_by": "in-context measurement",
+                                              "plan_design": old.design})}
+        p = LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer)
+    if log and "best_us" in rec:
+        log(f"{p.scenario.text}: attention in the layer's context (gpu, alone): plan {rec['plan_us']:.1f} us "
+            f"{rec['plan_design']}, best of {rec['timed']} {rec['best_us']:.1f} us {rec['best_design']} -> "
+            f"{rec['chosen']}")
     return p, rec
+
+
+def measured_choice(rows: list[dict], key: str, **extra) -> dict:
+    """The record of one part's choice by measurement: `rows` (the plan's design first, each timed under `key`
+    or failed), the plan's time, the fastest timed design, and `chosen` = "measured best" when that design takes
+    at most FASTER of the plan's time, else "plan" (also when the plan's design was not timed)."""
+    timed = [r for r in rows if r.get(key)]
+    rec = {"rows": rows, "plan_us": rows[0].get(key), "chosen": "plan", **extra}
+    if timed and rec["plan_us"]:
+        best = min(timed, key=lambda r: r[key])
+        rec.update(best_design=best["design"], best_us=best[key], timed=len(timed))
+        if best[key] < FASTER * rec["plan_us"]:
+            rec["chosen"] = "measured best"
+    return rec
