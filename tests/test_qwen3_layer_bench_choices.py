@@ -133,4 +133,3 @@ def test_the_attention_menu_is_feasible_and_spans_tiles():
         assert len(menu) == 6 and len({tuple(sorted(d.items())) for d in menu}) == 6
         assert all(not t.check(d, wl, tune.get_chip("h200")) for d in menu)
         assert len({tuple(d[k] for k in tile) for d in menu}) >= 3
-

@@ -175,7 +175,7 @@ class MilpBuilder:
         h.setOptionValue("mip_abs_gap", 1e-9)
         if len(m.lower) >= PRESOLVE_OFF_COLUMNS:
             # the factor tables' columns: HiGHS's presolve costs more than it saves on these models (RESULTS.md,
-            # "HiGHS presolve on large factor-table models": a Qwen3-8B layer plan 37.5 -> 21.0 s, same designs)
+            # "HiGHS presolve on large factor-table models": a Qwen3-8B layer plan 36.3 -> 22.0 s, same designs)
             h.setOptionValue("presolve", "off")
         if time_limit is not None:
             h.setOptionValue("time_limit", float(time_limit))
