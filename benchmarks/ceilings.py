@@ -87,12 +87,16 @@ def warm_up(seconds: float = 1.5) -> None:
         torch.cuda.synchronize()
 
 
+def memory_ceiling() -> dict[str, float]:
+    """bytes/s: the memory ceiling (`mem_bandwidth`, the best of two copies and a streaming read: each is a lower
+    bound on what DRAM can do) and each of the three (`bw_*`). Call after warm_up()."""
+    copies = {"copy_1GiB": copy_bandwidth(2**30), "copy_256MiB": copy_bandwidth(2**28), "read_1GiB": read_bandwidth()}
+    return {"mem_bandwidth": max(copies.values()), **{f"bw_{k}": v for k, v in copies.items()}}
+
+
 def measure() -> dict[str, float]:
     warm_up()
-    copies = {"copy_1GiB": copy_bandwidth(2**30), "copy_256MiB": copy_bandwidth(2**28), "read_1GiB": read_bandwidth()}
-    # The memory ceiling is the best any of them reached (each is a lower bound on what DRAM can do).
-    return {"mem_bandwidth": max(copies.values()), "flops_bf16": matmul_rate("bf16"),
-            "flops_tf32": matmul_rate("tf32"), **{f"bw_{k}": v for k, v in copies.items()}}
+    return {**memory_ceiling(), "flops_bf16": matmul_rate("bf16"), "flops_tf32": matmul_rate("tf32")}
 
 
 def main(argv: list[str] | None = None) -> int:

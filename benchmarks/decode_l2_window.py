@@ -14,7 +14,7 @@ still checked against the fp32 reference first. Variants per scenario (the plan'
 in context, PD off and on): no prefetch; the prefetch kernel over 0 bytes (its own launch cost); bulk over the
 whole O weight, over its first half, and over the O weight plus the first 16 MB of GateUp; lines over the O
 weight. Each is timed by formloop's timer (CUDA graph over operand sets that exceed the L2, and eager), in one
-process, with the measured copy ceiling for the floor. GPU only. Writes DIR/decode_l2_window.json."""
+process, with the measured memory ceiling (benchmarks/ceilings.py) for the floor. GPU only. Writes DIR/decode_l2_window.json."""
 from __future__ import annotations
 
 import argparse
@@ -29,7 +29,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ceilings import copy_bandwidth, warm_up  # noqa: E402
+from ceilings import memory_ceiling, warm_up  # noqa: E402
 from formloop.hw.chips import get_chip  # noqa: E402
 from formloop.library.qwen3_layer import get_model, new_weights, parse_scenario  # noqa: E402
 from formloop.library.qwen3_layer_measure import correctness, operand_sets  # noqa: E402
@@ -104,14 +104,14 @@ def with_prefetch(layer, pf, after: str):
     return run
 
 
-def scenario_rows(p, device, chip, copy_bw: float, attn_candidates: int) -> dict:
+def scenario_rows(p, device, chip, mem_bw: float, attn_candidates: int) -> dict:
     from formloop.library.qwen3_layer_kernels import LayerKernels
 
     w = new_weights(p.cfg, device, seed=0)
     p, attn_rec = tune_attention(p, device, attn_candidates, w, log=log)
     sol = layer_floor(p.cfg, p.scenario)
     row = {"scenario": p.scenario.text, "attn_design": p.parts["attn"].design, "sol": sol,
-           "copy_floor_us": sol["bytes"] / copy_bw * 1e6, "variants": []}
+           "mem_floor_us": sol["bytes"] / mem_bw * 1e6, "variants": []}
     sets = operand_sets(p, device, chip)
     for pd in (0, 1):
         q = p.with_fusion(p.fusion.with_pdl(bool(pd)))
@@ -126,10 +126,10 @@ def scenario_rows(p, device, chip, copy_bw: float, attn_candidates: int) -> dict
                     t = time_launches(lambda i: run(*sets[i]), len(sets), device=device, mode=mode)
                     rec[f"{mode}_us"] = t.timing.seconds * 1e6
                     rec[f"{mode}_device"] = t.timing.as_dict().get("device")
-                rec["copy_floor_fraction"] = row["copy_floor_us"] / rec["graph_us"]
+                rec["mem_floor_fraction"] = row["mem_floor_us"] / rec["graph_us"]
             row["variants"].append(rec)
             log(f"{p.scenario.text} PD={pd} {name:>22}: " + (f"{rec['graph_us']:7.1f} us graph, {rec['eager_us']:7.1f} "
-                f"us eager (gpu), {100 * rec['copy_floor_fraction']:.1f} % of the copy floor" if check["ok"]
+                f"us eager (gpu), {100 * rec['mem_floor_fraction']:.1f} % of the memory floor" if check["ok"]
                 else f"WRONG ({check})"))
     return row
 
@@ -148,14 +148,15 @@ def main(argv=None) -> int:
     scs = [parse_scenario(s) for s in (args.scenario or ["decode:512", "decode:2048", "decode:8192"])]
     plans = plan_many(cfg, scs, workers=8, norm_fusion=True)
     warm_up()
-    copy_bw = copy_bandwidth()
-    log(f"copy ceiling {copy_bw / 1e12:.2f} TB/s (gpu, measured)")
-    out = {"device": torch.cuda.get_device_name(), "copy_bw_tb_s": copy_bw / 1e12, "chunk_bytes": CHUNK,
+    mem = memory_ceiling()
+    log("memory ceiling (gpu, measured): " + ", ".join(f"{k} {v / 1e12:.2f} TB/s" for k, v in mem.items()))
+    out = {"device": torch.cuda.get_device_name(), "memory_tb_s": {k: v / 1e12 for k, v in mem.items()},
+           "chunk_bytes": CHUNK,
            "scenarios": []}
     dest = Path(args.out)
     dest.mkdir(parents=True, exist_ok=True)
     for p in plans:
-        out["scenarios"].append(scenario_rows(p, device, chip, copy_bw, args.attn_candidates))
+        out["scenarios"].append(scenario_rows(p, device, chip, mem["mem_bandwidth"], args.attn_candidates))
         (dest / "decode_l2_window.json").write_text(json.dumps(out, indent=1, default=str))
     return 0
 

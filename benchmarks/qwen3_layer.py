@@ -95,7 +95,7 @@ COMPILED: dict = {}  # (scenario, variant) -> the function, reused by the stack 
 FINAL: dict = {}  # scenario -> the plan as measured (attention design and PD), reused by the stack
 GEMV_CALIBRATION: dict = {}  # "values": gemv-epilogue-gpu's fitted terms (--gemv-calibration), or None
 GEMM_CALIBRATION: dict = {}  # "values": gemm-epilogue-gpu's fitted terms (--gemm-calibration), or None
-COPY_BW: dict = {}  # "bytes_s": this run's measured device-to-device copy ceiling (benchmarks/ceilings.py)
+MEMORY: dict = {}  # "mem_bandwidth": this run's measured memory ceiling, bytes/s (benchmarks/ceilings.py)
 
 
 def choose_attention(p, device, w, n: int):
@@ -284,9 +284,9 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
     name, us = best_baseline(row["baselines"])
     row["best_baseline"] = {"name": name, "us": us, "speedup": us / m["graph_us"]}
     row["floor_fraction"] = row["sol"]["floor_us"] / m["graph_us"]
-    if COPY_BW.get("bytes_s") and sc.kind == "decode":  # issue 17's decode floor: bytes at the measured copy
-        row["copy_floor_us"] = row["sol"]["bytes"] / COPY_BW["bytes_s"] * 1e6
-        row["copy_floor_fraction"] = row["copy_floor_us"] / m["graph_us"]
+    if MEMORY.get("mem_bandwidth") and sc.kind == "decode":  # issue 17's decode floor: bytes at the measured ceiling
+        row["mem_floor_us"] = row["sol"]["bytes"] / MEMORY["mem_bandwidth"] * 1e6
+        row["mem_floor_fraction"] = row["mem_floor_us"] / m["graph_us"]
     return row
 
 
@@ -362,10 +362,10 @@ def dry_run(out_dir: Path) -> int:
 
 def table(rows: list[dict]) -> list[str]:
     cols = ("scenario", "fusion", "model", "ours", "pdl off", "pdl on", "pdl off e", "pdl on e", "eager", "eager+g",
-            "comp+g", "ma+g", "best", "speedup", "floor", "floor%", "copy fl", "copy fl%")
+            "comp+g", "ma+g", "best", "speedup", "floor", "floor%", "mem fl", "mem fl%")
     out = ["times in us: model = template costs; ours (the faster PD) and baselines = gpu (graph unless named; e = "
-           "eager calls); floor = sol (datasheet bandwidth); copy fl = the same bytes at this run's measured copy "
-           "ceiling (gpu); fusion = R1 GL R2 PD (PD as measured)", "  ".join(f"{c:>10}" for c in cols)]
+           "eager calls); floor = sol (datasheet bandwidth); mem fl = the same bytes at this run's measured "
+           "memory ceiling (gpu, decode); fusion = R1 GL R2 PD (PD as measured)", "  ".join(f"{c:>10}" for c in cols)]
     for r in rows:
         if "best_baseline" not in r:
             out.append(f"{r['scenario']:>10}  WRONG or not timed")
@@ -380,8 +380,8 @@ def table(rows: list[dict]) -> list[str]:
                 f"{b['eager']['eager_us']:.1f}", f"{g('eager'):.1f}", f"{g('compile'):.1f}",
                 f"{g('max-autotune'):.1f}", f"{r['best_baseline']['us']:.1f} ({r['best_baseline']['name']})",
                 f"{r['best_baseline']['speedup']:.3f}", f"{r['sol']['floor_us']:.1f}",
-                f"{100 * r['floor_fraction']:.1f}%", f"{r.get('copy_floor_us', float('nan')):.1f}",
-                f"{100 * r.get('copy_floor_fraction', float('nan')):.1f}%")
+                f"{100 * r['floor_fraction']:.1f}%", f"{r.get('mem_floor_us', float('nan')):.1f}",
+                f"{100 * r.get('mem_floor_fraction', float('nan')):.1f}%")
         out.append("  ".join(f"{v:>10}" for v in vals))
     sp = [r["best_baseline"]["speedup"] for r in rows if "best_baseline" in r]
     if sp:
@@ -411,12 +411,13 @@ def main() -> int:
     log("planned: " + "; ".join(f"{p.scenario.text} {p.fusion.text} {p.model_us:.1f} us (model)" for p in plans))
     result = {"device": device_facts(), "config": cfg.as_dict(), "scenarios": [], "stack": None}
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from ceilings import copy_bandwidth, warm_up  # noqa: PLC0415
+    from ceilings import memory_ceiling, warm_up  # noqa: PLC0415
 
     warm_up()
-    COPY_BW["bytes_s"] = copy_bandwidth()
-    result["copy_ceiling_tb_s"] = COPY_BW["bytes_s"] / 1e12
-    log(f"copy ceiling {result['copy_ceiling_tb_s']:.2f} TB/s (gpu, measured; the floor of issue 17)")
+    MEMORY.update(memory_ceiling())
+    result["memory_ceiling"] = {k: v / 1e12 for k, v in MEMORY.items()} | {"unit": "TB/s (gpu, measured)"}
+    log("memory ceiling (gpu, measured; decode's floor): " + ", ".join(f"{k} {v / 1e12:.2f} TB/s"
+                                                                        for k, v in MEMORY.items()))
     path = out_dir / "qwen3_layer.json"
     base_s, tune_s = [], []   # per scenario: time without max-autotune's first call, and that call
     for i, p in enumerate(plans):
