@@ -14,7 +14,8 @@ still checked against the fp32 reference first. Variants per scenario (the plan'
 in context, PD off and on): no prefetch; the prefetch kernel over 0 bytes (its own launch cost); bulk over the
 whole O weight, over its first half, and over the O weight plus the first 16 MB of GateUp; lines over the O
 weight. Each is timed by formloop's timer (CUDA graph over operand sets that exceed the L2, and eager), in one
-process, with the measured memory ceiling (benchmarks/ceilings.py) for the floor. GPU only. Writes DIR/decode_l2_window.json."""
+process, with the measured memory ceiling (benchmarks/ceilings.py) for the floor. GPU only. Writes
+DIR/decode_l2_window.json."""
 from __future__ import annotations
 
 import argparse
