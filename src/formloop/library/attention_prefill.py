@@ -85,11 +85,13 @@ t_launch = _eff("t_launch", "cost of one kernel launch inside a CUDA graph, s")
 
 CALIBRATED = ("eta_mma", "eta_small", "bw_sm", "t_soft", "t_iter", "t_mask", "lat", "t_issue", "t_prog", "gamma",
               "eta_bw", "alpha", "t_launch")
-# Fitted to the H200 run of 2026-12-01 11:00 UTC (benchmarks/attention.py, 77 prefill points at L = 512…8192,
-# rms log error 0.229 -> 0.092 from the earlier priors; /work/wt/gpu_runs/attn1/attention.json).
-PRIORS = {"eta_mma": 0.70, "eta_small": 0.5, "bw_sm": 150e9, "t_soft": 0.06e-9, "t_iter": 0.5e-9, "t_mask": 0.55e-6,
-          "lat": 0.56e-6, "t_issue": 20e-9, "t_prog": 0.22e-6, "gamma": 0.41, "eta_bw": 0.49, "alpha": 0.42,
-          "t_launch": 6.0e-6}
+# Fitted on the h200 DATASHEET chip (the chip every solve reads) to the H200 run of 2026-12-03 (round 13 call 5:
+# 51 prefill points at L = 512…8192, L = 3000 held out; rms log error 0.224 -> 0.083): `benchmarks/
+# attention_priors_fit.py --prefill RUN/attention.json` (RESULTS.md round 14). The earlier priors, fitted against
+# that run's measured ceilings, picked 128 x 128 tiles at 1024-4096 keys, 3-16 % slower than 64 x 64.
+PRIORS = {"eta_mma": 0.576, "eta_small": 0.5, "bw_sm": 150e9, "t_soft": 2.72e-9, "t_iter": 50e-9, "t_mask": 1.12e-6,
+          "lat": 0.525e-6, "t_issue": 31.1e-9, "t_prog": 1.11e-6, "gamma": 0.416, "eta_bw": 1.02, "alpha": 4.9e-8,
+          "t_launch": 5.55e-6}
 BOUNDS = {"eta_mma": (0.05, 1.05), "eta_small": (0.05, 1.05), "eta_bw": (0.3, 1.02), "alpha": (0.0, 1.0),
           "gamma": (0.0, 1.0)}
 
