@@ -75,6 +75,12 @@ def loss_of(t: Template, workload: Mapping[str, Any], shape: Mapping[str, Any], 
         floor_us = sol_report(op, dict(shape), dtype, chip).time_floor_s * 1e6
     except FormloopError:
         floor_us = None
+    return loss_against(t, workload, chip, predicted_us, m, floor_us)
+
+
+def loss_against(t: Template, workload: Mapping[str, Any], chip: Any, predicted_us: float | None, m: Measurement,
+                 floor_us: float | None) -> dict[str, Any]:
+    """The design-loss decomposition of a measured design against a given SOL floor (us, sol)."""
     measured = m.latency_us if m.ok else None
     spread = tuple(m.spread_us) if m.ok and m.spread_us else None
     loss = design_loss(t, workload, chip, predicted_us=predicted_us, measured_us=measured, floor_us=floor_us,

@@ -12,8 +12,8 @@ from typing import Any
 
 from formloop import evaluate as evaluators
 from formloop.api.admission import evaluator_for
-from formloop.api.learning import learn_after_measure, loss_of
-from formloop.api.resolve import chip_from, default_chip, default_dtype, is_hopper, settings_from
+from formloop.api.learning import learn_after_measure, loss_against, loss_of
+from formloop.api.resolve import chip_from, default_chip, default_dtype, gpu_contract, is_hopper, settings_from
 from formloop.api.solve import Shape, defaults, design_from, routed_workload, solve_routed
 from formloop.api.values import plain
 from formloop.errors import InvalidInput
@@ -63,8 +63,7 @@ def measure(template: str, shape: Shape, *, chip: str | None = None, dtype: str 
         raise InvalidInput("solver", solver, sorted(SOLVERS))
     time_limit = settings_from(settings).solver_time_limit_s
     if attention_service.is_attention(template):
-        return plain(attention_service.measure(template, shape, chip=chip, dtype=dtype, solver=solver,
-                                               calibration=calibration, time_limit=time_limit))
+        return plain(_measure_attention(template, shape, chip, dtype, solver, calibration, settings, evaluator))
     routed, w = routed_workload(template, shape, op=None, dtype=dtype, chip=chip, options=None,
                                 calibration=calibration, settings=settings)
     report = solve_routed(routed, w, chip, solver, settings)
@@ -78,3 +77,18 @@ def measure(template: str, shape: Shape, *, chip: str | None = None, dtype: str 
                                   settings=settings, source="formloop measure")
     return plain({**report, "measurement": m.as_dict(), "fallback": "" if gpu else NO_GPU, "design_loss": loss,
                   "learned": learned})
+
+
+def _measure_attention(template: str, shape: Shape, chip: str, dtype: str, solver: str, calibration: str | None,
+                       settings: Settings | None, evaluator: Any) -> dict:
+    """`measure` of an attention family: the store's calibration by default, the pick measured, then (a correct gpu
+    measurement) stored as a calibration point and the family refit, as the GEMM contract does."""
+    routed = gpu_contract(dtype, calibration, name=template, chip=chip, settings=settings)
+    t, chip_obj = routed.candidate.template, chip_from(chip)
+    report, m = attention_service.measure_template(t, shape, chip=chip, dtype=dtype, solver=solver,
+                                                   time_limit=settings_from(settings).solver_time_limit_s,
+                                                   evaluator=evaluator)
+    loss = loss_against(t, report["workload"], chip_obj, report.get("objective_us"), m, report["sol"]["floor_us"])
+    learned = learn_after_measure(t, m, dtype=dtype, chip=chip, chip_obj=chip_obj, workload=report["workload"],
+                                  settings=settings, source="formloop measure")
+    return {**report, **routed.extra, "design_loss": loss, "learned": learned}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from formloop.api.resolve import Routed, chip_from, default_chip, default_dtype, route, settings_from
+from formloop.api.resolve import Routed, chip_from, default_chip, default_dtype, gpu_contract, route, settings_from
 from formloop.api.values import plain
 from formloop.errors import FormloopError, InvalidInput
 from formloop.library import attention_decode, attention_prefill, attention_service, gemm_tiling, gemm_tiling_gpu
@@ -65,9 +65,10 @@ def solve(template: str, shape: Shape, *, op: str | None = None, dtype: str | No
     dtype, chip = defaults(template, dtype, chip)
     if attention_service.is_attention(template):
         attention_only(template, op, options)
-        return plain(attention_service.solve(template, shape, chip=chip, dtype=dtype, solver=solver,
-                                             calibration=calibration,
-                                             time_limit=settings_from(settings).solver_time_limit_s))
+        routed = gpu_contract(dtype, calibration, name=template, chip=chip, settings=settings)
+        report = attention_service.solve_template(routed.candidate.template, shape, chip=chip, dtype=dtype,
+                                                  solver=solver, time_limit=settings_from(settings).solver_time_limit_s)
+        return plain({**report, **routed.extra})
     routed, w = routed_workload(template, shape, op=op, dtype=dtype, chip=chip, options=options,
                                 calibration=calibration, settings=settings)
     return plain(solve_routed(routed, w, chip, solver, settings))

@@ -105,9 +105,18 @@ def solve(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: 
     """Solve the template for one workload: the chosen design, its modeled time and the SOL floor,
     with the fields every solve report has (formloop.api.solve): times in us from the model, the
     bound from the solver, the tied optima by enumeration."""
+    return solve_template(template(name, dtype, calibration), shape, chip=chip, dtype=dtype, solver=solver, page=page,
+                          causal=causal, time_limit=time_limit)
+
+
+def solve_template(t, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp",
+                   page: int | None = None, causal: int | None = None, time_limit: float | None = None
+                   ) -> dict[str, Any]:
+    """`solve` for an attention template already built (formloop.api passes the store's calibration)."""
+    name = t.name
+    _check_name(name)
     if solver not in SOLVERS:
         raise InvalidInput("solver", solver, sorted(SOLVERS))
-    t = template(name, dtype, calibration)
     wl = attention_workload(name, shape, dtype, page=page, causal=causal)
     f = t.formulate(wl, get_chip(chip))
     s = SOLVERS[solver](f, **({"time_limit": time_limit} if solver == "milp" and time_limit else {}))
@@ -139,18 +148,28 @@ def measure(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver
     """Solve, then measure the pick: gpu tier on a CUDA device (checked against the reference
     first), else the model tier, labelled as such. Adds the KV bandwidth (decode) or the tensor
     rate (prefill) the measured time implies, and the fraction of the chip's copy ceiling."""
-    report = solve(name, shape, chip=chip, dtype=dtype, solver=solver, page=page, causal=causal,
-                   calibration=calibration, time_limit=time_limit)
-    t = template(name, dtype, calibration)
+    return measure_template(template(name, dtype, calibration), shape, chip=chip, dtype=dtype, solver=solver,
+                            page=page, causal=causal, time_limit=time_limit)[0]
+
+
+def measure_template(t, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp",
+                     page: int | None = None, causal: int | None = None, time_limit: float | None = None,
+                     evaluator=None):
+    """`measure` for an attention template already built: (the report, the Measurement). `evaluator`
+    replaces the best available one (tests pass a synthetic gpu evaluator)."""
+    report = solve_template(t, shape, chip=chip, dtype=dtype, solver=solver, page=page, causal=causal,
+                            time_limit=time_limit)
     chip_spec = get_chip(chip)
-    evaluator = best_available() if gpu_available() else ModelEvaluator()
+    gpu = evaluator is not None or gpu_available()
+    if evaluator is None:
+        evaluator = best_available() if gpu else ModelEvaluator()
     m = evaluator.evaluate(t, report["design"], report["workload"], chip_spec)
     report["measurement"] = m.as_dict()
     report["fallback"] = "" if m.tier == "gpu" else "no CUDA device here: the model tier (the template's cost)"
     if m.ok:
-        report["rates"] = rates(name, report["shape"], m.latency_us, chip_spec, dtype,
+        report["rates"] = rates(t.name, report["shape"], m.latency_us, chip_spec, dtype,
                                 causal=report["workload"].get("causal", 1), source=m.tier)
-    return report
+    return report, m
 
 
 def rates(name: str, shape: Mapping[str, int], latency_us: float, chip, dtype: str = "bf16", *, causal: int = 1,
