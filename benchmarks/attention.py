@@ -254,6 +254,8 @@ def main(argv=None) -> int:
     p.add_argument("--dry-run", action="store_true", help="no GPU: interpreter checks at tiny sizes; a perturbed "
                                                            "model stands in for the timings")
     p.add_argument("--calibrate", help="refit from an earlier attention.json (no GPU) and report the picks")
+    p.add_argument("--store", help="population store: every correct gpu record becomes a calibration point there and "
+                                   "each family is refit on its stored points (what `formloop solve` then reads)")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if args.calibrate:
@@ -306,9 +308,36 @@ def main(argv=None) -> int:
         run_family(bench, family, result, deadline, planned[family], truth.get(family))
         save(result, bench, t_start, os.path.join(args.out, "attention_partial.json"))  # survives a killed run
     summarize(bench, result, args.dry_run)
+    if args.store and bench.gpu is not None:
+        result["store"] = store_points(bench, families, args.store)
     save(result, bench, t_start, os.path.join(args.out, "attention.json"))
     print_table(result)
     return 0
+
+
+def store_points(bench: Bench, families, path: str) -> dict:
+    """Every correct gpu record (contiguous cache) as a calibration point of its family in the store at `path`, then
+    each family refit on all its stored points of this toolchain (population.calibrations.learn, every term)."""
+    from formloop.library import template_factory
+    from formloop.population import Population
+    from formloop.population import calibrations as stored
+
+    out = {}
+    with Population(path) as pop:
+        for family in families:
+            recs = [r for r in bench.records.values() if r["family"] == family and r.get("ok") and not r["page"]]
+            for r in recs:
+                stored.add_point(pop, template=family, dtype="bf16", chip="h200",
+                                 toolchain=stored.toolchain_of(r["provenance"]["versions"]),
+                                 device=r["provenance"]["device"], workload=r["workload"], assignment=r["config"],
+                                 latency_us=r["latency_us"], source="benchmarks/attention.py")
+            toolchain = stored.toolchain_of(recs[0]["provenance"]["versions"]) if recs else ""
+            fit, note = stored.learn(pop, template_factory(family), bench.chip, template=family, dtype="bf16",
+                                     chip="h200", toolchain=toolchain, source="benchmarks/attention.py",
+                                     iterations=40, starts=2, max_terms=None)
+            out[family] = {"points_added": len(recs), "note": note, "fit": fit.as_dict() if fit else None}
+            print(f"store {path}: {family}: {note}", flush=True)
+    return out
 
 
 def save(result: dict, bench: Bench, t_start: float, path: str) -> None:
