@@ -14,31 +14,20 @@ import pytest
 from formloop import api
 from formloop.api.resolve import stored_calibration
 from formloop.evaluate.calibrate import Point, predict
-from formloop.evaluate.measurement import Measurement, Provenance
 from formloop.hw.chips import get_chip
 from formloop.library import attention_service, get_template
 from formloop.settings import Settings
+from tests import synthetic_gpu
 
-VERSIONS = {"triton": "3.6.0", "torch": "2.11.0", "cuda": "12.8", "capability": "9.0"}
 TRUTH = {"attention-decode": {"eta_bw": 0.45, "lat_m": 1.6e-6, "t_launch": 4e-6, "eta_mma": 0.12},
          "attention-prefill": {"eta_mma": 0.35, "t_launch": 9e-6, "t_prog": 2e-6}}
 SHAPES = {"attention-decode": ("1,32,8,128,2048", "1,32,8,128,8192", "1,32,8,128,512", "1,32,8,128,16384"),
           "attention-prefill": ("1,32,8,128,1024", "1,32,8,128,4096", "1,32,8,128,512", "1,32,8,128,2048")}
 
 
-class SyntheticGpu:
+def SyntheticGpu(family: str):  # noqa: N802 (a stand-in class, built per test)
     """Plays the gpu tier: the family's own cost under TRUTH (not its priors), labelled gpu."""
-
-    def __init__(self, family: str):
-        self.family, self.prior, self.calls = family, get_template(family), 0
-
-    def evaluate(self, t, assignment, workload, chip):
-        self.calls += 1
-        us = float(predict(self.prior, chip, [Point(dict(assignment), dict(workload), 0.0)], TRUTH[self.family])[0])
-        prov = Provenance(tier="gpu", device="synthetic H200", sm_count=132, versions=dict(VERSIONS),
-                          timing="synthetic: the cost formula under known terms")
-        return Measurement(t.name, t.content_hash, dict(assignment), dict(workload), "h200", us, prov,
-                           spread_us=(0.99 * us, 1.02 * us), reps=5)
+    return synthetic_gpu.SyntheticGpu(family, TRUTH[family], spread=(0.99, 1.02))
 
 
 @pytest.fixture

@@ -15,32 +15,21 @@ import pytest
 from formloop import api
 from formloop.api.resolve import stored_calibration
 from formloop.evaluate.calibrate import Point, predict
-from formloop.evaluate.measurement import Measurement, Provenance
 from formloop.hw.chips import get_chip
 from formloop.library import get_template
 from formloop.population import Population
 from formloop.population import calibrations as cal
 from formloop.population.schema import MIGRATIONS, migrate
 from formloop.settings import Settings
+from tests import synthetic_gpu
+from tests.synthetic_gpu import VERSIONS
 
 TRUTH = {"eta_mma": 0.4, "t_tile": 3e-6, "eta_bw": 0.6}  # a slower chip than the priors say
-VERSIONS = {"triton": "3.6.0", "torch": "2.11.0", "cuda": "12.8", "capability": "9.0"}
 
 
-class SyntheticGpu:
-    """Plays the gpu tier: the template's own cost under TRUTH (not the priors), labelled gpu."""
-
-    def __init__(self):
-        self.prior = get_template("gemm-tiling-gpu", dtype="bf16")
-        self.calls = 0
-
-    def evaluate(self, t, assignment, workload, chip):
-        self.calls += 1
-        us = float(predict(self.prior, chip, [Point(dict(assignment), dict(workload), 0.0)], TRUTH)[0])
-        prov = Provenance(tier="gpu", device="synthetic H200", sm_count=132, versions=dict(VERSIONS),
-                          timing="synthetic: the cost formula under known terms")
-        return Measurement(t.name, t.content_hash, dict(assignment), dict(workload), "h200", us, prov,
-                           spread_us=(0.98 * us, 1.03 * us), reps=5)
+def SyntheticGpu():  # noqa: N802 (a stand-in class, built per test)
+    """Plays the gpu tier: gemm-tiling-gpu's own cost under TRUTH (not the priors), labelled gpu."""
+    return synthetic_gpu.SyntheticGpu("gemm-tiling-gpu", TRUTH, dtype="bf16")
 
 
 @pytest.fixture
