@@ -9,23 +9,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from formloop.api.resolve import stored_calibration
 from formloop.api.values import plain
 from formloop.errors import InvalidInput
 from formloop.evaluate import gpu_available
 from formloop.hw.chips import get_chip
+from formloop.library import attention_service
 from formloop.library.qwen3_layer import get_model, parse_scenario
 from formloop.library.qwen3_layer_plan import layer_floor, plan_many
+from formloop.population.calibrations import PRIOR_LABEL
+from formloop.settings import Settings
 from formloop.template import bool_option
 
 MEASURE = ("auto", "yes", "no")
 
 
 def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: str = "auto",
-          workers: int = 4, norm_fusion: bool = False, tune: int = 0) -> dict[str, Any]:
+          workers: int = 4, norm_fusion: bool = False, tune: int = 0, settings: Settings | None = None
+          ) -> dict[str, Any]:
     """Plan (and with a GPU, measure) the layer of `model` for each scenario; `norm_fusion`: the layer
     template's option (decode may run the two RMSNorms inside the QKV and GateUp GEMVs, decision NF); `tune`:
     on a GPU, time each GEMM part's and the attention's plan design against its family's next `tune` designs alone
-    and launch the fastest where it is >= 3 % faster (formloop.library.qwen3_layer_tune) before measuring the layer."""
+    and launch the fastest where it is >= 3 % faster (formloop.library.qwen3_layer_tune) before measuring the layer.
+    Attention is solved with the store's latest calibration of its family on `chip` where there is one, else its
+    priors (`calibrations` says which)."""
     cfg = get_model(model)
     if isinstance(scenarios, str):
         scenarios = [scenarios]
@@ -46,7 +53,12 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
     if tune and not (on_gpu and measure != "no"):
         raise InvalidInput("tune", tune, "0 here: tuning times designs on a CUDA device (none here, or measure=no)")
     rows = []
-    for sc, p in zip(parsed, plan_many(cfg, parsed, chip, model, workers, norm_fusion=norm_fusion)):
+    found = {name: stored_calibration(name, "bf16", chip, settings) for name in attention_service.TEMPLATES}
+    terms = {name: dict(c.terms) for name, (c, _) in found.items() if c is not None}
+    calibrations = {name: c.describe() if c is not None else f"{PRIOR_LABEL} ({why})" for name, (c, why) in
+                    found.items()}
+    for sc, p in zip(parsed, plan_many(cfg, parsed, chip, model, workers, norm_fusion=norm_fusion,
+                                       attention_calibration=terms)):
         tuned = None
         if tune:
             from formloop.library.qwen3_layer_tune import tune_attention, tune_gemms  # noqa: PLC0415 (torch)
@@ -65,6 +77,7 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
             row["measured"] = None
         rows.append(row)
     return plain({"model": model, "config": cfg.as_dict(), "chip": chip, "scenarios": rows,
+                  "calibrations": calibrations,
                   "measured_note": "" if on_gpu and measure != "no" else "no CUDA device here (or measure=no): "
                                                                            "model times only",
                   "units": {"model_us": "us (model)", "sol.floor_us": "us (sol)", "measured.graph_us": "us (gpu)",

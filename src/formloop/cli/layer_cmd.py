@@ -9,6 +9,7 @@ import typer
 from formloop import api
 from formloop.cli import app
 from formloop.cli.common import console, friendly, print_json
+from formloop.settings import load_settings
 
 
 def _lines(r: dict) -> list[str]:
@@ -37,6 +38,8 @@ def _lines(r: dict) -> list[str]:
             if "graph_us" in m:
                 line += f"; {m['graph_us']:.1f} us graph, {m['eager_us']:.1f} us eager (gpu)"
             out.append(line)
+    for name, source in r.get("calibrations", {}).items():
+        out.append(f"cost model of {name}: {source}")
     if r["measured_note"]:
         out.append(f"note: {r['measured_note']}")
     return out
@@ -54,7 +57,8 @@ def layer(model: str = typer.Argument(..., help="model: qwen3-8b (or tiny, the c
                                    "against its family's next N designs alone and launch the fastest (>= 3 % faster)"),
           as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Plan a whole decoder layer per scenario: fusion by MILP, parts by their templates; measure on a GPU."""
-    r = api.layer(model, scenario or [], chip=chip, measure=measure, norm_fusion=norm_fusion, tune=tune)
+    r = api.layer(model, scenario or [], chip=chip, measure=measure, norm_fusion=norm_fusion, tune=tune,
+                  settings=load_settings())
     if as_json:
         print_json(r)
         return

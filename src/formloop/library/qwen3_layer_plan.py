@@ -168,14 +168,17 @@ def _solve_norm_gemv(name: str, spec: GemmPart, chip, calibration: Mapping[str, 
 
 
 def _solve_part(name: str, spec, chip_name: str, gemm_calibration: Mapping[str, float] | None = None,
-                gemv_calibration: Mapping[str, float] | None = None) -> PartPlan:
+                gemv_calibration: Mapping[str, float] | None = None,
+                attention_calibration: Mapping[str, Mapping[str, float]] | None = None) -> PartPlan:
     chip = get_chip(chip_name)
     if isinstance(spec, GemmPart):
         return _solve_gemm(name, spec, chip, gemm_calibration, gemv_calibration)
     if isinstance(spec, AttentionPart):
-        r = attention_service.solve(spec.template, spec.shape, chip=chip_name)
+        r = attention_service.solve(spec.template, spec.shape, chip=chip_name,
+                                    calibration=(attention_calibration or {}).get(spec.template))
         return PartPlan(name, "attention", float(r["objective_us"]), dict(r["design"]),
-                        {"template": spec.template, "shape": spec.shape, "solver": r["solver"]})
+                        {"template": spec.template, "shape": spec.shape, "solver": r["solver"],
+                         "calibration": r["calibration"]})
     if isinstance(spec, (RowPart, EwPart, RopePart)):
         if isinstance(spec, RowPart):
             tname, t, wl = f"rowwise-{spec.op}", get_template(f"rowwise-{spec.op}", dtype="bf16"), \
@@ -260,22 +263,25 @@ def plan(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", model: str = "qwen3
 
 def plan_many(cfg: Qwen3Config, scenarios, chip: str = "h200", model: str = "qwen3-8b",
               workers: int = 4, gemm_calibration: Mapping[str, float] | None = None,
-              gemv_calibration: Mapping[str, float] | None = None, norm_fusion: bool = False) -> list[LayerPlan]:
+              gemv_calibration: Mapping[str, float] | None = None, norm_fusion: bool = False,
+              attention_calibration: Mapping[str, Mapping[str, float]] | None = None) -> list[LayerPlan]:
     """Plans for several scenarios, every part solve of every scenario in one process pool. The GEMM
     parts use `gemm_calibration` (fitted terms of the gemm-epilogue template) and `gemv_calibration`
-    (gemv-epilogue's) when given, else priors; `norm_fusion`: the layer template's NF option (the
+    (gemv-epilogue's) when given, else priors; attention the fitted terms `attention_calibration` names for its
+    template (attention-decode, attention-prefill), else priors; `norm_fusion`: the layer template's NF option (the
     norm-fused decode GEMVs solved too)."""
     cfg = check_config(cfg)
     specs = [{**part_specs(cfg, sc), **(norm_part_specs(cfg, sc) if norm_fusion else {})} for sc in scenarios]
     # one solve per distinct part (decode's GEMM parts are the same at every history length)
     jobs = list(dict.fromkeys((n, s) for sp in specs for n, s in sp.items()))
     if workers <= 1:
-        solved = {(n, s): _solve_part(n, s, chip, gemm_calibration, gemv_calibration) for n, s in jobs}
+        solved = {(n, s): _solve_part(n, s, chip, gemm_calibration, gemv_calibration, attention_calibration)
+                  for n, s in jobs}
     else:
         # processes: the solves are CPU work in Python and HiGHS; spawn keeps CUDA state out of them
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            done = {(n, s): pool.submit(_solve_part, n, s, chip, gemm_calibration, gemv_calibration)
-                    for n, s in jobs}
+            done = {(n, s): pool.submit(_solve_part, n, s, chip, gemm_calibration, gemv_calibration,
+                                        attention_calibration) for n, s in jobs}
             solved = {k: f.result() for k, f in done.items()}
     out = []
     for i, sc in enumerate(scenarios):
