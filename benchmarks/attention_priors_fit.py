@@ -1,7 +1,7 @@
 """Fit the attention families' cost terms to H200 measurements on the chip every solve reads (no GPU needed).
 
-    PYTHONPATH=src python3 benchmarks/attention_priors_fit.py --prefill RUN/attention.json \
-        --decode RUN/qwen3_layer.json [--decode ...] [--hold 3000] [--json OUT.json]
+    PYTHONPATH=src python3 benchmarks/attention_priors_fit.py --attention RUN/attention.json \
+        --layer RUN/qwen3_layer.json [--layer ...] [--family attention-decode] [--hold 3000] [--json OUT.json]
 
 Why: a calibration fitted against the run's measured ceilings (4.24 TB/s, 768 TFLOP/s) but solved on the chip's
 datasheet ceilings (4.8 TB/s, 989 TFLOP/s) mis-ranks designs: the datasheet chip moves every bandwidth- and
@@ -9,10 +9,11 @@ tensor-bound term by a different factor. Fitting on the datasheet chip lets the 
 `formloop solve`, the Qwen3 layer plan and the problem-set optimizer (all on the datasheet chip) rank as measured.
 
 Inputs (each record a correct, CUDA-graph-timed design of the family's Triton program):
-  --prefill  benchmarks/attention.py's attention.json: every attention-prefill record (B 1, Hq 32, Hkv 8, d 128).
-  --decode   benchmarks/qwen3_layer.py's qwen3_layer.json: each decode scenario's attention designs timed in the
-             layer's context (attention_in_context; L = history + 1).
-Lengths in --hold are left out of the fit and reported as held out. For each family: the fit (rms log error,
+  --attention  benchmarks/attention.py's attention.json: every record of either family with a contiguous cache
+               (B 1, Hq 32, Hkv 8, d 128).
+  --layer      benchmarks/qwen3_layer.py's qwen3_layer.json: each decode scenario's attention designs timed in the
+               layer's context (attention_in_context; L = history + 1).
+Lengths in --hold are left out of the fit and reported as held out; --family fits only that family. For each family: the fit (rms log error,
 terms), then per length the solver's pick under the priors and under the fit, its measured time where it was
 measured, the best measured design, and Spearman's rank correlation of model and measurement."""
 from __future__ import annotations
@@ -31,10 +32,11 @@ DECODE, PREFILL = "attention-decode", "attention-prefill"
 SHAPE = "1,32,8,128"
 
 
-def prefill_records(path: str) -> list[tuple[int, dict, float]]:
+def attention_records(path: str, family: str) -> list[tuple[int, dict, float]]:
     d = json.load(open(path))
     return [(r["workload"]["L"], r["assignment"], r["latency_us"]) for r in d["records"]
-            if r.get("template") == PREFILL and r.get("latency_us") and r.get("correctness", {}).get("passed")]
+            if r.get("template") == family and r.get("latency_us") and r.get("correctness", {}).get("passed")
+            and not r["workload"].get("page")]
 
 
 def decode_records(path: str) -> list[tuple[int, dict, float]]:
@@ -77,18 +79,20 @@ def report(family: str, records, hold: set[int], chip) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prefill", action="append", default=[], help="attention.json of benchmarks/attention.py")
-    ap.add_argument("--decode", action="append", default=[], help="qwen3_layer.json of benchmarks/qwen3_layer.py")
+    ap.add_argument("--attention", action="append", default=[], help="attention.json of benchmarks/attention.py")
+    ap.add_argument("--layer", action="append", default=[], help="qwen3_layer.json of benchmarks/qwen3_layer.py")
+    ap.add_argument("--family", choices=(DECODE, PREFILL), help="fit only this family")
     ap.add_argument("--hold", default="3000", help="comma-separated lengths left out of the fit")
     ap.add_argument("--json", help="write the fits and the per-length picks here")
     args = ap.parse_args(argv)
     hold = {int(x) for x in args.hold.split(",") if x}
     chip = get_chip("h200")
-    data = {PREFILL: [r for p in args.prefill for r in prefill_records(p)],
-            DECODE: [r for p in args.decode for r in decode_records(p)]}
+    data = {PREFILL: [r for p in args.attention for r in attention_records(p, PREFILL)],
+            DECODE: [r for p in args.attention for r in attention_records(p, DECODE)]
+            + [r for p in args.layer for r in decode_records(p)]}
     results = []
     for family, records in data.items():
-        if not records:
+        if not records or (args.family and family != args.family):
             continue
         r = report(family, records, hold, chip)
         results.append(r)
