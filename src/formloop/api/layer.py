@@ -53,7 +53,7 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
     if tune and not (on_gpu and measure != "no"):
         raise InvalidInput("tune", tune, "0 here: tuning times designs on a CUDA device (none here, or measure=no)")
     rows = []
-    found = {name: stored_calibration(name, "bf16", chip, settings) for name in attention_service.TEMPLATES}
+    found = {name: stored_calibration(name, cfg.dtype, chip, settings) for name in attention_service.TEMPLATES}
     terms = {name: dict(c.terms) for name, (c, _) in found.items() if c is not None}
     calibrations = {name: c.describe() if c is not None else f"{PRIOR_LABEL} ({why})" for name, (c, why) in
                     found.items()}

@@ -1,5 +1,5 @@
 """Plain functions behind `formloop solve|prove|measure attention-decode|attention-prefill
---shape B,Hq,Hkv,D,L` (the CLI and the MCP server call these; they print nothing).
+--shape B,Hq,Hkv,D,L` (formloop.api calls these with the calibration it resolved; they print nothing).
 
 Every number in a report says its unit in its key (_us, _bytes, _tb_s, _fraction) and its source
 in `source` (model: the template's cost; solver: HiGHS; sol: the speed-of-light formula; gpu or
@@ -142,21 +142,13 @@ def prove(name: str, *, dtype: str = "bf16", timeout_s: float = 10.0, calibratio
     return prove_template(template(name, dtype, calibration), timeout_s=timeout_s)
 
 
-def measure(name: str, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp",
-            page: int | None = None, causal: int | None = None, calibration=None,
-            time_limit: float | None = None) -> dict[str, Any]:
-    """Solve, then measure the pick: gpu tier on a CUDA device (checked against the reference
-    first), else the model tier, labelled as such. Adds the KV bandwidth (decode) or the tensor
-    rate (prefill) the measured time implies, and the fraction of the chip's copy ceiling."""
-    return measure_template(template(name, dtype, calibration), shape, chip=chip, dtype=dtype, solver=solver,
-                            page=page, causal=causal, time_limit=time_limit)[0]
-
-
 def measure_template(t, shape, *, chip: str = "h200", dtype: str = "bf16", solver: str = "milp",
                      page: int | None = None, causal: int | None = None, time_limit: float | None = None,
                      evaluator=None):
-    """`measure` for an attention template already built: (the report, the Measurement). `evaluator`
-    replaces the best available one (tests pass a synthetic gpu evaluator)."""
+    """Solve an attention template already built, then measure the pick: gpu tier on a CUDA device (checked against
+    the reference first), else the model tier, labelled as such; with the KV bandwidth (decode) or the tensor rate
+    (prefill) the measured time implies. (the report, the Measurement); `evaluator` replaces the best available one
+    (tests pass a synthetic gpu evaluator)."""
     report = solve_template(t, shape, chip=chip, dtype=dtype, solver=solver, page=page, causal=causal,
                             time_limit=time_limit)
     chip_spec = get_chip(chip)
