@@ -129,7 +129,7 @@ def test_service_solve_and_measure_label_every_number(tmp_path):
     assert r["source"] == "model" and r["sol"]["source"] == "sol" and r["objective_us"] >= r["sol"]["floor_us"]
     assert r["workload"]["page"] == 16 and set(r["design"]) == {"Bn", "KS", "QP", "S", "W", "MG", "TM"}
     assert r["design"]["TM"] == 0 or 16 % r["design"]["Bn"] == 0  # C6: a TMA tile inside one page
-    m = service.measure("attention-prefill", "1,32,8,128,1024")
+    m, _ = service.measure_template(service.template("attention-prefill"), "1,32,8,128,1024")
     assert m["measurement"]["tier"] in ("model", "gpu") and m["rates"]["source"] == m["measurement"]["tier"]
     if m["measurement"]["tier"] == "model":
         assert m["fallback"] and m["measurement"]["latency_us"] == pytest.approx(m["objective_us"])
