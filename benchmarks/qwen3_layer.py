@@ -5,7 +5,8 @@ every part from its template) against torch in the same run.
     python3 benchmarks/qwen3_layer.py --out DIR --dry-run (CPU: tiny config in the Triton interpreter)
 
 Per scenario (prefill 128/512/2048/4096, decode history 512/2048/4096/8192; batch 1, bf16):
-  1. plan: part designs and fusion (model us), the layer's speed-of-light floor (sol us)
+  1. plan: part designs and fusion (model us), the layer's speed-of-light floor (sol us) and, decode, its bytes at
+     the run's measured memory ceiling (benchmarks/ceilings.py memory_ceiling; issue 17's floor)
   2. correctness first: output and KV cache of formloop's layer vs the fp32 reference (fresh random
      inputs, NaN-poisoned output); the baselines' outputs vs the same reference
   3. time (formloop.measure.timer; us, gpu): formloop eager and CUDA graph, with programmatic dependent
