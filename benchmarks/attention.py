@@ -326,12 +326,11 @@ def store_points(bench: Bench, families, path: str) -> dict:
     with Population(path) as pop:
         for family in families:
             recs = [r for r in bench.records.values() if r["family"] == family and r.get("ok") and not r["page"]]
+            toolchain = stored.toolchain_of(recs[0]["provenance"]["versions"]) if recs else ""  # one run, one toolchain
             for r in recs:
-                stored.add_point(pop, template=family, dtype="bf16", chip="h200",
-                                 toolchain=stored.toolchain_of(r["provenance"]["versions"]),
+                stored.add_point(pop, template=family, dtype="bf16", chip="h200", toolchain=toolchain,
                                  device=r["provenance"]["device"], workload=r["workload"], assignment=r["config"],
                                  latency_us=r["latency_us"], source="benchmarks/attention.py")
-            toolchain = stored.toolchain_of(recs[0]["provenance"]["versions"]) if recs else ""
             fit, note = stored.learn(pop, template_factory(family), bench.chip, template=family, dtype="bf16",
                                      chip="h200", toolchain=toolchain, source="benchmarks/attention.py",
                                      iterations=40, starts=2, max_terms=None)

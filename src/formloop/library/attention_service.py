@@ -152,9 +152,8 @@ def measure_template(t, shape, *, chip: str = "h200", dtype: str = "bf16", solve
     report = solve_template(t, shape, chip=chip, dtype=dtype, solver=solver, page=page, causal=causal,
                             time_limit=time_limit)
     chip_spec = get_chip(chip)
-    gpu = evaluator is not None or gpu_available()
     if evaluator is None:
-        evaluator = best_available() if gpu else ModelEvaluator()
+        evaluator = best_available() if gpu_available() else ModelEvaluator()
     m = evaluator.evaluate(t, report["design"], report["workload"], chip_spec)
     report["measurement"] = m.as_dict()
     report["fallback"] = "" if m.tier == "gpu" else "no CUDA device here: the model tier (the template's cost)"
