@@ -1,5 +1,10 @@
 """The Triton jit functions of attention-decode (attention_decode_kernel documents the program and
 plans the launches): the split-KV decode kernel, the second-kernel merge and the fold both use.
+ROPE (the Qwen3 layer's fusion RA): the program reads q before its per-head RMSNorm and RoPE (as the
+QKV projection wrote it) and normalizes and rotates its QP rows itself; the last key (position L − 1,
+the decode step's new token) is not read from the cache: the split that holds it normalizes and
+rotates the new k, scores it and folds it and the new v into its running softmax after its tiles,
+and writes both into the cache at L − 1 for later steps (`_norm_rope` is qk_rope_kernel's math).
 PDL (MG = 2): the merge kernel is launched as a programmatic dependent of the split kernel, which
 lets it be scheduled at once (griddepcontrol.launch_dependents); the merge's griddepcontrol.wait
 returns only when the split kernel has completed and its memory is visible, so the fold reads the
@@ -13,6 +18,24 @@ import triton.language as tl
 from formloop.library.gemm_dot import store_cast
 from formloop.library.pdl import pdl_launch_dependents as gdc_launch_dependents  # triton's own on the GPU
 from formloop.library.pdl import pdl_wait as gdc_wait
+
+
+@triton.jit
+def _norm_rope(rows, mask, w_ptr, cos_ptr, sin_ptr, pos_off, eps, D: tl.constexpr):
+    """[R, D] fp32: RMSNorm (eps, weight w) of the rows at the [R, 1] pointers `rows`, then RoPE in HF's
+    rotate-half form at the table row offset `pos_off` of the fp32 cos/sin tables [P, D/2]:
+    out[d] = n[d]·cos[d mod D/2] ∓ n[d ± D/2]·sin[d mod D/2] (minus on the first half)."""
+    d = tl.arange(0, D)
+    rot = (d + D // 2) % D
+    x = tl.load(rows + d[None, :], mask=mask, other=0.0).to(tl.float32)
+    xr = tl.load(rows + rot[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / D + eps)
+    w = tl.load(w_ptr + d).to(tl.float32)
+    wr = tl.load(w_ptr + rot).to(tl.float32)
+    c = tl.load(cos_ptr + pos_off + d % (D // 2))
+    s = tl.load(sin_ptr + pos_off + d % (D // 2))
+    sign = tl.where(d < D // 2, -1.0, 1.0)
+    return (x * (w * c)[None, :] + xr * (sign * wr * s)[None, :]) * rstd[:, None]
 
 
 @triton.jit
@@ -57,9 +80,11 @@ def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KS
 def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
                    L, per_split, KS, Hkv, qk_scale,
                    s_qb, s_qh, s_ob, s_oh, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_tb,
+                   kn_ptr, vn_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, kc_ptr, vc_ptr, s_nb, s_nh, s_cs, eps,
                    G: tl.constexpr, QP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
                    PAGE: tl.constexpr, SPLIT: tl.constexpr, IN_LAUNCH: tl.constexpr, TM: tl.constexpr,
-                   KSP: tl.constexpr, WIDEN: tl.constexpr, PDL: tl.constexpr, WAIT: tl.constexpr = False):
+                   KSP: tl.constexpr, WIDEN: tl.constexpr, PDL: tl.constexpr, WAIT: tl.constexpr = False,
+                   ROPE: tl.constexpr = False):
     if PDL or WAIT:  # the merge kernel (launched dependent) may be scheduled now; it waits for this grid to finish
         gdc_launch_dependents()
     if WAIT:  # launched dependent on a chain's kernel before (q and the cache it writes): everything after this
@@ -73,18 +98,27 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
     d = tl.arange(0, D)
     ok = rows < QP
     heads = a * G + g * QP + rows
-    q = tl.load(q_ptr + b * s_qb + heads[:, None] * s_qh + d[None, :], mask=ok[:, None], other=0.0)
+    if ROPE:  # q as the projection wrote it: normalized and rotated here (rounded as the rope kernel stores it)
+        q = _norm_rope(q_ptr + b * s_qb + heads[:, None] * s_qh, ok[:, None], qw_ptr, cos_ptr, sin_ptr,
+                       (L - 1) * s_cs, eps, D)
+        q = store_cast(q, q_ptr)
+    else:
+        q = tl.load(q_ptr + b * s_qb + heads[:, None] * s_qh + d[None, :], mask=ok[:, None], other=0.0)
     if WIDEN:
         q = q.to(tl.float32)
     lo = j * per_split * BN
     hi = tl.minimum(L, lo + per_split * BN)
+    if ROPE:  # the cache holds keys [0, L − 1); the new key is folded in after the tiles
+        hi_c = tl.minimum(hi, L - 1)
+    else:
+        hi_c = hi
     m_i = tl.full((BH,), float("-inf"), tl.float32)
     l_i = tl.zeros((BH,), tl.float32)
     acc = tl.zeros((BH, D), tl.float32)
     cols = tl.arange(0, BN)
-    for start in range(lo, hi, BN):
+    for start in range(lo, hi_c, BN):
         keys = start + cols
-        in_split = keys < hi
+        in_split = keys < hi_c
         if TM:  # one copy-engine tile: rows of the [rows, D] view (a tile lies inside one page)
             if PAGE > 0:
                 slot = tl.load(table_ptr + b * s_tb + start // PAGE)
@@ -103,6 +137,8 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
                 v_rows = b * s_vb + keys * s_vn
             k = tl.load(k_ptr + a * s_kh + k_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
             v = tl.load(v_ptr + a * s_vh + v_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
+        if TM and ROPE:  # the tile's rows past the split may hold the stale row L − 1 (any bits): weigh 0 exactly
+            v = tl.where(in_split[:, None], v, 0.0)
         if WIDEN:
             k = k.to(tl.float32)
         s = tl.where(in_split[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
@@ -115,6 +151,29 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
         else:
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
+    if ROPE:
+        if (L - 1 >= lo) & (L - 1 < hi):  # this split holds the new key
+            ones = tl.full((1, 1), 1, tl.int1)
+            k_new = _norm_rope(kn_ptr + b * s_nb + a * s_nh + tl.zeros((1, 1), tl.int64), ones, kw_ptr, cos_ptr,
+                               sin_ptr, (L - 1) * s_cs, eps, D)
+            k_new = store_cast(k_new, kc_ptr)  # as the cache keeps it, for this step and the next
+            v_new = tl.load(vn_ptr + b * s_nb + a * s_nh + d)
+            if PAGE > 0:
+                slot = tl.load(table_ptr + b * s_tb + (L - 1) // PAGE).to(tl.int64)
+                k_row = kc_ptr + slot * s_kb + a * s_kh + ((L - 1) % PAGE) * s_kn
+                v_row = vc_ptr + slot * s_vb + a * s_vh + ((L - 1) % PAGE) * s_vn
+            else:
+                k_row = kc_ptr + b * s_kb + a * s_kh + (L - 1) * s_kn
+                v_row = vc_ptr + b * s_vb + a * s_vh + (L - 1) * s_vn
+            tl.store(k_row + d[None, :], k_new)
+            tl.store(v_row + d, v_new)
+            s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), 1)
+            m_new = tl.maximum(m_i, s_new * qk_scale)
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s_new * qk_scale - m_new)
+            l_i = l_i * alpha + p
+            acc = acc * alpha[:, None] + p[:, None] * v_new.to(tl.float32)[None, :]
+            m_i = m_new
     if SPLIT:
         part = ws_ptr + ((b * Hkv * G + heads) * KS + j) * (D + 4)
         tl.store(part[:, None] + d[None, :], acc, mask=ok[:, None])

@@ -40,6 +40,7 @@ from formloop.library.attention_cases import (
     TOLERANCE, TORCH_DTYPES, RowScaled, check_block_table, paged, qkv, reference,
 )
 from formloop.library.attention_decode_jit import _decode_kernel, _merge_kernel
+from formloop.library.attention_decode_newtoken import NewToken, absent_args
 from formloop.library.attention_launch import ThinLaunch, constexprs, device_key, operand_key
 from formloop.library.attention_workload import check_page, check_shape
 
@@ -118,6 +119,9 @@ class DecodePlan:
     # launched as a programmatic dependent of the kernel before it (a chain's, formloop.library.pdl): the split
     # kernel waits for it before reading q and the cache, and the merge kernel (MG 0, 2) lets the next be scheduled
     chain_pdl: bool = False
+    # RoPE inside (the Qwen3 layer's RA): q raw, the new token's k and v raw (NewToken), written into the cache at L - 1
+    rope: bool = False
+    rope_eps: float = 1e-6
 
     @classmethod
     def of(cls, config: DecodeConfig, wl: Mapping[str, int], dtype: str) -> "DecodePlan":
@@ -165,13 +169,16 @@ class DecodePlan:
         return ws[: self.B * self.Hq * self.config.KS * (self.D + 4)]
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-               workspace: torch.Tensor | None = None, table: torch.Tensor | None = None) -> None:
+               workspace: torch.Tensor | None = None, table: torch.Tensor | None = None,
+               new: NewToken | None = None) -> None:
         """out[B, Hq, D] = attention of q[B, Hq, D] over K, V: [B, Hkv, L, D] (contiguous rows of D)
-        or, paged, [pages, Hkv, page, D] with `table` [B, ⌈L/page⌉] naming each sequence's pages."""
-        self._run(self.grid, *self._operands(q, k, v, out, workspace, table))
+        or, paged, [pages, Hkv, page, D] with `table` [B, ⌈L/page⌉] naming each sequence's pages.
+        With `rope`: q raw, and `new` the new token (attention_decode_newtoken), written at L − 1."""
+        self._run(self.grid, *self._operands(q, k, v, out, workspace, table, new))
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-            workspace: torch.Tensor | None = None, table: torch.Tensor | None = None) -> None:
+            workspace: torch.Tensor | None = None, table: torch.Tensor | None = None,
+            new: NewToken | None = None) -> None:
         """`launch` through the plan's thin launcher for q's device (attention_launch): operands are
         validated and the kernels bound once per set of base pointers, shapes and strides."""
         device = q.device
@@ -180,21 +187,26 @@ class DecodePlan:
             thin = self._thin.setdefault(device_key(device), ThinLaunch(device, INTERPRETED))
         if table is not None and self.page and not (k.is_cuda and torch.cuda.is_current_stream_capturing()):
             check_block_table(table, k.shape[0], self.pages_per_seq)  # contents can change under one pointer
-        key = operand_key(q, k, v, out, workspace, table)
+        key = operand_key(q, k, v, out, workspace, table, *(new.tensors() if new is not None else ()))
         if thin.try_bound(key):
             return
 
         def calls():
-            return self._calls(self.grid, *self._operands(q, k, v, out, workspace, table))
+            return self._calls(self.grid, *self._operands(q, k, v, out, workspace, table, new))
 
-        thin.run(key, calls, lambda: self.launch(q, k, v, out, workspace, table))
+        thin.run(key, calls, lambda: self.launch(q, k, v, out, workspace, table, new))
 
     def thin_launcher(self, device) -> "ThinLaunch | None":
         return self._thin.get(device_key(device))
 
-    def _operands(self, q, k, v, out, workspace, table):
-        """Validated (tensors, strides) of one launch."""
+    def _operands(self, q, k, v, out, workspace, table, new=None):
+        """Validated (tensors, strides, new-token arguments) of one launch."""
         cfg = self.config
+        if self.rope != (new is not None):
+            raise InvalidInput("new token", None if new is None else "given",
+                               "a NewToken exactly when the plan has RoPE inside (rope=True)")
+        if new is not None:
+            new.check(self.B, self.Hkv, self.D, self.L, q.dtype)
         if tuple(q.shape) != (self.B, self.Hq, self.D) or tuple(out.shape) != (self.B, self.Hq, self.D):
             raise InvalidInput("q/out shape", (tuple(q.shape), tuple(out.shape)), f"[{self.B}, {self.Hq}, {self.D}]")
         for x in (q, k, v, out):
@@ -222,10 +234,11 @@ class DecodePlan:
             ws, cnt = workspace, workspace[n + (-n) % 4:].view(torch.int32)
         else:
             ws, cnt = out, out
-        return (q, k, v, out, ws, cnt, table), (q.stride(0), q.stride(1), out.stride(0), out.stride(1), k.stride(0),
-                                                k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), s_tb)
+        strides = (q.stride(0), q.stride(1), out.stride(0), out.stride(1), k.stride(0), k.stride(1), k.stride(2),
+                   v.stride(0), v.stride(1), v.stride(2), s_tb)
+        return (q, k, v, out, ws, cnt, table), strides, new.args(k, v) if new is not None else absent_args(q)
 
-    def _calls(self, grid, tensors, strides, warmup: bool = False) -> list:
+    def _calls(self, grid, tensors, strides, new_args, warmup: bool = False) -> list:
         """The kernels of one launch as (jit function, grid, positional arguments, constexprs and
         options): the split kernel and, for a second-kernel merge, the merge kernel."""
         cfg, G = self.config, self.Hq // self.Hkv
@@ -235,7 +248,7 @@ class DecodePlan:
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
                     IN_LAUNCH=cfg.MG == 1, TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
                     WIDEN=INTERPRETED and not warmup, PDL=pdl, WAIT=self.chain_pdl, num_warps=cfg.W,
-                    num_stages=cfg.S, **({"launch_pdl": True} if self.chain_pdl else {}))
+                    num_stages=cfg.S, ROPE=self.rope, **({"launch_pdl": True} if self.chain_pdl else {}))
         if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
             if warmup:
                 from triton.runtime.jit import MockTensor
@@ -245,7 +258,7 @@ class DecodePlan:
             else:
                 kv = [TensorDescriptor.from_tensor(x.view(-1, self.D), [cfg.Bn, self.D]) for x in tensors[1:3]]
             tensors = (tensors[0], *kv, *tensors[3:])
-        args = (*tensors, self.L, per, cfg.KS, self.Hkv, LOG2E / math.sqrt(self.D), *strides)
+        args = (*tensors, self.L, per, cfg.KS, self.Hkv, LOG2E / math.sqrt(self.D), *strides, *new_args, self.rope_eps)
         out = [(_decode_kernel, tuple(grid), args, meta)]
         if split and cfg.MG != 1:
             merge_args = (tensors[3], tensors[4], cfg.KS, self.Hkv, strides[2], strides[3])
@@ -255,15 +268,15 @@ class DecodePlan:
             out.append((_merge_kernel, (grid[0],), merge_args, merge_meta))
         return out
 
-    def _run(self, grid, tensors, strides, warmup: bool = False) -> None:
+    def _run(self, grid, tensors, strides, new_args, warmup: bool = False) -> None:
         """Launch (or, warmup, compile). The first launch of a specialization goes through Triton's
         jit dispatch; later ones replay its compiled kernels with the same argument list (fast_launch)."""
-        calls = self._calls(grid, tensors, strides, warmup)
+        calls = self._calls(grid, tensors, strides, new_args, warmup)
         if warmup:
             for fn, g, args, meta in calls:
                 fn.warmup(*args, grid=g, **meta)
             return
-        key = None if INTERPRETED else _spec_key(tensors, strides)
+        key = None if INTERPRETED else _spec_key((*tensors, *new_args[:8]), strides + new_args[8:])
         compiled = self._compiled.get(key) if key is not None else None
         if compiled is not None:
             for kernel, (fn, g, args, meta) in zip(compiled, calls):
@@ -285,8 +298,11 @@ class DecodePlan:
         split = self.config.KS > 1
         tensors = (t, t, t, t, torch.float32 if split else t, torch.int32 if split else t,
                    torch.int32 if self.page else t)
+        # RoPE inside: the new k, v (bf16 rows of a QKV output), the norms' weights, the fp32 tables, the caches
+        new_args = ((t, t, t, t, torch.float32, torch.float32, t, t, (H + 2 * self.Hkv) * D, D, D // 2) if self.rope
+                    else (t,) * 8 + (0, 0, 0))
         self._run(grid=(1, 1), tensors=tensors, strides=(H * D, D, H * D, D, *kv, *kv, self.pages_per_seq if
-                                                                                   self.page else 0), warmup=True)
+                                                         self.page else 0), new_args=new_args, warmup=True)
 
 
 @dataclass
