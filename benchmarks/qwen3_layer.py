@@ -14,7 +14,8 @@ Per scenario (prefill 128/512/2048/4096, decode history 512/2048/4096/8192; batc
      on the compiled PTX; HF-math torch eager, eager + CUDA graph, torch.compile default and
      max-autotune-no-cudagraphs, each + CUDA graph. `formloop` is the faster of the two (PD as measured);
      the measured saving per PDL hand-over is the template's t_pdl for this scenario; with --norm-fusion and
-     NF = 1 planned, the layer with the norms launched apart (NF = 0) is checked and timed too, the faster kept.
+     NF = 1 planned, the layer with the norms launched apart (NF = 0) is checked and timed too, the faster kept;
+     the same with --rope-fusion and RA = 1 planned (the rope kernel apart, RA = 0).
      Before that, attention and each GEMM part (decode; prefill up to --gemm-candidates-rows tokens) may
      take a faster design of its family measured alone (--attn-candidates, --gemv-candidates, --gemm-candidates)
   4. every part of formloop's layer alone (graph) with its SOL fraction
@@ -48,6 +49,8 @@ def parse_args(argv):
     ap.add_argument("--no-stack", action="store_true", help="skip the 36-layer decode stack")
     ap.add_argument("--norm-fusion", action="store_true", help="the layer template's option norm_fusion: decode "
                     "may run the two RMSNorms inside the QKV and GateUp GEMVs (decision NF)")
+    ap.add_argument("--rope-fusion", action="store_true", help="the layer template's option rope_fusion: decode "
+                    "attention may take the q/k norm + RoPE + KV write inside (decision RA)")
     ap.add_argument("--gemv-candidates", type=int, default=5, help="decode: time each GEMV part's plan design and "
                     "this many of the gemv model's next designs alone, and take the fastest")
     ap.add_argument("--gemm-candidates", type=int, default=6, help="prefill: the same for each tensor-core GEMM "
@@ -242,6 +245,31 @@ def nf_ab(p, device, w, fused: dict) -> tuple:
     return p, fused, ab
 
 
+def ra_ab(p, device, w, fused: dict) -> tuple:
+    """With the rope inside attention chosen (RA = 1, its measurement `fused`): the same plan with the rope kernel
+    apart (RA = 0, same PD, NF and designs), checked and timed; (the plan and measurement of the faster, the A/B
+    record)."""
+    from formloop.library.qwen3_layer_measure import measure  # noqa: PLC0415
+    from formloop.library.qwen3_layer_template import Fusion  # noqa: PLC0415
+
+    f = p.fusion
+    q = p.with_fusion(Fusion(f.R1, f.GL, f.R2, f.PD, f.NF, 0))
+    try:
+        apart = measure(q, device=device, weights=w)
+    except Exception as exc:  # noqa: BLE001 (a failing variant is recorded, the fused one stands)
+        apart = {"check": {"ok": False}, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+    ab = {"RA=1": fused, "RA=0": apart, "source": "gpu", "chosen_ra": 1}
+    if apart["check"]["ok"] and fused["check"]["ok"]:
+        ab["saving_graph_us"] = apart["graph_us"] - fused["graph_us"]
+        ab["saving_eager_us"] = apart["eager_us"] - fused["eager_us"]
+        log(f"{p.scenario.text}: rope in attention RA=1 {fused['graph_us']:.1f} us vs RA=0 {apart['graph_us']:.1f} us "
+            f"graph (gpu, PD={f.PD}, NF={f.NF}): saves {ab['saving_graph_us']:.1f} us")
+    if apart["check"]["ok"] and (not fused["check"]["ok"] or apart["graph_us"] < fused["graph_us"]):
+        ab["chosen_ra"] = 0
+        return q, apart, ab
+    return p, fused, ab
+
+
 def run_scenario(p, device, allow_autotune: bool) -> dict:
     from formloop.library.qwen3_layer_measure import operand_sets  # noqa: PLC0415
     from formloop.hw.chips import get_chip
@@ -268,6 +296,8 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
     p = p.with_fusion(p.fusion.with_pdl(bool(row["pdl_ab"]["chosen_pd"])))
     if p.fusion.NF and m["check"]["ok"]:
         p, m, row["nf_ab"] = nf_ab(p, device, w, m)
+    if p.fusion.RA and m["check"]["ok"]:
+        p, m, row["ra_ab"] = ra_ab(p, device, w, m)
     FINAL[sc.text] = p
     row["formloop"] = m
     if not m["check"]["ok"]:
@@ -366,7 +396,8 @@ def table(rows: list[dict]) -> list[str]:
             "comp+g", "ma+g", "best", "speedup", "floor", "floor%", "mem fl", "mem fl%")
     out = ["times in us: model = template costs; ours (the faster PD) and baselines = gpu (graph unless named; e = "
            "eager calls); floor = sol (datasheet bandwidth); mem fl = the same bytes at this run's measured "
-           "memory ceiling (gpu, decode); fusion = R1 GL R2 PD (PD as measured)", "  ".join(f"{c:>10}" for c in cols)]
+           "memory ceiling (gpu, decode); fusion = R1 GL R2 PD (PD as measured), N = NF 1, R = RA 1 (as measured)",
+           "  ".join(f"{c:>10}" for c in cols)]
     for r in rows:
         if "best_baseline" not in r:
             out.append(f"{r['scenario']:>10}  WRONG or not timed")
@@ -375,7 +406,10 @@ def table(rows: list[dict]) -> list[str]:
         g = lambda n: b[n].get("graph_us", float("nan")) if n in b else float("nan")  # noqa: E731
         ab = r.get("pdl_ab", {})
         v = lambda k, mode: ab.get(k, {}).get(f"{mode}_us", float("nan"))  # noqa: E731
-        vals = (r["scenario"], f"{fu['R1']}{fu['GL']}{fu['R2']}{ab.get('chosen_pd', fu.get('PD', 0))}",
+        nf = r.get("nf_ab", {}).get("chosen_nf", fu.get("NF", 0))
+        ra = r.get("ra_ab", {}).get("chosen_ra", fu.get("RA", 0))
+        vals = (r["scenario"], f"{fu['R1']}{fu['GL']}{fu['R2']}{ab.get('chosen_pd', fu.get('PD', 0))}"
+                + ("N" if nf else "") + ("R" if ra else ""),
                 f"{r['plan']['model_us']:.1f}", f"{m['graph_us']:.1f}", f"{v('off', 'graph'):.1f}",
                 f"{v('on', 'graph'):.1f}", f"{v('off', 'eager'):.1f}", f"{v('on', 'eager'):.1f}",
                 f"{b['eager']['eager_us']:.1f}", f"{g('eager'):.1f}", f"{g('compile'):.1f}",
@@ -404,7 +438,8 @@ def main() -> int:
     log(f"planning {len(scs)} scenarios ({args.workers} processes)")
     gemv_cal = json.loads(Path(args.gemv_calibration).read_text())["values"] if args.gemv_calibration else None
     GEMV_CALIBRATION["values"] = gemv_cal
-    plans = plan_many(cfg, scs, workers=args.workers, gemv_calibration=gemv_cal, norm_fusion=args.norm_fusion)
+    plans = plan_many(cfg, scs, workers=args.workers, gemv_calibration=gemv_cal, norm_fusion=args.norm_fusion,
+                      rope_fusion=args.rope_fusion)
     log(f"GEMV calibration: {'fitted, ' + args.gemv_calibration if gemv_cal else 'priors'}")
     if args.gemm_calibration:
         GEMM_CALIBRATION["values"] = json.loads(Path(args.gemm_calibration).read_text())["values"]

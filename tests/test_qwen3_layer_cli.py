@@ -57,8 +57,11 @@ def test_norm_fusion_offers_the_nf_choices_and_solves_over_them():
     assert with_nf and all(c["fusion"]["R1"] != 2 for c in with_nf)  # NF excludes R1 = 2
     assert len(choices) - len(with_nf) == 24
     assert s["model_us"] == pytest.approx(min(c["model_us"] for c in choices))
-    text = runner.invoke(app, ["layer", "tiny", "--scenario", "decode:40", "--measure", "no", "--norm-fusion"])
-    assert text.exit_code == 0 and "(R1 GL R2 NF: us, model)" in text.output
+    text = runner.invoke(app, ["layer", "tiny", "--scenario", "decode:40", "--measure", "no", "--norm-fusion",
+                               "--rope-fusion"])
+    assert text.exit_code == 0 and "(R1 GL R2 PD NF RA: us, model)" in text.output
+    listed = text.output.split("choices: ")[1].split(" (R1")[0].split("; ")
+    assert len(listed) == 2 * len(choices) and {c.split()[0][-1] for c in listed} == {"0", "1"}  # RA 0 and 1
 
 
 def test_norm_fusion_must_be_on_or_off():

@@ -65,29 +65,41 @@ def test_nf_parts_and_handovers():
     assert all(not (f.NF and f.R1 == 2) for f in all_fusions((0,), (0, 1)))
 
 
-def test_nf_choices_compute_the_layer_in_the_interpreter():
+def test_nf_and_ra_choices_compute_the_layer_in_the_interpreter():
+    """NF = 1 choices (PD on and off), one with the rope inside attention too (RA = 1), and RA = 1 alone (one
+    checker run for both options: test_qwen3_layer_rope_fusion has RA's template cases)."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-m", "formloop.library.qwen3_layer_check", "--norm-fusion",
-                           "1,1,1,1,1", "0,0,0,1,1", "1,1,1,0,1"], capture_output=True, text=True, env=env,
-                          timeout=900, check=False)
+    proc = subprocess.run([sys.executable, "-m", "formloop.library.qwen3_layer_check", "--norm-fusion", "--rope-fusion",
+                           "1,1,1,1,1", "0,0,0,1,1,1", "1,1,1,0,1", "0,0,0,0,0,1"], capture_output=True, text=True,
+                          env=env, timeout=900, check=False)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     decode = [r for r in rows if r["scenario"].startswith("decode")]
-    assert len(decode) == 3 and all(r["ok"] for r in rows) and proc.returncode == 0, (proc.stderr[-2000:], rows)
-    assert all(r["fusion"].get("NF") == 1 for r in decode)
+    assert len(decode) == 4 and all(r["ok"] for r in rows) and proc.returncode == 0, (proc.stderr[-2000:], rows)
+    assert [(r["fusion"].get("NF", 0), r["fusion"].get("RA", 0)) for r in decode] == [(1, 0), (1, 1), (1, 0), (0, 1)]
 
 
-def test_layer_plan_with_norm_fusion_solves_the_fused_parts():
+def test_layer_plan_with_norm_and_rope_fusion_solves_the_fused_parts():
+    """One plan with both options (qwen3-8b decode): the norm-fused GEMVs and attention with the rope inside
+    (test_qwen3_layer_rope_fusion has RA's template cases)."""
+    from formloop.hw.chips import get_chip
     from formloop.library.qwen3_layer import get_model, parse_scenario
-    from formloop.library.qwen3_layer_plan import plan
+    from formloop.library.qwen3_layer_plan import part_floor_us, plan
 
     cfg = get_model("qwen3-8b")
-    p = plan(cfg, parse_scenario("decode:2048"), workers=1, norm_fusion=True)
+    p = plan(cfg, parse_scenario("decode:2048"), workers=1, norm_fusion=True, rope_fusion=True)
     for n in NORM_PARTS:
         assert p.parts[n].design["Tm"] == 1 and p.parts[n].design["KS"] == 1 and p.parts[n].time_us > 0
-    assert p.layer["norm_fusion"] is True
+    assert p.layer["norm_fusion"] is True and p.layer["rope_fusion"] is True
     launched = [r["part"] for r in p.as_dict()["parts"]]   # what the benchmark writes for the plan
     assert launched == list(p.fusion.parts(False)) and "qkv_norm" in launched
     assert p.model_us == pytest.approx(min(c["model_us"] for c in p.layer["choices"]), rel=1e-6)
+    attn, fused = p.parts["attn"], p.parts["attn_rope"]
+    assert fused.design == attn.design and fused.time_us > attn.time_us and fused.detail["feasible"]
+    assert ("attn_rope" in launched) == bool(p.fusion.RA) and ("rope" in launched) != bool(p.fusion.RA)
+    chip = get_chip("h200")  # the fused part's floor: attention's and the rope's bytes, less q's round trip
+    assert part_floor_us(p, "attn", chip) < part_floor_us(p, "attn_rope", chip) < \
+        part_floor_us(p, "attn", chip) + part_floor_us(p, "rope", chip)
     # prefill rows are more than a GEMV takes (the rule is the same at any width: the tiny config, 9 rows)
-    pre = plan(get_model("tiny"), parse_scenario("prefill:9"), workers=1, norm_fusion=True)
+    pre = plan(get_model("tiny"), parse_scenario("prefill:9"), workers=1, norm_fusion=True, rope_fusion=True)
     assert pre.fusion.NF == 0 and pre.parts["qkv_norm"].detail["feasible"] is False
+    assert pre.fusion.RA == 0 and pre.parts["attn_rope"].detail["feasible"] is False

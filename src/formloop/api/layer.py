@@ -25,10 +25,11 @@ MEASURE = ("auto", "yes", "no")
 
 
 def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: str = "auto",
-          workers: int = 4, norm_fusion: bool = False, tune: int = 0, settings: Settings | None = None
-          ) -> dict[str, Any]:
+          workers: int = 4, norm_fusion: bool = False, tune: int = 0, settings: Settings | None = None,
+          rope_fusion: bool = False) -> dict[str, Any]:
     """Plan (and with a GPU, measure) the layer of `model` for each scenario; `norm_fusion`: the layer
-    template's option (decode may run the two RMSNorms inside the QKV and GateUp GEMVs, decision NF); `tune`:
+    template's option (decode may run the two RMSNorms inside the QKV and GateUp GEMVs, decision NF); `rope_fusion`:
+    its option RA (decode attention may take the q/k norm + RoPE + KV write inside); `tune`:
     on a GPU, time each GEMM part's and the attention's plan design against its family's next `tune` designs alone
     and launch the fastest where it is >= 3 % faster (formloop.library.qwen3_layer_tune) before measuring the layer.
     Attention is solved with the store's latest calibration of its family on `chip` where there is one, else its
@@ -45,6 +46,7 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InvalidInput("workers", workers, "a whole number >= 1")
     norm_fusion = bool_option("norm_fusion", norm_fusion)
+    rope_fusion = bool_option("rope_fusion", rope_fusion)
     if isinstance(tune, bool) or not isinstance(tune, int) or tune < 0:
         raise InvalidInput("tune", tune, "a whole number >= 0 (candidate designs timed per GEMM part)")
     on_gpu = gpu_available()
@@ -58,7 +60,7 @@ def layer(model: str, scenarios: Sequence[str], *, chip: str = "h200", measure: 
     calibrations = {name: c.describe() if c is not None else f"{PRIOR_LABEL} ({why})" for name, (c, why) in
                     found.items()}
     for sc, p in zip(parsed, plan_many(cfg, parsed, chip, model, workers, norm_fusion=norm_fusion,
-                                       attention_calibration=terms)):
+                                       attention_calibration=terms, rope_fusion=rope_fusion)):
         tuned = None
         if tune:
             from formloop.library.qwen3_layer_tune import tune_attention, tune_gemms  # noqa: PLC0415 (torch)

@@ -23,7 +23,9 @@ def _lines(r: dict) -> list[str]:
             design = ",".join(f"{k}={v}" for k, v in p["design"].items())
             out.append(f"  {p['part']:<11} {p['model_us']:9.2f} us (model)  {design}")
         best = s["layer_solve"]["choices"]
-        keys = ("R1", "GL", "R2", "NF")[:3 + ("NF" in s["fusion"])]
+        solve = s["layer_solve"]
+        keys = ("R1", "GL", "R2", "PD") + (("NF",) if solve.get("norm_fusion") else ()) \
+            + (("RA",) if solve.get("rope_fusion") else ())
         out.append("  choices: " + "; ".join("".join(str(c["fusion"].get(k, 0)) for k in keys)
                                              + f" {c['model_us']:.1f}" for c in best)
                    + f" ({' '.join(keys)}: us, model)")
@@ -53,12 +55,14 @@ def layer(model: str = typer.Argument(..., help="model: qwen3-8b (or tiny, the c
           measure: str = typer.Option("auto", "--measure", help="auto (on a CUDA device), yes or no"),
           norm_fusion: bool = typer.Option(False, "--norm-fusion", help="decode may run the two RMSNorms inside the "
                                            "QKV and GateUp GEMVs (the layer template's decision NF)"),
+          rope_fusion: bool = typer.Option(False, "--rope-fusion", help="decode attention may take the q/k RMSNorm "
+                                           "+ RoPE + KV-cache write inside (the layer template's decision RA)"),
           tune: int = typer.Option(0, "--tune", help="on a GPU: time each GEMM part's and the attention's design "
                                    "against its family's next N designs alone and launch the fastest (>= 3 % faster)"),
           as_json: bool = typer.Option(False, "--json", help="print the result as JSON")) -> None:
     """Plan a whole decoder layer per scenario: fusion by MILP, parts by their templates; measure on a GPU."""
     r = api.layer(model, scenario or [], chip=chip, measure=measure, norm_fusion=norm_fusion, tune=tune,
-                  settings=load_settings())
+                  settings=load_settings(), rope_fusion=rope_fusion)
     if as_json:
         print_json(r)
         return

@@ -88,31 +88,34 @@ def check_fusion(cfg: Qwen3Config, sc: Scenario, fusion: Fusion, designs: Mappin
     return res
 
 
-def check_all(model: str = "tiny", scenarios=CHECK_SCENARIOS, fusions=None, norm_fusion: bool = False) -> list[dict]:
-    """Each choice on each scenario; with `norm_fusion` also the NF = 1 choices (decode only)."""
+def check_all(model: str = "tiny", scenarios=CHECK_SCENARIOS, fusions=None, norm_fusion: bool = False,
+              rope_fusion: bool = False) -> list[dict]:
+    """Each choice on each scenario; with `norm_fusion` also the NF = 1 choices, with `rope_fusion` the RA = 1
+    ones (decode only)."""
     cfg = MODELS[model]
     out = []
     for text in scenarios:
         sc = parse_scenario(text)
         nf = (0, 1) if norm_fusion and sc.kind == "decode" else (0,)
-        for fu in fusions or all_fusions((0, 1), nf):
-            if fu.NF and sc.kind == "prefill":
+        ra = (0, 1) if rope_fusion and sc.kind == "decode" else (0,)
+        for fu in fusions or all_fusions((0, 1), nf, ra):
+            if (fu.NF or fu.RA) and sc.kind == "prefill":
                 continue
             out.append(check_fusion(cfg, sc, fu, tiny_designs(sc, bool(fu.PD))))
     return out
 
 
 def main(argv: list[str]) -> int:
-    norm_fusion = "--norm-fusion" in argv
-    argv = [a for a in argv if a != "--norm-fusion"]
+    norm_fusion, rope_fusion = "--norm-fusion" in argv, "--rope-fusion" in argv
+    argv = [a for a in argv if a not in ("--norm-fusion", "--rope-fusion")]
     fusions = None
     if argv:
-        fusions = [Fusion(*map(int, a.split(","))) for a in argv]   # R1,GL,R2,PD[,NF]
+        fusions = [Fusion(*map(int, a.split(","))) for a in argv]   # R1,GL,R2,PD[,NF[,RA]]
     if os.environ.get("TRITON_INTERPRET") != "1":
         print(json.dumps({"error": "set TRITON_INTERPRET=1 (the check runs the tiny config on the CPU)"}))
         return 2
     ok = True
-    for r in check_all(fusions=fusions, norm_fusion=norm_fusion):
+    for r in check_all(fusions=fusions, norm_fusion=norm_fusion, rope_fusion=rope_fusion):
         ok = ok and r["ok"]
         print(json.dumps(r), flush=True)
     return 0 if ok else 1

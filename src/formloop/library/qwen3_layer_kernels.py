@@ -21,6 +21,7 @@ import triton.language as tl
 
 from formloop.errors import InvalidInput
 from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan
+from formloop.library.attention_decode_newtoken import NewToken
 from formloop.library.attention_prefill_kernel import PrefillConfig, PrefillPlan
 from formloop.library.elementwise_kernel import ElementwiseProgram, EwConfig
 from formloop.library.gemm_epilogue_emit import KernelSpec, Shape
@@ -134,6 +135,9 @@ class LayerKernels:
         self.add2 = ElementwiseProgram(ADD, EwConfig.from_assignment(designs["add2"])) if not fusion.R2 else None
         self.silu = ElementwiseProgram(SILU_MUL, EwConfig.from_assignment(designs["silu_mul"])) if not fusion.GL \
             else None
+        self.ra = ra = bool(fusion.RA)
+        if ra and self.prefill:
+            raise InvalidInput("fusion RA", 1, "0 for a prefill (decode attention takes the rope inside)")
         self.rope = RopeKV(designs["rope"], cfg, sc, device, pdl=pdl)
         wl = {"B": 1, "Hq": cfg.heads, "Hkv": cfg.kv_heads, "D": cfg.head_dim, "L": sc.kv_len}
         if self.prefill:
@@ -142,7 +146,9 @@ class LayerKernels:
             self.q = buf(1, cfg.heads, T, cfg.head_dim)
             self.o_heads = buf(1, cfg.heads, T, cfg.head_dim)
         else:
-            self.attn = replace(DecodePlan.of(DecodeConfig.from_assignment(designs["attn"]), wl, "bf16"), chain_pdl=pdl)
+            # RA: the same design with the rope inside (designs["attn"] is attn_rope's design too)
+            self.attn = replace(DecodePlan.of(DecodeConfig.from_assignment(designs["attn"]), wl, "bf16"), chain_pdl=pdl,
+                                rope=ra, rope_eps=cfg.eps)
             self.attn_ws = self.attn.new_workspace(device)
             self.q = buf(1, cfg.heads, cfg.head_dim)
             self.o_heads = self.q.new_empty(1, cfg.heads, cfg.head_dim)
@@ -184,13 +190,22 @@ class LayerKernels:
         else:
             s = [("norm1", lambda: self.norm1(x, weight=w["w_in"], eps=cfg.eps, out=self.h)),
                  ("qkv", lambda: gemm_run(g["qkv"], {"a": self.h, "b": w["w_qkv"].T}, self.qkv, ws["qkv"]))]
-        s += [("rope", lambda: self.rope(self.qkv, w["q_norm"], w["k_norm"], q_rows, k_cache, v_cache))]
+        if self.ra:  # attention normalizes and rotates q and the new key itself and writes the new K/V row
+            c = cfg
+            q_raw = self.qkv[:, : c.q_width].view(1, c.heads, c.head_dim)
+            new = NewToken(self.qkv[:, c.q_width: c.q_width + c.kv_width].view(1, c.kv_heads, c.head_dim),
+                           self.qkv[:, c.q_width + c.kv_width:].view(1, c.kv_heads, c.head_dim), w["q_norm"],
+                           w["k_norm"], self.rope.cos, self.rope.sin)
+            s += [("attn_rope", lambda: self.attn.run(q_raw, k_cache, v_cache, self.o_heads, self.attn_ws, new=new))]
+        else:
+            s += [("rope", lambda: self.rope(self.qkv, w["q_norm"], w["k_norm"], q_rows, k_cache, v_cache))]
         if self.prefill:
             s += [("attn", lambda: self.attn.run(self.q, k_cache, v_cache, self.o_heads)),
                   ("relayout", lambda: relayout(self.o_heads, self.o))]
             o = self.o
         else:
-            s += [("attn", lambda: self.attn.run(self.q, k_cache, v_cache, self.o_heads, self.attn_ws))]
+            if not self.ra:
+                s += [("attn", lambda: self.attn.run(self.q, k_cache, v_cache, self.o_heads, self.attn_ws))]
             o = self.o_heads.view(1, cfg.q_width)
         norm2 = [] if self.nf else [("norm2", lambda: self.norm2(self.h1, weight=w["w_post"], eps=cfg.eps,
                                                                  out=self.h2))]

@@ -11,6 +11,7 @@ from formloop.library.qwen3_layer import new_state, new_weights, reference
 from formloop.library.qwen3_layer_check import KV_TOLERANCE, OUT_TOLERANCE, rel_err
 from formloop.library.qwen3_layer_pdl import check_compiled
 from formloop.library.qwen3_layer_plan import LayerPlan, part_floor_us
+from formloop.library.qwen3_layer_template import Fusion
 from formloop.measure.timer import TimingPolicy, operand_sets_for, time_launches
 
 PART_POLICY = TimingPolicy(budget_ms=15.0, max_reps=15)
@@ -109,8 +110,9 @@ def attention_in_context(plan: LayerPlan, designs: list, device: str = "cuda", w
 
     cfg, sc = plan.cfg, plan.scenario
     w = weights if weights is not None else new_weights(cfg, device=device, seed=0)
-    layer = LayerKernels(cfg, sc, plan.fusion.with_pdl(False), {n: p.design for n, p in plan.parts.items()}, w,
-                         device)
+    f = plan.fusion  # PD off, and the rope kernel apart (RA 0): it writes the rotated q each design reads
+    layer = LayerKernels(cfg, sc, Fusion(f.R1, f.GL, f.R2, 0, f.NF, 0), {n: p.design for n, p in plan.parts.items()},
+                         w, device)
     x, kc, vc, out = operand_sets(plan, device, get_chip("h200"))[0]
     layer(x, kc, vc, out)
     ref = layer.o_heads.clone()

@@ -16,8 +16,8 @@ from typing import Any
 from formloop.hw.chips import get_chip
 from formloop.library import attention_service, elementwise, gemm_epilogue, gemv_epilogue, get_template, rowwise
 from formloop.library.qwen3_layer import Qwen3Config, Scenario, check_config
-from formloop.library.qwen3_layer_template import (NAME, NORM_PARTS, PARTS, PDL_FIXED, T_PDL_PRIOR, Fusion, all_fusions,
-                                                   stream_us)
+from formloop.library.qwen3_layer_template import (NAME, NORM_PARTS, PARTS, PDL_FIXED, ROPE_INSIDE_PRIOR_US,
+                                                   ROPE_PARTS, T_PDL_PRIOR, Fusion, all_fusions, stream_us)
 from formloop.solve import enumerate_designs, solve_milp
 
 E = 2  # bf16 bytes
@@ -39,6 +39,7 @@ class GemmPart:
 class AttentionPart:
     template: str
     shape: str  # B,Hq,Hkv,D,L
+    rope: "RopePart | None" = None  # decode with the q/k norm + RoPE + KV write inside (the layer's RA)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,23 @@ def part_specs(cfg: Qwen3Config, sc: Scenario) -> dict[str, Any]:
     }
 
 
+def rope_part_specs(cfg: Qwen3Config, sc: Scenario) -> dict[str, Any]:
+    """The part of the template's option rope_fusion (ROPE_PARTS): decode attention with the rope inside."""
+    attn = part_specs(cfg, sc)["attn"]
+    return {"attn_rope": AttentionPart(attn.template, attn.shape, RopePart(sc.tokens, cfg.heads, cfg.kv_heads,
+                                                                           cfg.head_dim))}
+
+
+def rope_inside(attn: PartPlan, decode: bool) -> PartPlan:
+    """attn_rope's plan: attention's design and model time plus ROPE_INSIDE_PRIOR_US (model prior); infeasible
+    (time 0, detail["feasible"] False) for a prefill."""
+    if not decode:
+        return PartPlan("attn_rope", "attention", 0.0, {}, {"feasible": False, "why": "decode attention only"})
+    return PartPlan("attn_rope", "attention", attn.time_us + ROPE_INSIDE_PRIOR_US, dict(attn.design),
+                    {**attn.detail, "feasible": True, "rope_inside_us": ROPE_INSIDE_PRIOR_US,
+                     "rope_inside_source": "model prior (qwen3_layer_template.ROPE_INSIDE_PRIOR_US)"})
+
+
 def norm_part_specs(cfg: Qwen3Config, sc: Scenario) -> dict[str, Any]:
     """The norm-fused GEMM parts of the template's option norm_fusion (NORM_PARTS)."""
     t, h, i = sc.tokens, cfg.hidden, cfg.intermediate
@@ -124,7 +142,7 @@ class PartPlan:
 
     def as_dict(self) -> dict:
         return {"part": self.name, "kind": self.kind, "model_us": self.time_us, "design": self.design,
-                "detail": self.detail, "what": {**PARTS, **NORM_PARTS}[self.name]}
+                "detail": self.detail, "what": {**PARTS, **NORM_PARTS, **ROPE_PARTS}[self.name]}
 
 
 def _solve_gemm(name: str, spec: GemmPart, chip, gemm_calibration: Mapping[str, float] | None,
@@ -202,27 +220,32 @@ def solve_parts(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", workers: int
 
 
 def solve_layer(parts: Mapping[str, PartPlan], model: str = "qwen3-8b", t_pdl: float = T_PDL_PRIOR,
-                norm_fusion: bool = False) -> dict:
+                norm_fusion: bool = False, rope_fusion: bool = False) -> dict:
     """The fusion choice (HiGHS over qwen3-layer), with every choice's cost by enumeration; `t_pdl` the
-    saving per PDL hand-over (us, the template's prior unless measured); `norm_fusion`: the template's
-    option (NF), the norm-fused parts in `parts`."""
-    t = get_template(NAME, model=model, norm_fusion=norm_fusion)
+    saving per PDL hand-over (us, the template's prior unless measured); `norm_fusion`, `rope_fusion`: the
+    template's options (NF, RA), their parts in `parts`."""
+    t = get_template(NAME, model=model, norm_fusion=norm_fusion, rope_fusion=rope_fusion)
     prefill = parts["attn"].detail.get("template") == "attention-prefill"
-    values = {f"t_{n}": p.time_us for n, p in parts.items() if n in PARTS or norm_fusion}
+    known = {**PARTS, **(NORM_PARTS if norm_fusion else {}), **(ROPE_PARTS if rope_fusion else {})}
+    values = {f"t_{n}": p.time_us for n, p in parts.items() if n in known}
     nf_ok = norm_fusion and all(parts[n].detail.get("feasible") for n in NORM_PARTS)
+    ra_ok = rope_fusion and all(parts[n].detail.get("feasible") for n in ROPE_PARTS)
     f = t.formulate({**values, "t_pdl": t_pdl, "n_pdl_fixed": PDL_FIXED[prefill],
-                     **({"nf_ok": int(nf_ok)} if norm_fusion else {})})
+                     **({"nf_ok": int(nf_ok)} if norm_fusion else {}),
+                     **({"ra_ok": int(ra_ok)} if rope_fusion else {})})
     s = solve_milp(f)
     e = enumerate_designs(f)
     costs = []
-    for fu in all_fusions((1, 0), (1, 0) if nf_ok else (0,)):
-        v = t.evaluate_terms({**fu.as_dict(), **({"NF": fu.NF} if norm_fusion else {})}, f.params)["cost"]
+    for fu in all_fusions((1, 0), (1, 0) if nf_ok else (0,), (1, 0) if ra_ok else (0,)):
+        v = t.evaluate_terms({**fu.as_dict(), **({"NF": fu.NF} if norm_fusion else {}),
+                              **({"RA": fu.RA} if rope_fusion else {})}, f.params)["cost"]
         costs.append({"fusion": fu.as_dict(), "model_us": v})
     costs.sort(key=lambda r: r["model_us"])
     return {"fusion": Fusion.of(s.assignment).as_dict(), "model_us": float(s.objective), "bound_us": float(s.bound),
             "solver": s.solver, "status": s.status.value, "enumerated_us": float(e.objective),
             "ties": len(e.ties) if e.ties is not None else None, "choices": costs, "t_pdl_us": t_pdl,
-            "template": NAME, "template_hash": t.content_hash, "norm_fusion": bool(norm_fusion)}
+            "template": NAME, "template_hash": t.content_hash, "norm_fusion": bool(norm_fusion),
+            **({"rope_fusion": True} if rope_fusion else {})}
 
 
 @dataclass
@@ -257,19 +280,22 @@ class LayerPlan:
 
 def plan(cfg: Qwen3Config, sc: Scenario, chip: str = "h200", model: str = "qwen3-8b", workers: int = 4,
          gemm_calibration: Mapping[str, float] | None = None,
-         gemv_calibration: Mapping[str, float] | None = None, norm_fusion: bool = False) -> LayerPlan:
-    return plan_many(cfg, [sc], chip, model, workers, gemm_calibration, gemv_calibration, norm_fusion)[0]
+         gemv_calibration: Mapping[str, float] | None = None, norm_fusion: bool = False,
+         rope_fusion: bool = False) -> LayerPlan:
+    return plan_many(cfg, [sc], chip, model, workers, gemm_calibration, gemv_calibration, norm_fusion,
+                     rope_fusion=rope_fusion)[0]
 
 
 def plan_many(cfg: Qwen3Config, scenarios, chip: str = "h200", model: str = "qwen3-8b",
               workers: int = 4, gemm_calibration: Mapping[str, float] | None = None,
               gemv_calibration: Mapping[str, float] | None = None, norm_fusion: bool = False,
-              attention_calibration: Mapping[str, Mapping[str, float]] | None = None) -> list[LayerPlan]:
+              attention_calibration: Mapping[str, Mapping[str, float]] | None = None,
+              rope_fusion: bool = False) -> list[LayerPlan]:
     """Plans for several scenarios, every part solve of every scenario in one process pool. The GEMM
     parts use `gemm_calibration` (fitted terms of the gemm-epilogue template) and `gemv_calibration`
     (gemv-epilogue's) when given, else priors; attention the fitted terms `attention_calibration` names for its
     template (attention-decode, attention-prefill), else priors; `norm_fusion`: the layer template's NF option (the
-    norm-fused decode GEMVs solved too)."""
+    norm-fused decode GEMVs solved too); `rope_fusion`: its RA option (decode attention with the rope inside)."""
     cfg = check_config(cfg)
     specs = [{**part_specs(cfg, sc), **(norm_part_specs(cfg, sc) if norm_fusion else {})} for sc in scenarios]
     # one solve per distinct part (decode's GEMM parts are the same at every history length)
@@ -286,7 +312,9 @@ def plan_many(cfg: Qwen3Config, scenarios, chip: str = "h200", model: str = "qwe
     out = []
     for i, sc in enumerate(scenarios):
         parts = {n: copy.deepcopy(solved[(n, s)]) for n, s in specs[i].items()}
-        layer = solve_layer(parts, model, norm_fusion=norm_fusion)
+        if rope_fusion:
+            parts["attn_rope"] = rope_inside(parts["attn"], sc.kind == "decode")
+        layer = solve_layer(parts, model, norm_fusion=norm_fusion, rope_fusion=rope_fusion)
         out.append(LayerPlan(cfg, sc, Fusion(**layer["fusion"]), parts, layer))
     return out
 
@@ -302,7 +330,9 @@ def part_sol(spec, chip) -> tuple[float, float]:
         return 2.0 * spec.M * spec.N * spec.K, float(_gemm_bytes(spec))
     if isinstance(spec, AttentionPart):
         r = attention_service.sol(spec.template, spec.shape, chip=chip.name)
-        return float(r["flops"]), float(r["bytes"])
+        # rope inside: its bytes but the rotated q's store and load (it stays in registers)
+        rope = part_sol(spec.rope, chip)[1] - 2 * E * spec.rope.T * spec.rope.Hq * spec.rope.D if spec.rope else 0.0
+        return float(r["flops"]), float(r["bytes"]) + rope
     if isinstance(spec, RowPart):
         return 0.0, float(E * ((4 if spec.op == "rmsnorm-residual" else 2) * spec.R * spec.C + spec.C))
     if isinstance(spec, EwPart):
@@ -318,7 +348,8 @@ def floor_us(flops: float, bytes_: float, chip) -> float:
 
 def part_floor_us(plan: "LayerPlan", name: str, chip) -> float:
     """The speed-of-light floor of one part (us, sol)."""
-    specs = {**part_specs(plan.cfg, plan.scenario), **norm_part_specs(plan.cfg, plan.scenario)}
+    specs = {**part_specs(plan.cfg, plan.scenario), **norm_part_specs(plan.cfg, plan.scenario),
+             **rope_part_specs(plan.cfg, plan.scenario)}
     return floor_us(*part_sol(specs[name], chip), chip)
 
 

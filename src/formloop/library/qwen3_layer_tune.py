@@ -226,6 +226,10 @@ def tune_attention(p, device, n: int, weights=None, log: Callable[[str], None] |
         parts = {**p.parts, "attn": PartPlan("attn", old.kind, old.time_us, dict(rec["best_design"]),
                                              {**old.detail, "chosen_by": "in-context measurement",
                                               "plan_design": old.design})}
+        if "attn_rope" in parts and parts["attn_rope"].design:  # the rope-inside part runs the same design
+            r = parts["attn_rope"]
+            parts["attn_rope"] = PartPlan(r.name, r.kind, r.time_us, dict(rec["best_design"]),
+                                          {**r.detail, "chosen_by": "in-context measurement (attn)"})
         p = LayerPlan(p.cfg, p.scenario, p.fusion, parts, p.layer)
     if log and "best_us" in rec:
         log(f"{p.scenario.text}: attention in the layer's context (gpu, alone): plan {rec['plan_us']:.1f} us "
