@@ -46,6 +46,13 @@ def _short_limits(monkeypatch):
     monkeypatch.setattr(api_sol, "PROBLEM_WALL_S", 10.0)
 
 
+def _short_for_sleep(monkeypatch, name: str) -> None:
+    """The endless sleep runs out any limit, and then waits all of it: 3 s, not 10, for that case alone."""
+    if name == "sleep":
+        monkeypatch.setattr(user, "VET_WALL_S", 3.0)
+        monkeypatch.setattr(api_sol, "PROBLEM_WALL_S", 3.0)
+
+
 def _template_file(tmp_path: Path, name: str) -> str:
     text = ROWNORM.read_text()
     if name in MENUS:
@@ -59,7 +66,8 @@ def _template_file(tmp_path: Path, name: str) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE) + sorted(MENUS))
-def test_hostile_user_template_is_refused_with_a_named_verdict(tmp_path, name):
+def test_hostile_user_template_is_refused_with_a_named_verdict(tmp_path, monkeypatch, name):
+    _short_for_sleep(monkeypatch, name)
     spec = _template_file(tmp_path, name)
     with pytest.raises(StructureError) as info:
         user.load_user_template(spec)
@@ -96,7 +104,8 @@ def _problem(tmp_path: Path, name: str) -> Path:
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_problem_file_gets_a_named_verdict_from_sol(tmp_path, name):
+def test_hostile_problem_file_gets_a_named_verdict_from_sol(tmp_path, monkeypatch, name):
+    _short_for_sleep(monkeypatch, name)
     with pytest.raises(StructureError) as info:
         api.sol_report(problem=str(_problem(tmp_path, name)), chip="h100")
     msg = str(info.value)
