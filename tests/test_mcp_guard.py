@@ -18,16 +18,20 @@ ROWNORM = ROOT / "examples" / "templates" / "rownorm.py"
 STUDY = ROOT / "studies" / "wall_relaxation_capacity.toml"
 
 
-@pytest.fixture
-def server(tmp_path, monkeypatch):
-    """guarded tools with tmp_path/root as the extra root, a 20 s tool limit, the store in tmp_path/store."""
-    (tmp_path / "root").mkdir()
-    (tmp_path / "store").mkdir()
+def _guarded(tmp_path, monkeypatch, limit_s: str) -> dict:
     monkeypatch.setenv(guard.ROOTS_ENV, str(tmp_path / "root"))
-    monkeypatch.setenv(guard.TIMEOUT_ENV, "10")  # generous: a child starts in ~3 s on 2 busy cores
+    monkeypatch.setenv(guard.TIMEOUT_ENV, limit_s)
     settings = load_settings({"FORMLOOP_STORE": str(tmp_path / "store" / "p.db"), "FORMLOOP_TIER": "model"})
     tools = Tools(settings)
     return {name: guard.guarded(settings, name, getattr(tools, name)) for name in TOOL_NAMES}
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """guarded tools with tmp_path/root as the extra root, a 10 s tool limit, the store in tmp_path/store."""
+    (tmp_path / "root").mkdir()
+    (tmp_path / "store").mkdir()
+    return _guarded(tmp_path, monkeypatch, "10")  # generous: a child starts in ~3 s on 2 busy cores
 
 
 def _hostile(path: Path, body: str) -> str:
@@ -67,9 +71,12 @@ def test_wall_relax_opens_only_toml_files_under_the_roots(server, tmp_path):
     ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "ToolCrashed"),
     ("import time\ntime.sleep(3600)", "ToolTimedOut"),
 ])
-def test_a_tool_that_dies_or_hangs_is_a_named_error_and_the_server_goes_on(server, tmp_path, body, kind):
+def test_a_tool_that_dies_or_hangs_is_a_named_error_and_the_server_goes_on(server, tmp_path, monkeypatch, body,
+                                                                           kind):
     spec = _hostile(tmp_path / "root" / "t.py", body)
-    out = server["show_template"](template=spec)
+    # the endless sleep runs out any limit and then waits all of it: a 3 s one for that call alone
+    hostile = _guarded(tmp_path, monkeypatch, "3") if kind == "ToolTimedOut" else server
+    out = hostile["show_template"](template=spec)
     assert out["ok"] is False and out["error"]["type"] == kind, out
     json.dumps(out, allow_nan=False)
     again = server["show_template"](template="gemm-tiling")
