@@ -1,6 +1,8 @@
 """`formloop optimize --ray`: the campaign's CPU steps and measurements as Ray tasks on a local Ray
 instance (two CPUs, no dashboard), interpreter tier, two small problems; the driver alone writes the
-store, and the record matches what the process pool writes (same verdicts, same resume rule)."""
+store, and the record matches what the process pool writes (same verdicts, same resume rule). The two
+problems are shipped ones with their SMALL sizes made smaller still (the engine is under test here; both
+are optimized at their own SMALL sizes by tests/test_optimize_e2e.py)."""
 from __future__ import annotations
 
 import os
@@ -16,7 +18,21 @@ from formloop import api  # noqa: E402
 from formloop.optimize.store import OptimizeStore  # noqa: E402
 
 P = Path(__file__).resolve().parents[1] / "problems"
-FILES = [str(P / "level2" / "linear_bias_relu.py"), str(P / "level1" / "rmsnorm.py")]
+# problem -> (its SMALL sizes, the smaller ones used here): a third of the interpreted kernel time
+TINY = {"level2/linear_bias_relu.py": ('{"M": 64, "N": 256, "K": 512}', '{"M": 16, "N": 32, "K": 64}'),
+        "level1/rmsnorm.py": ('{"R": 64, "D": 512}', '{"R": 8, "D": 64}')}
+
+
+def _files(root: Path) -> list[str]:
+    """Copies of the shipped problems under root (same levels, same names), SMALL made smaller."""
+    files = []
+    for rel, (small, tiny) in TINY.items():
+        text = (P / rel).read_text()
+        assert f"SMALL = {small}" in text, rel
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text.replace(f"SMALL = {small}", f"SMALL = {tiny}", 1))
+        files.append(str(root / rel))
+    return files
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +44,8 @@ def local_ray():
 
 def test_campaign_on_ray_lands_in_the_one_store(local_ray, tmp_path):
     store = tmp_path / "population.db"
-    report = api.optimize(FILES, out=str(tmp_path / "out"), budget=1, small=True, tier="interpreter", workers=2,
+    files = _files(tmp_path / "problems")
+    report = api.optimize(files, out=str(tmp_path / "out"), budget=1, small=True, tier="interpreter", workers=2,
                           progress=False, store=str(store), ray="auto")
     assert report["engine"]["engine"] == "ray" and report["engine"]["cluster"]["CPU"] == 2
     assert "Ray tasks" in report["engine"]["measurements"]
@@ -41,7 +58,7 @@ def test_campaign_on_ray_lands_in_the_one_store(local_ray, tmp_path):
     with OptimizeStore(store, "fp32/small", mode="read") as s:
         first = [a["id"] for a in s.attempts("linear_bias_relu")]
         assert len(first) == 1 and Path(s.attempts("linear_bias_relu")[0]["candidate"]).is_file()
-    again = api.optimize(FILES, out=str(tmp_path / "out"), budget=1, small=True, tier="interpreter", workers=2,
+    again = api.optimize(files, out=str(tmp_path / "out"), budget=1, small=True, tier="interpreter", workers=2,
                          progress=False, store=str(store), ray="auto")
     with OptimizeStore(store, "fp32/small", mode="read") as s:
         assert [a["id"] for a in s.attempts("linear_bias_relu")] == first    # finished attempts are not re-run
