@@ -76,6 +76,51 @@ def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KS
             tl.store(o_ptr + out_base + r * s_oh + d, store_cast(out, o_ptr))
 
 
+@triton.jit
+def _tile_step(q, k_ptr, v_ptr, table_ptr, start, hi, a, b, L, Hkv, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_tb,
+               m_i, l_i, acc, qk_scale, BN: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, TM: tl.constexpr,
+               WIDEN: tl.constexpr, ZERO_V: tl.constexpr):
+    """One tile of keys [start, start + BN) of KV head a, masked at hi: the online-softmax update of (m, l, acc)
+    (SoftmaxArithmetic). `ZERO_V`: the tile's values past hi are zeroed after the load (the copy engine reads
+    whole tiles: where a row past hi may hold any bits, its zero weight alone would not cancel a NaN)."""
+    cols = tl.arange(0, BN)
+    d = tl.arange(0, D)
+    keys = start + cols
+    in_split = keys < hi
+    if TM:  # one copy-engine tile: rows of the [rows, D] view (a tile lies inside one page)
+        if PAGE > 0:
+            slot = tl.load(table_ptr + b * s_tb + start // PAGE)
+            row = ((slot * Hkv + a) * PAGE + start % PAGE).to(tl.int32)
+        else:
+            row = ((b * Hkv + a) * L + start).to(tl.int32)
+        k = k_ptr.load([row, 0])
+        v = v_ptr.load([row, 0])
+    else:
+        if PAGE > 0:
+            slot = tl.load(table_ptr + b * s_tb + keys // PAGE, mask=in_split, other=0)
+            k_rows = slot.to(tl.int64) * s_kb + (keys % PAGE) * s_kn
+            v_rows = slot.to(tl.int64) * s_vb + (keys % PAGE) * s_vn
+        else:
+            k_rows = b * s_kb + keys * s_kn
+            v_rows = b * s_vb + keys * s_vn
+        k = tl.load(k_ptr + a * s_kh + k_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
+        v = tl.load(v_ptr + a * s_vh + v_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
+    if ZERO_V:
+        v = tl.where(in_split[:, None], v, 0.0)
+    if WIDEN:
+        k = k.to(tl.float32)
+    s = tl.where(in_split[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # scores scaled by log2(e)/√D: exp2 is the exp
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s * qk_scale - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if WIDEN:
+        acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return m_new, l_i, acc
+
+
 @triton.jit(do_not_specialize=["L", "per_split", "KS", "Hkv"])
 def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
                    L, per_split, KS, Hkv, qk_scale,
@@ -115,43 +160,18 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
     m_i = tl.full((BH,), float("-inf"), tl.float32)
     l_i = tl.zeros((BH,), tl.float32)
     acc = tl.zeros((BH, D), tl.float32)
-    cols = tl.arange(0, BN)
-    for start in range(lo, hi_c, BN):
-        keys = start + cols
-        in_split = keys < hi_c
-        if TM:  # one copy-engine tile: rows of the [rows, D] view (a tile lies inside one page)
-            if PAGE > 0:
-                slot = tl.load(table_ptr + b * s_tb + start // PAGE)
-                row = ((slot * Hkv + a) * PAGE + start % PAGE).to(tl.int32)
-            else:
-                row = ((b * Hkv + a) * L + start).to(tl.int32)
-            k = k_ptr.load([row, 0])
-            v = v_ptr.load([row, 0])
-        else:
-            if PAGE > 0:
-                slot = tl.load(table_ptr + b * s_tb + keys // PAGE, mask=in_split, other=0)
-                k_rows = slot.to(tl.int64) * s_kb + (keys % PAGE) * s_kn
-                v_rows = slot.to(tl.int64) * s_vb + (keys % PAGE) * s_vn
-            else:
-                k_rows = b * s_kb + keys * s_kn
-                v_rows = b * s_vb + keys * s_vn
-            k = tl.load(k_ptr + a * s_kh + k_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
-            v = tl.load(v_ptr + a * s_vh + v_rows[:, None] + d[None, :], mask=in_split[:, None], other=0.0)
-        if TM and ROPE:  # the tile's rows past the split may hold the stale row L − 1 (any bits): weigh 0 exactly
-            v = tl.where(in_split[:, None], v, 0.0)
-        if WIDEN:
-            k = k.to(tl.float32)
-        s = tl.where(in_split[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # scores scaled by log2(e)/√D: exp2 is the exp
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s * qk_scale - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if WIDEN:
-            acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+    if ROPE:  # whole tiles in the loop; the partial tile after them alone (its rows past the split may be stale)
+        full_end = lo + tl.maximum(hi_c - lo, 0) // BN * BN
+    else:
+        full_end = hi_c
+    for start in range(lo, full_end, BN):
+        m_i, l_i, acc = _tile_step(q, k_ptr, v_ptr, table_ptr, start, hi_c, a, b, L, Hkv, s_kb, s_kh, s_kn, s_vb,
+                                   s_vh, s_vn, s_tb, m_i, l_i, acc, qk_scale, BN, D, PAGE, TM, WIDEN, False)
     if ROPE:
+        if full_end < hi_c:  # the copy engine reads the tile's rows past the split too: the stale row L − 1 may
+            # hold any bits (a NaN times a zero weight is NaN), so that tile's values past the split are zeroed
+            m_i, l_i, acc = _tile_step(q, k_ptr, v_ptr, table_ptr, full_end, hi_c, a, b, L, Hkv, s_kb, s_kh, s_kn,
+                                       s_vb, s_vh, s_vn, s_tb, m_i, l_i, acc, qk_scale, BN, D, PAGE, TM, WIDEN, TM)
         if (L - 1 >= lo) & (L - 1 < hi):  # this split holds the new key
             ones = tl.full((1, 1), 1, tl.int1)
             k_new = _norm_rope(kn_ptr + b * s_nb + a * s_nh + tl.zeros((1, 1), tl.int64), ones, kw_ptr, cos_ptr,
