@@ -112,10 +112,26 @@ def test_an_agents_wrong_candidate_is_refused_and_stored(campaign):
     assert status["sol"]["time_floor_s"] > 0
 
 
+# problem -> (its SMALL sizes, fewer rows, the same row length): the interpreted kernels' time is per row
+FEWER_ROWS = {"rmsnorm": ('{"R": 64, "D": 512}', '{"R": 8, "D": 512}'),
+              "cross_entropy": ('{"N": 64, "CLASSES": 512}', '{"N": 8, "CLASSES": 512}')}
+
+
+def _fewer_rows(root: Path, name: str) -> str:
+    """A copy of problems/level1/NAME.py under root/level1 with FEWER_ROWS' SMALL sizes."""
+    small, fewer = FEWER_ROWS[name]
+    text = (P / "level1" / f"{name}.py").read_text()
+    assert f"SMALL = {small}" in text, name
+    (root / "level1").mkdir(parents=True, exist_ok=True)
+    (root / "level1" / f"{name}.py").write_text(text.replace(f"SMALL = {small}", f"SMALL = {fewer}", 1))
+    return str(root / "level1" / f"{name}.py")
+
+
 def test_bf16_variant_casts_what_it_can_and_says_why_not(tmp_path):
     """--dtype bf16: rmsnorm runs in bf16 (its candidate and its eager baseline both timed in bf16 by the
-    harness, bf16 tolerance); cross_entropy's integer targets keep it fp32, with the reason."""
-    files = [str(P / "level1" / "rmsnorm.py"), str(P / "level1" / "cross_entropy.py")]
+    harness, bf16 tolerance); cross_entropy's integer targets keep it fp32, with the reason. Both with 8
+    rows instead of SMALL's 64 (rows of the same length: the cast and its tolerance are what is checked)."""
+    files = [_fewer_rows(tmp_path / "problems", n) for n in ("rmsnorm", "cross_entropy")]
     report = api.optimize(files, out=str(tmp_path), budget=1, small=True, tier="interpreter", workers=1,
                           progress=False, store=str(tmp_path / "p.db"), dtype="bf16")
     rows = {r["problem"]: r for r in report["problems"]}
