@@ -25,6 +25,8 @@ DEFECT = {  # fault -> words the replay must contain
     "missing-rescale": "differs from softmax attention",
     "causal-off-by-one": "a future token contributes",
     "causal-diagonal": "never sees key",
+    "rope-uncut": "from the cache, where this launch writes the new key",
+    "rope-partial-dropped": "is read by no split",
 }
 
 

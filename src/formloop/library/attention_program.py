@@ -30,8 +30,8 @@ from formloop.template import Template
 from formloop.verify.attention_replay import SoftmaxArithmetic
 from formloop.verify.certificate import ProofPlan
 from formloop.verify.kv_cover import (
-    CausalWalk, SplitWalk, check_causal_walk, check_head_packing, check_paged_address, check_split_walk,
-    check_tile_in_page, check_tile_loop,
+    CausalWalk, SplitWalk, check_causal_walk, check_head_packing, check_paged_address, check_rope_walk,
+    check_split_walk, check_tile_in_page, check_tile_loop,
 )
 from formloop.verify.outcome import ObligationResult
 from formloop.verify.softmax_merge import SOFTMAX_OBLIGATIONS, check_softmax
@@ -42,6 +42,9 @@ DECODE_FAULTS = {
     "unguarded-tail": ("no mask at the end of a split (keys past L are read)", ("kv-no-phantom",)),
     "stale-max": ("the merge weighs split j against the running max before folding it in", ("merge-step",)),
     "missing-rescale": ("the accumulator is not rescaled when the running max rises", ("tile-step",)),
+    "rope-uncut": ("rope inside: the cache walk runs to the split's end, reading the row of the new key too",
+                   ("rope-exact-once", "rope-no-stale")),
+    "rope-partial-dropped": ("rope inside: the partial tile after the whole ones is skipped", ("rope-coverage",)),
 }
 PREFILL_FAULTS = {
     "causal-off-by-one": ("causal mask k <= q + 1 (the next token leaks into the row)", ("causal-no-future",)),
@@ -64,6 +67,7 @@ class AttentionProgram:
     walk: SplitWalk | CausalWalk
     arithmetic: SoftmaxArithmetic = field(default_factory=SoftmaxArithmetic)
     fault: str | None = None
+    rope_walk: SplitWalk = SplitWalk(rope=True)  # decode with the rope inside (attention_decode_jit ROPE)
 
 
 def decode_program(fault: str | None = None) -> AttentionProgram:
@@ -73,7 +77,8 @@ def decode_program(fault: str | None = None) -> AttentionProgram:
             "unguarded-tail": SplitWalk(guarded=False)}.get(fault, SplitWalk())
     arith = {"stale-max": SoftmaxArithmetic(stale_merge_max=True),
              "missing-rescale": SoftmaxArithmetic(rescale_acc=False)}.get(fault, SoftmaxArithmetic())
-    return AttentionProgram("decode", walk, arith, fault)
+    rope = SplitWalk(rope=True, rope_fault=fault.removeprefix("rope-") if fault and fault.startswith("rope-") else None)
+    return AttentionProgram("decode", walk, arith, fault, rope)
 
 
 def prefill_program(fault: str | None = None) -> AttentionProgram:
@@ -95,6 +100,7 @@ def check_program(prog: AttentionProgram, *, tiles: Sequence[int] = (64,), packs
             out.append(check_tile_loop(t, masked=False, timeout_s=timeout_s))
     if prog.kind == "decode":
         out += check_split_walk(prog.walk, prefer=PREFER_DECODE, timeout_s=timeout_s)  # type: ignore[arg-type]
+        out += check_rope_walk(prog.rope_walk, prefer=PREFER_DECODE, timeout_s=timeout_s)
         out += check_softmax(prog.arithmetic, timeout_s=timeout_s)
         out += [check_head_packing(qp, timeout_s=timeout_s) for qp in packs]
         out.append(check_paged_address(timeout_s=timeout_s))
@@ -124,7 +130,8 @@ def _fixed(template: Template, chip_values: Mapping[str, float]) -> dict:
 
 
 def decode_plan(template: Template, chip_values: Mapping[str, float]) -> ProofPlan:
-    """attention-decode's proof: the walk for every L, Bn, KS; the tile-loop lemma and the TMA
+    """attention-decode's proof: the walk for every L, Bn, KS (and with the rope inside: the cache walk cut at
+    L − 1, the new key from registers); the tile-loop lemma and the TMA
     tile-in-page rule at every Bn of the menu; head packing at every QP; the paged address map; the
     online-softmax chain."""
     prog = decode_program()

@@ -144,6 +144,45 @@ def replay_split_walk(length: int, loops: Sequence[Loop], *, focus: int | None =
     return _walk(lines, f"every key of {length} is read by exactly one split", sum(counts.values()))
 
 
+def replay_rope_walk(length: int, splits: Sequence[tuple[Loop, Loop | None, bool]], *,
+                     focus: int | None = None) -> WalkReplay:
+    """One query row of decode with the rope inside (the new key, position length − 1, from registers): per
+    split its cache tiles (a loop of whole tiles), its partial tile (or None) and whether it folds the new key.
+    Defects: a key read by no source, by two, a key past the row, and a cache read of the row length − 1
+    (the stale row: the new key is written there by this very launch)."""
+    counts: Counter = Counter()
+    origin: dict[int, list[str]] = {}
+    stale = []
+    for j, (tiles, partial, owns) in enumerate(splits):
+        for name, loop in (("tiles", tiles), ("partial tile", partial)):
+            for k in loop.positions() if loop is not None else ():
+                counts[k] += 1
+                origin.setdefault(k, []).append(f"split {j} ({name})")
+                if k == length - 1:
+                    stale.append(f"split {j} ({name})")
+        if owns:
+            counts[length - 1] += 1
+            origin.setdefault(length - 1, []).append(f"split {j} (new key)")
+    missing = [k for k in range(length) if counts[k] == 0]
+    dup = [k for k in range(length) if counts[k] > 1]
+    outside = sorted(k for k in counts if not 0 <= k < length)
+    pick = lambda xs: focus if focus in xs else xs[0]  # noqa: E731
+    lines = []
+    if missing:
+        lines.append(("missing", f"key {pick(missing)} of {length} is read by no split ({len(missing)} keys dropped)"))
+    if dup:
+        k = pick(dup)
+        lines.append(("duplicate", f"key {k} is read by {origin[k]} ({len(dup)} keys count more than once)"))
+    if outside:
+        k = pick(outside)
+        lines.append(("outside", f"{origin[k][0]} reads key {k}, beyond the {length} keys of the row"))
+    if stale:
+        lines.append(("stale", f"{stale[0]} reads key {length - 1} from the cache, where this launch writes the new "
+                               f"key (the row's old bits, possibly NaN)"))
+    return _walk(lines, f"every key of {length} is read by exactly one source, the new one from registers",
+                 sum(counts.values()))
+
+
 def replay_causal_walk(length: int, block_rows: int, blocks: Sequence[tuple[int, Sequence[Loop], Sequence[Loop]]],
                        *, focus: tuple[int, int] | None = None) -> WalkReplay:
     """Causal prefill over `length` tokens. Each block is (first row, loops whose mask does not depend

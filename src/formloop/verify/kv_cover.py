@@ -15,6 +15,10 @@ the walks every T, KS, Br, Bc >= 1):
   kv-coverage, kv-exact-once, kv-no-phantom   every key in [0, L) in exactly one split; none outside
   split-first-nonempty  split 0 holds a key, so the merge's largest max is finite; trailing splits may be
                         empty (softmax_merge's merge-empty: an empty split's partial leaves the merge unchanged)
+  rope-coverage, rope-exact-once, rope-no-phantom, rope-no-stale   decode with the rope inside (SplitWalk.rope):
+                        split j reads the cache over [lo_j, min(hi_j, L − 1)) in whole tiles, then the partial
+                        tile alone, and the split that holds L − 1 folds the new key from registers; every key in
+                        [0, L) comes from exactly one of those sources, none past L, and no cache read of L − 1
   causal-coverage, causal-exact-once, causal-no-future   every (q, k) with k <= q < L visited once;
                         no pair with k > q or k >= L contributes
   head-packing, paged-address, tile-in-page   GQA heads packed onto programs one-to-one; a paged
@@ -36,16 +40,18 @@ from dataclasses import dataclass
 import z3
 
 from formloop.verify.attention_replay import (
-    Loop, WalkReplay, replay_causal_walk, replay_head_packing, replay_paged_address, replay_split_walk,
-    replay_tile_in_page, replay_tile_loop,
+    Loop, WalkReplay, replay_causal_walk, replay_head_packing, replay_paged_address, replay_rope_walk,
+    replay_split_walk, replay_tile_in_page, replay_tile_loop,
 )
 from formloop.verify.outcome import ObligationResult
 from formloop.verify.solver import Query, Question, Replay, decide
 
 KV_OBLIGATIONS = ("kv-coverage", "kv-exact-once", "kv-no-phantom", "split-first-nonempty")
+ROPE_OBLIGATIONS = ("rope-coverage", "rope-exact-once", "rope-no-phantom", "rope-no-stale")
 CAUSAL_OBLIGATIONS = ("causal-coverage", "causal-exact-once", "causal-no-future")
 CONFIRMS = {"coverage": {"missing"}, "exact-once": {"duplicate"}, "no-phantom": {"outside"},
-            "no-future": {"future", "outside"}, "first-nonempty": {"empty-split"}, "lemma": {"lemma"}}
+            "no-future": {"future", "outside"}, "first-nonempty": {"empty-split"}, "lemma": {"lemma"},
+            "no-stale": {"stale"}}
 
 
 def _min(a, b):
@@ -62,6 +68,11 @@ class SplitWalk:
     floor_tiles: bool = False
     overlap: int = 0
     guarded: bool = True
+    # the rope inside (attention_decode_jit ROPE): the cache is walked over [0, L − 1), whole tiles then the partial
+    # tile, the new key folded from registers by its split. Faults: "uncut" (the cache walk runs to hi_j, L − 1
+    # included), "partial-dropped" (the partial tile is skipped)
+    rope: bool = False
+    rope_fault: str | None = None
 
     def per_split(self, L: int, T: int, KS: int) -> int:
         tiles = L // T if self.floor_tiles else -(-L // T)
@@ -74,6 +85,26 @@ class SplitWalk:
 
     def loops(self, L: int, T: int, KS: int) -> list[Loop]:
         return [Loop(lo, hi, T, hi if self.guarded else None) for lo, hi in self.ranges(L, T, KS)]
+
+    def rope_sources(self, L: int, T: int, KS: int) -> list[tuple[Loop, Loop | None, bool]]:
+        """Per split, as the kernel runs it: (whole tiles, the partial tile or None, folds the new key)."""
+        out = []
+        for lo, hi in self.ranges(L, T, KS):
+            hc = hi if self.rope_fault == "uncut" else min(hi, L - 1)
+            full = lo + max(hc - lo, 0) // T * T
+            partial = Loop(full, hc, T, hc) if full < hc and self.rope_fault != "partial-dropped" else None
+            out.append((Loop(lo, full, T), partial, lo <= L - 1 < hi))
+        return out
+
+    def z3_rope(self, j, k, L, T, per) -> tuple:
+        """(tiles, partial tile, new key): split j reads key k from that source (the kernel's formulas)."""
+        lo, hi = self.z3_range(j, L, T, per)
+        hc = hi if self.rope_fault == "uncut" else _min(hi, L - 1)
+        full = lo + T * (z3.If(hc > lo, hc - lo, 0) / T)
+        tiles = z3.And(lo <= k, k < full)
+        partial = z3.And(full <= k, k < hc) if self.rope_fault != "partial-dropped" else z3.BoolVal(False)
+        new = z3.And(lo <= L - 1, L - 1 < hi, k == L - 1)
+        return tiles, partial, new
 
     def z3_range(self, j, L, T, per) -> tuple:
         start = j * per * T - z3.If(j > 0, self.overlap * T, 0)
@@ -179,6 +210,43 @@ def _nonempty_replay(walk: SplitWalk, L: int, T: int, KS: int) -> WalkReplay:
         return WalkReplay(frozenset({"empty-split"}), f"at L={L}, T={T}, KS={KS} split 0 has no key: every split's "
                                                       f"max may be -inf and the merge's weights are NaN")
     return WalkReplay(frozenset(), f"at L={L}, T={T}, KS={KS} split 0 holds keys [{lo}, {hi})")
+
+
+def check_rope_walk(walk: SplitWalk = SplitWalk(rope=True), *, obligations: Sequence[str] = ROPE_OBLIGATIONS,
+                    prefer: tuple[int, int] | None = None, timeout_s: float = 10.0) -> list[ObligationResult]:
+    """Decode with the rope inside, for every L, T, KS >= 1: each key of [0, L) from exactly one source (a split's
+    whole tiles, its partial tile, or the new key L − 1 from registers by the split holding it), none past L, and
+    no cache read of L − 1 (that row is written by the same launch). `prefer` = (T, KS) of a design."""
+    out = []
+    for ob in obligations:
+        L, k, T, KS, per, tiles, j1, j2 = z3.Ints("L k T KS per_split tiles j1 j2")
+        facts = [L >= 1, T >= 1, KS >= 1, T * (tiles - 1) < L, L <= T * tiles, KS * (per - 1) < tiles,
+                 tiles <= KS * per]
+
+        def sources(j):
+            return [z3.And(j >= 0, j < KS, s) for s in walk.z3_rope(j, k, L, T, per)]
+
+        def reads(j):
+            return z3.Or(*sources(j))
+        if ob == "rope-coverage":  # the backward map names the one split that should hold k
+            facts += [k >= 0, k < L, z3.Not(reads((k / T) / per)), z3.Not(reads(j1))]
+        elif ob == "rope-exact-once":
+            a, b, c = sources(j1)
+            facts += [k >= 0, k < L, z3.Or(z3.And(reads(j1), reads(j2), j1 != j2),
+                                           z3.And(a, b), z3.And(a, c), z3.And(b, c))]
+        elif ob == "rope-no-phantom":
+            facts += [z3.Or(k < 0, k >= L), reads(j1)]
+        elif ob == "rope-no-stale":
+            a, b, _ = sources(j1)
+            facts += [k == L - 1, z3.Or(a, b)]
+        else:
+            raise ValueError(f"unknown obligation {ob}; known: {ROPE_OBLIGATIONS}")
+        replay = lambda w: replay_rope_walk(w["L"], walk.rope_sources(w["L"], w["T"], w["KS"]),  # noqa: E731
+                                            focus=w["k"])
+        want = [T == prefer[0], KS == prefer[1]] if prefer else []
+        out.append(_decide(ob, facts, (L, k, T, KS), replay, ob.removeprefix("rope-"), timeout_s,
+                           {"scope": "every L, T, KS >= 1", "walk": walk.__dict__}, prefer=want))
+    return out
 
 
 def check_causal_walk(walk: CausalWalk = CausalWalk(), *, obligations: Sequence[str] = CAUSAL_OBLIGATIONS,
