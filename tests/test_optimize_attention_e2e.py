@@ -1,12 +1,13 @@
 """`formloop optimize` on the shipped attention problems, end to end in the Triton interpreter at SMALL
-sizes: SDPA (causal prefill, GQA decode) and minGPT's written-out attention become the fp32 flash kernel,
-and every ModelNew passes the harness (KernelBench's fp32 tolerance, float64 truth) and the integrity
+sizes with one batch entry: SDPA (causal prefill, GQA decode) and minGPT's written-out attention become the
+fp32 flash kernel, and every ModelNew passes the harness (KernelBench's fp32 tolerance, float64 truth) and the integrity
 battery. A ModelNew whose mask is wrong (causal flag dropped) is refused by the same harness. Slow
-(interpreted kernels, child processes, ~40 s a problem on two cores, most of it the integrity battery): one
+(interpreted kernels, child processes, ~20 s a problem alone, most of it the integrity battery): one
 attempt each on the two paths into the kernel, SDPA (causal prefill) and written-out attention (minGPT); the
 GQA decode, GQA-causal and full-prefill problems are left to tests/test_attention_fp32.py (their recognition,
 and the kernel on GQA, causal tails and full attention against float64), which exercises the same path below
-the campaign."""
+the campaign. The problems are copies of the shipped files with SMALL's batch 1 instead of 2: the same heads,
+lengths and tails, half the interpreted kernel work."""
 from __future__ import annotations
 
 import os
@@ -22,13 +23,28 @@ from formloop import api  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 P = ROOT / "problems"
 NAMES = ["attention_causal"]
-FILES = [str(P / "level1" / f"{n}.py") for n in NAMES] + [str(P / "level3" / "mingpt_attention.py")]
+# shipped problem -> (its SMALL sizes, the same with one batch entry)
+ONE_BATCH = {"level1/attention_causal.py": ('{"B": 2, "H": 4, "S": 96, "D": 64}', '{"B": 1, "H": 4, "S": 96, "D": 64}'),
+             "level3/mingpt_attention.py": ('{"B": 2, "T": 64, "C": 64, "H": 4}', '{"B": 1, "T": 64, "C": 64, "H": 4}')}
+
+
+def _one_batch(root: Path) -> list[str]:
+    """Copies of the shipped problems under root (same levels, same names), SMALL's batch made 1."""
+    files = []
+    for rel, (small, one) in ONE_BATCH.items():
+        text = (P / rel).read_text()
+        assert f"SMALL = {small}" in text, rel
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text.replace(f"SMALL = {small}", f"SMALL = {one}", 1))
+        files.append(str(root / rel))
+    return files
 
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     out = tmp_path_factory.mktemp("optimize_attention")
-    report = api.optimize(FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False,
+    files = _one_batch(tmp_path_factory.mktemp("problems"))
+    report = api.optimize(files, out=str(out), budget=1, small=True, tier="interpreter", workers=1, progress=False,
                           tolerance="kernelbench", store=str(out / "population.db"))
     return out, {r["problem"]: r for r in report["problems"]}
 
