@@ -2,7 +2,9 @@
 interpreter: the kernel against a float64 conv2d with padding, stride, dilation and tails (the
 implicit-GEMM and the patch-GEMM lowerings, bias, a folded eval-mode BatchNorm, an activation), a
 wrong kernel refused by the same check, the recognizer's regions and notes, and the conv problems
-optimized end to end at their SMALL sizes (harness and integrity), a wrong-padding ModelNew refused."""
+optimized end to end at their SMALL sizes with one image instead of two (copies of the shipped files, SMALL's
+batch made 1: the same channels, spatial sizes and filters; harness and integrity), a wrong-padding ModelNew
+refused."""
 from __future__ import annotations
 
 import os
@@ -197,17 +199,31 @@ def test_tf32_misses_kernelbench_fp32_tolerance_at_k576_and_tf32x3_meets_it():
     assert worst(tf32) > 2.0 and worst(x3) < 0.1
 
 
+def _one_image(root: Path) -> list[str]:
+    """Copies of CONV_FILES under root (same levels, same names), SMALL's batch N made 1."""
+    files = []
+    for f in map(Path, CONV_FILES):
+        text = f.read_text()
+        small = re.search(r"^SMALL = \{\"N\": 2, .*\}", text, re.M)
+        assert small, f
+        (root / f.parent.name).mkdir(parents=True, exist_ok=True)
+        (root / f.parent.name / f.name).write_text(text.replace(small[0], small[0].replace('"N": 2', '"N": 1', 1)))
+        files.append(str(root / f.parent.name / f.name))
+    return files
+
+
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     out = tmp_path_factory.mktemp("optimize_conv")
-    report = api.optimize(CONV_FILES, out=str(out), budget=1, small=True, tier="interpreter", workers=1,
+    files = _one_image(tmp_path_factory.mktemp("problems"))
+    report = api.optimize(files, out=str(out), budget=1, small=True, tier="interpreter", workers=1,
                           progress=False, store=str(out / "population.db"))
-    return out, report
+    return out, report, files
 
 
 @pytest.mark.parametrize("name", ["conv2d_3x3", "conv2d_patch_embed", "conv_bn_relu", "resnet_bottleneck"])
 def test_conv_problem_gets_a_verified_model_new(campaign, name):
-    out, report = campaign
+    out, report, _ = campaign
     row = {r["problem"]: r for r in report["problems"]}[name]
     assert row["best"] is not None, row["verdicts"]
     assert row["verdicts"][0]["correct"] and row["verdicts"][0]["accepted"]
@@ -216,16 +232,16 @@ def test_conv_problem_gets_a_verified_model_new(campaign, name):
 
 
 def test_conv_transpose_keeps_the_reference(campaign):
-    _, report = campaign
+    _, report, _ = campaign
     row = {r["problem"]: r for r in report["problems"]}["conv_transpose2d"]
     assert row["status"] == "reference" and row["best"] is None and "ConvTranspose2d" in row["reason"]
 
 
 def test_a_wrong_padding_model_new_is_refused(campaign):
-    out, _ = campaign
+    out, _, files = campaign
     good = (out / "models" / "conv2d_3x3.py").read_text()
     assert "padding = (1, 1)" in good
     wrong = re.sub(r"padding = \(1, 1\)", "padding = (2, 2)", good)
-    r = api.optimize_submit(CONV_FILES[0], out=str(out), source=wrong, small=True, tier="interpreter",
+    r = api.optimize_submit(files[0], out=str(out), source=wrong, small=True, tier="interpreter",
                             store=str(out / "population.db"))
     assert r["correct"] is False and r["accepted"] is False
