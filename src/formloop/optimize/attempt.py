@@ -23,9 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from formloop.optimize.assemble import assemble
-from formloop.optimize.capture import CaptureFailed, capture
-from formloop.optimize.recognize import recognize
 from formloop.sol.problem import load_problem
 
 DTYPES = ("fp32", "bf16")
@@ -159,6 +156,9 @@ def bootstrap(path: str, *, small: bool, chip: str, dtype: str = "fp32") -> dict
         out["sol_note"] = f"SOL floor on {r.chip}, {r.precision_words}, {r.bound}-bound (model)"
     except Exception as exc:  # noqa: BLE001 - no floor: the SOL-gap rule cannot fire for it
         out["sol_note"] = f"no SOL floor: {type(exc).__name__}: {exc}"[:300]
+    from formloop.optimize.capture import CaptureFailed, capture  # noqa: PLC0415 (torch: imported when a step runs)
+    from formloop.optimize.recognize import recognize  # noqa: PLC0415
+
     try:
         with _timed(phases, "capture"):
             cap = capture(prob, _torch_dtype(out["dtype"]))
@@ -180,6 +180,10 @@ def build(path: str, *, small: bool, tier: str, attempt: int, out_dir: str,
           dtype: str = "fp32", tolerance: str = "kernelbench") -> dict[str, Any]:
     """Assemble attempt `attempt`'s ModelNew and write it; `candidate` is None with `reason` if no
     region could be given an instance. `dtype` is the problem's settled dtype (bootstrap's)."""
+    from formloop.optimize.assemble import assemble  # noqa: PLC0415 (torch: imported when a step runs)
+    from formloop.optimize.capture import capture  # noqa: PLC0415
+    from formloop.optimize.recognize import recognize  # noqa: PLC0415
+
     name = Path(path).stem
     phases: dict[str, float] = {}
     try:

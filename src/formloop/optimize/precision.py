@@ -33,11 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
-
 from formloop.errors import InvalidInput
-from formloop.measure.compare import AllClose, rule_for
-from formloop.measure.probes_inputs import SCALE_FACTOR
 
 FP32_OPERANDS = ("auto", "tf32", "tf32x3", "fp32")
 SPEED_ORDER = ("tf32", "tf32x3", "fp32")        # fastest first: tf32 peak, tf32 peak / 3, SIMT fp32
@@ -80,6 +76,10 @@ def bound(precision: str, *, K: int, N: int, outputs: int, rms_ab: float, chain:
         floor = max(0.0, math.log(N) - z * s / math.sqrt(N))
     z = math.sqrt(2 * math.log(2 * max(outputs, 1)))
     worst = z * gain * s * rel
+    import torch  # noqa: PLC0415 (the CLI and the API load this module without torch)
+
+    from formloop.measure.compare import AllClose, rule_for  # noqa: PLC0415
+
     r = rule_for(rule, torch.float32)
     if isinstance(r, AllClose):
         allowed = r.atol + r.rtol * floor
@@ -93,6 +93,8 @@ def _both(precision: str, **kw: Any) -> dict[str, Any]:
     """The bound at the model's scale and at the integrity battery's structured input (one region
     of an input scaled by SCALE_FACTOR): a precision fits only if it fits both, since the battery
     judges the candidate on that input too (a row log-sum-exp's error grows like e^{s²/2})."""
+    from formloop.measure.probes_inputs import SCALE_FACTOR  # noqa: PLC0415 (torch)
+
     base = bound(precision, **kw)
     probe = bound(precision, **{**kw, "rms_ab": kw["rms_ab"] * SCALE_FACTOR})
     return {**base, "fits": base["fits"] and probe["fits"], "fits_base": base["fits"],
@@ -102,6 +104,8 @@ def _both(precision: str, **kw: Any) -> dict[str, Any]:
 def decide(fp32_operands: str, *, K: int, N: int, outputs: int, rms_ab: float, chain: list[str] | None = None,
            rule: str = "kernelbench") -> dict[str, Any]:
     """The precision for one fp32 GEMM region and why: {'precision', 'bounds', 'note'}."""
+    from formloop.measure.probes_inputs import SCALE_FACTOR  # noqa: PLC0415 (torch)
+
     check_option(fp32_operands)
     bounds = {p: _both(p, K=K, N=N, outputs=outputs, rms_ab=rms_ab, chain=chain, rule=rule) for p in SPEED_ORDER}
     if fp32_operands != "auto":
