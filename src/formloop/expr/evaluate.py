@@ -5,6 +5,7 @@ the whole joint menu of the decisions it reads (the enumerator and the MILP's fa
 rely on this). `substitute` folds named leaves to constants with the same operator table."""
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from numbers import Real
 
@@ -53,23 +54,49 @@ def apply_op(op: Op, values: Sequence):
     return fn(*values)
 
 
+# root -> its evaluation plan: per node in postorder (children first, the root last) a constant, a leaf's name,
+# or an operator's function with its arguments' positions. Weak keys: a plan goes with its expression.
+_PLANS: "weakref.WeakKeyDictionary[Expr, tuple]" = weakref.WeakKeyDictionary()
+_CONST, _LEAF, _APPLY = 0, 1, 2
+
+
+def _plan(root: Expr) -> tuple:
+    plan = _PLANS.get(root)
+    if plan is None:
+        nodes = list(postorder(root))
+        at = {id(n): i for i, n in enumerate(nodes)}
+        steps = []
+        for node in nodes:
+            if node.op is Op.CONST:
+                steps.append((_CONST, node.payload, None))
+            elif node.op in (Op.VAR, Op.PARAM):
+                steps.append((_LEAF, node.name, node.op))
+            else:
+                fn = _OPS.get(node.op)
+                if fn is None:
+                    raise UnsupportedOp(node.op, "numpy", node.op)
+                steps.append((_APPLY, fn, tuple(at[id(a)] for a in node.args)))
+        plan = _PLANS[root] = tuple(steps)
+    return plan
+
+
 def evaluate(root: Expr, env: Mapping[str, object]):
     """Value of `root` with every leaf name bound in `env` (scalars or broadcastable arrays)."""
-    memo: dict[int, object] = {}
-    for node in postorder(root):
-        if node.op is Op.CONST:
-            value = node.payload
-        elif node.op in (Op.VAR, Op.PARAM):
+    values: list = []
+    push = values.append
+    for kind, what, how in _plan(root):
+        if kind == _APPLY:
+            push(what(*[values[i] for i in how]))
+        elif kind == _LEAF:
             try:
-                value = env[node.name]
+                push(env[what])
             except KeyError:
-                kind = "decision" if node.op is Op.VAR else "parameter"
+                kind = "decision" if how is Op.VAR else "parameter"
                 bound = ", ".join(sorted(env)) or "none"
-                raise StructureError(f"{kind} {node.name} has no value; bound: {bound}") from None
+                raise StructureError(f"{kind} {what} has no value; bound: {bound}") from None
         else:
-            value = apply_op(node.op, [memo[id(a)] for a in node.args])
-        memo[id(node)] = value
-    return memo[id(root)]
+            push(what)
+    return values[-1]
 
 
 def substitute(root: Expr, values: Mapping[str, Real]) -> Expr:
