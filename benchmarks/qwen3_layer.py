@@ -221,51 +221,30 @@ def pdl_ab(p, device, w) -> tuple[dict, dict]:
     return runs[best], ab
 
 
-def nf_ab(p, device, w, fused: dict) -> tuple:
-    """With the norm fusion chosen (NF = 1, its measurement `fused`): the same plan with the two RMSNorms
-    launched on their own (NF = 0, same PD and designs), checked and timed; (the plan and measurement of the
-    faster, the A/B record)."""
-    from formloop.library.qwen3_layer_measure import measure  # noqa: PLC0415
-    from formloop.library.qwen3_layer_template import Fusion  # noqa: PLC0415
+WHAT = {"NF": "norm fusion", "RA": "rope in attention"}
 
-    f = p.fusion
-    q = p.with_fusion(Fusion(f.R1, f.GL, f.R2, f.PD, 0))
+
+def decision_ab(p, device, w, fused: dict, name: str) -> tuple:
+    """With the fusion decision `name` (NF: the norms inside the GEMVs, RA: the rope inside attention) chosen = 1
+    (its measurement `fused`): the same plan with it 0 (same PD, other decisions and designs), checked and timed;
+    (the plan and measurement of the faster, the A/B record)."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from formloop.library.qwen3_layer_measure import measure  # noqa: PLC0415
+
+    q = p.with_fusion(replace(p.fusion, **{name: 0}))
     try:
         apart = measure(q, device=device, weights=w)
     except Exception as exc:  # noqa: BLE001 (a failing variant is recorded, the fused one stands)
         apart = {"check": {"ok": False}, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
-    ab = {"NF=1": fused, "NF=0": apart, "source": "gpu", "chosen_nf": 1}
-    if apart["check"]["ok"] and fused["check"]["ok"]:
-        ab["saving_graph_us"] = apart["graph_us"] - fused["graph_us"]
-        log(f"{p.scenario.text}: norm fusion NF=1 {fused['graph_us']:.1f} us vs NF=0 {apart['graph_us']:.1f} us graph "
-            f"(gpu, PD={f.PD}): saves {ab['saving_graph_us']:.1f} us")
-    if apart["check"]["ok"] and (not fused["check"]["ok"] or apart["graph_us"] < fused["graph_us"]):
-        ab["chosen_nf"] = 0
-        return q, apart, ab
-    return p, fused, ab
-
-
-def ra_ab(p, device, w, fused: dict) -> tuple:
-    """With the rope inside attention chosen (RA = 1, its measurement `fused`): the same plan with the rope kernel
-    apart (RA = 0, same PD, NF and designs), checked and timed; (the plan and measurement of the faster, the A/B
-    record)."""
-    from formloop.library.qwen3_layer_measure import measure  # noqa: PLC0415
-    from formloop.library.qwen3_layer_template import Fusion  # noqa: PLC0415
-
-    f = p.fusion
-    q = p.with_fusion(Fusion(f.R1, f.GL, f.R2, f.PD, f.NF, 0))
-    try:
-        apart = measure(q, device=device, weights=w)
-    except Exception as exc:  # noqa: BLE001 (a failing variant is recorded, the fused one stands)
-        apart = {"check": {"ok": False}, "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
-    ab = {"RA=1": fused, "RA=0": apart, "source": "gpu", "chosen_ra": 1}
+    ab = {f"{name}=1": fused, f"{name}=0": apart, "source": "gpu", f"chosen_{name.lower()}": 1}
     if apart["check"]["ok"] and fused["check"]["ok"]:
         ab["saving_graph_us"] = apart["graph_us"] - fused["graph_us"]
         ab["saving_eager_us"] = apart["eager_us"] - fused["eager_us"]
-        log(f"{p.scenario.text}: rope in attention RA=1 {fused['graph_us']:.1f} us vs RA=0 {apart['graph_us']:.1f} us "
-            f"graph (gpu, PD={f.PD}, NF={f.NF}): saves {ab['saving_graph_us']:.1f} us")
+        log(f"{p.scenario.text}: {WHAT[name]} {name}=1 {fused['graph_us']:.1f} us vs {name}=0 {apart['graph_us']:.1f} "
+            f"us graph (gpu, {p.fusion.text}): saves {ab['saving_graph_us']:.1f} us")
     if apart["check"]["ok"] and (not fused["check"]["ok"] or apart["graph_us"] < fused["graph_us"]):
-        ab["chosen_ra"] = 0
+        ab[f"chosen_{name.lower()}"] = 0
         return q, apart, ab
     return p, fused, ab
 
@@ -294,10 +273,9 @@ def run_scenario(p, device, allow_autotune: bool) -> dict:
             log(f"{sc.text}: GEMM choice by measurement failed ({row['gemm_alone']['error']}); the plan's designs")
     m, row["pdl_ab"] = pdl_ab(p, device, w)
     p = p.with_fusion(p.fusion.with_pdl(bool(row["pdl_ab"]["chosen_pd"])))
-    if p.fusion.NF and m["check"]["ok"]:
-        p, m, row["nf_ab"] = nf_ab(p, device, w, m)
-    if p.fusion.RA and m["check"]["ok"]:
-        p, m, row["ra_ab"] = ra_ab(p, device, w, m)
+    for name in ("NF", "RA"):
+        if getattr(p.fusion, name) and m["check"]["ok"]:
+            p, m, row[f"{name.lower()}_ab"] = decision_ab(p, device, w, m, name)
     FINAL[sc.text] = p
     row["formloop"] = m
     if not m["check"]["ok"]:

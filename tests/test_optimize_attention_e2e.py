@@ -19,9 +19,8 @@ pytest.importorskip("torch")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from formloop import api  # noqa: E402
+from tests.problem_copies import resized  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-P = ROOT / "problems"
 NAMES = ["attention_causal"]
 # shipped problem -> (its SMALL sizes, the same with one batch entry)
 ONE_BATCH = {"level1/attention_causal.py": ('{"B": 2, "H": 4, "S": 96, "D": 64}', '{"B": 1, "H": 4, "S": 96, "D": 64}'),
@@ -30,14 +29,7 @@ ONE_BATCH = {"level1/attention_causal.py": ('{"B": 2, "H": 4, "S": 96, "D": 64}'
 
 def _one_batch(root: Path) -> list[str]:
     """Copies of the shipped problems under root (same levels, same names), SMALL's batch made 1."""
-    files = []
-    for rel, (small, one) in ONE_BATCH.items():
-        text = (P / rel).read_text()
-        assert f"SMALL = {small}" in text, rel
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text.replace(f"SMALL = {small}", f"SMALL = {one}", 1))
-        files.append(str(root / rel))
-    return files
+    return resized(root, ONE_BATCH)
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from formloop import api  # noqa: E402
 from formloop.optimize.store import OptimizeStore  # noqa: E402
+from tests.problem_copies import resized  # noqa: E402
 
-P = Path(__file__).resolve().parents[1] / "problems"
 # problem -> (its SMALL sizes, the smaller ones used here): a third of the interpreted kernel time
 TINY = {"level2/linear_bias_relu.py": ('{"M": 64, "N": 256, "K": 512}', '{"M": 16, "N": 32, "K": 64}'),
         "level1/rmsnorm.py": ('{"R": 64, "D": 512}', '{"R": 8, "D": 64}')}
@@ -25,14 +25,7 @@ TINY = {"level2/linear_bias_relu.py": ('{"M": 64, "N": 256, "K": 512}', '{"M": 1
 
 def _files(root: Path) -> list[str]:
     """Copies of the shipped problems under root (same levels, same names), SMALL made smaller."""
-    files = []
-    for rel, (small, tiny) in TINY.items():
-        text = (P / rel).read_text()
-        assert f"SMALL = {small}" in text, rel
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text.replace(f"SMALL = {small}", f"SMALL = {tiny}", 1))
-        files.append(str(root / rel))
-    return files
+    return resized(root, TINY)
 
 
 @pytest.fixture(scope="module")

@@ -71,22 +71,27 @@ def test_a_tensor_core_part_takes_only_a_correct_design_at_least_3_percent_faste
         assert rec[name]["chosen"] == "plan" and q.parts[name].design == p.parts[name].design
 
 
-def test_the_norm_fusion_ab_keeps_the_faster_checked_variant(plans, monkeypatch):
-    p = plans["decode"].with_fusion(Fusion(1, 1, 1, 0, 1))
-    ok = lambda us: {"check": {"ok": True}, "graph_us": us}  # noqa: E731
-    for apart, fused, want_nf in ((ok(10.0), ok(12.0), 0), (ok(12.0), ok(10.0), 1),
-                                  ({"check": {"ok": False}}, ok(12.0), 1), ("raise", ok(12.0), 1)):
+@pytest.mark.parametrize("name", ["NF", "RA"])
+def test_a_fusion_decision_ab_keeps_the_faster_checked_variant(plans, monkeypatch, name):
+    p = plans["decode"].with_fusion(Fusion(1, 1, 1, 0, 1, 1))
+    ok = lambda us: {"check": {"ok": True}, "graph_us": us, "eager_us": 2 * us}  # noqa: E731
+    other = "RA" if name == "NF" else "NF"
+    for apart, fused, want in ((ok(10.0), ok(12.0), 0), (ok(12.0), ok(10.0), 1),
+                               ({"check": {"ok": False}}, ok(12.0), 1), ("raise", ok(12.0), 1)):
         def measure(q, device, weights, apart=apart):
-            assert q.fusion.NF == 0 and q.fusion.PD == p.fusion.PD and q.parts == p.parts
+            assert getattr(q.fusion, name) == 0 and getattr(q.fusion, other) == 1
+            assert q.fusion.PD == p.fusion.PD and q.parts == p.parts
             if apart == "raise":
                 raise RuntimeError("a failing variant")
             return apart
         monkeypatch.setattr(qwen3_layer_measure, "measure", measure)
-        q, m, ab = bench.nf_ab(p, "cpu", None, fused)
-        assert ab["chosen_nf"] == want_nf and q.fusion.NF == want_nf
-        assert m is (fused if want_nf else apart)
+        q, m, ab = bench.decision_ab(p, "cpu", None, fused, name)
+        assert ab[f"chosen_{name.lower()}"] == want and getattr(q.fusion, name) == want
+        assert m is (fused if want else apart)
         if apart == "raise":
-            assert "a failing variant" in ab["NF=0"]["error"]
+            assert "a failing variant" in ab[f"{name}=0"]["error"]
+        if isinstance(apart, dict) and apart["check"]["ok"]:
+            assert ab["saving_graph_us"] == apart["graph_us"] - fused["graph_us"]
 
 
 @pytest.mark.parametrize("kind", ["prefill", "decode"])
