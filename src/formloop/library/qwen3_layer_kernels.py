@@ -191,11 +191,11 @@ class LayerKernels:
             s = [("norm1", lambda: self.norm1(x, weight=w["w_in"], eps=cfg.eps, out=self.h)),
                  ("qkv", lambda: gemm_run(g["qkv"], {"a": self.h, "b": w["w_qkv"].T}, self.qkv, ws["qkv"]))]
         if self.ra:  # attention normalizes and rotates q and the new key itself and writes the new K/V row
-            c = cfg
-            q_raw = self.qkv[:, : c.q_width].view(1, c.heads, c.head_dim)
-            new = NewToken(self.qkv[:, c.q_width: c.q_width + c.kv_width].view(1, c.kv_heads, c.head_dim),
-                           self.qkv[:, c.q_width + c.kv_width:].view(1, c.kv_heads, c.head_dim), w["q_norm"],
-                           w["k_norm"], self.rope.cos, self.rope.sin)
+            qw, kvw, hd = cfg.q_width, cfg.kv_width, cfg.head_dim
+            q_raw = self.qkv[:, :qw].view(1, cfg.heads, hd)
+            new = NewToken(self.qkv[:, qw: qw + kvw].view(1, cfg.kv_heads, hd),
+                           self.qkv[:, qw + kvw:].view(1, cfg.kv_heads, hd), w["q_norm"], w["k_norm"], self.rope.cos,
+                           self.rope.sin)
             s += [("attn_rope", lambda: self.attn.run(q_raw, k_cache, v_cache, self.o_heads, self.attn_ws, new=new))]
         else:
             s += [("rope", lambda: self.rope(self.qkv, w["q_norm"], w["k_norm"], q_rows, k_cache, v_cache))]
