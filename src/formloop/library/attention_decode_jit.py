@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from formloop.library.attention_online import online_step
 from formloop.library.gemm_dot import store_cast
 from formloop.library.pdl import pdl_launch_dependents as gdc_launch_dependents  # triton's own on the GPU
 from formloop.library.pdl import pdl_wait as gdc_wait
@@ -110,15 +111,7 @@ def _tile_step(q, k_ptr, v_ptr, table_ptr, start, hi, a, b, L, Hkv, s_kb, s_kh, 
     if WIDEN:
         k = k.to(tl.float32)
     s = tl.where(in_split[None, :], tl.dot(q, tl.trans(k)), float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)  # scores scaled by log2(e)/√D: exp2 is the exp
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s * qk_scale - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if WIDEN:
-        acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])
-    else:
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-    return m_new, l_i, acc
+    return online_step(s, v, m_i, l_i, acc, qk_scale, WIDEN)
 
 
 @triton.jit(do_not_specialize=["L", "per_split", "KS", "Hkv"])

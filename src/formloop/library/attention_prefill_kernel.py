@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from formloop.errors import InvalidInput
+from formloop.library.attention_online import online_step
 from formloop.library.attention_cases import TOLERANCE, TORCH_DTYPES, RowScaled, qkv, reference
 from formloop.library.attention_launch import ThinLaunch, device_key, operand_key
 from formloop.library.attention_workload import check_shape
@@ -97,16 +98,7 @@ def _attend(q, k_src, v_src, kv_off, kv_row0, m_i, l_i, acc, lo, hi, q_rows, L, 
             s = tl.where(keys[None, :] <= q_rows[:, None], s, float("-inf"))
         if LENGTH_MASK:
             s = tl.where((keys < L)[None, :], s, float("-inf"))
-        # scale and shift in one fused multiply-add per score: exp2(s·c − m), m the scaled running max
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s * qk_scale - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if WIDEN:
-            acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+        m_i, l_i, acc = online_step(s, v, m_i, l_i, acc, qk_scale, WIDEN)
     return m_i, l_i, acc
 
 
