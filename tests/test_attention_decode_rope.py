@@ -140,7 +140,7 @@ def test_named_errors():
 
 
 def test_the_rope_walk_replayed_by_brute_force():
-    """The walk the proofs name (kv_cover.SplitWalk(rope=True)) replayed over small L, tile and split counts: no
+    """The walk the proofs name (kv_cover.SplitWalk.rope_sources) replayed over small L, tile and split counts: no
     defect; and its faults show theirs (an independent check of what Z3 proves symbolically)."""
     from formloop.verify.attention_replay import replay_rope_walk
     from formloop.verify.kv_cover import SplitWalk
@@ -148,9 +148,9 @@ def test_the_rope_walk_replayed_by_brute_force():
     for L in range(1, 41):
         for T in (1, 2, 3, 8, 16):
             for KS in range(1, 7):
-                ok = replay_rope_walk(L, SplitWalk(rope=True).rope_sources(L, T, KS))
+                ok = replay_rope_walk(L, SplitWalk().rope_sources(L, T, KS))
                 assert not ok.kinds, (L, T, KS, ok.text)
                 assert [lo for lo, _ in kv_split(L, T, KS)] == [lo for lo, _ in SplitWalk().ranges(L, T, KS)]
-    assert "stale" in replay_rope_walk(40, SplitWalk(rope=True, rope_fault="uncut").rope_sources(40, 16, 2)).kinds
-    assert "missing" in replay_rope_walk(40, SplitWalk(rope=True, rope_fault="partial-dropped").rope_sources(
+    assert "stale" in replay_rope_walk(40, SplitWalk(rope_fault="uncut").rope_sources(40, 16, 2)).kinds
+    assert "missing" in replay_rope_walk(40, SplitWalk(rope_fault="partial-dropped").rope_sources(
         40, 16, 2)).kinds

@@ -67,7 +67,7 @@ class AttentionProgram:
     walk: SplitWalk | CausalWalk
     arithmetic: SoftmaxArithmetic = field(default_factory=SoftmaxArithmetic)
     fault: str | None = None
-    rope_walk: SplitWalk = SplitWalk(rope=True)  # decode with the rope inside (attention_decode_jit ROPE)
+    rope_walk: SplitWalk = SplitWalk()  # its rope_* methods: decode with the rope inside (attention_decode_jit ROPE)
 
 
 def decode_program(fault: str | None = None) -> AttentionProgram:
@@ -77,7 +77,7 @@ def decode_program(fault: str | None = None) -> AttentionProgram:
             "unguarded-tail": SplitWalk(guarded=False)}.get(fault, SplitWalk())
     arith = {"stale-max": SoftmaxArithmetic(stale_merge_max=True),
              "missing-rescale": SoftmaxArithmetic(rescale_acc=False)}.get(fault, SoftmaxArithmetic())
-    rope = SplitWalk(rope=True, rope_fault=fault.removeprefix("rope-") if fault and fault.startswith("rope-") else None)
+    rope = SplitWalk(rope_fault=fault.removeprefix("rope-") if fault and fault.startswith("rope-") else None)
     return AttentionProgram("decode", walk, arith, fault, rope)
 
 

@@ -15,7 +15,7 @@ the walks every T, KS, Br, Bc >= 1):
   kv-coverage, kv-exact-once, kv-no-phantom   every key in [0, L) in exactly one split; none outside
   split-first-nonempty  split 0 holds a key, so the merge's largest max is finite; trailing splits may be
                         empty (softmax_merge's merge-empty: an empty split's partial leaves the merge unchanged)
-  rope-coverage, rope-exact-once, rope-no-phantom, rope-no-stale   decode with the rope inside (SplitWalk.rope):
+  rope-coverage, rope-exact-once, rope-no-phantom, rope-no-stale   decode with the rope inside (SplitWalk.rope_sources):
                         split j reads the cache over [lo_j, min(hi_j, L − 1)) in whole tiles, then the partial
                         tile alone, and the split that holds L − 1 folds the new key from registers; every key in
                         [0, L) comes from exactly one of those sources, none past L, and no cache read of L − 1
@@ -68,10 +68,9 @@ class SplitWalk:
     floor_tiles: bool = False
     overlap: int = 0
     guarded: bool = True
-    # the rope inside (attention_decode_jit ROPE): the cache is walked over [0, L − 1), whole tiles then the partial
-    # tile, the new key folded from registers by its split. Faults: "uncut" (the cache walk runs to hi_j, L − 1
-    # included), "partial-dropped" (the partial tile is skipped)
-    rope: bool = False
+    # the walk with the rope inside (attention_decode_jit ROPE; rope_sources, z3_rope): the cache is walked over
+    # [0, L − 1), whole tiles then the partial tile, the new key folded from registers by its split. Faults:
+    # "uncut" (the cache walk runs to hi_j, L − 1 included), "partial-dropped" (the partial tile is skipped)
     rope_fault: str | None = None
 
     def per_split(self, L: int, T: int, KS: int) -> int:
@@ -212,7 +211,7 @@ def _nonempty_replay(walk: SplitWalk, L: int, T: int, KS: int) -> WalkReplay:
     return WalkReplay(frozenset(), f"at L={L}, T={T}, KS={KS} split 0 holds keys [{lo}, {hi})")
 
 
-def check_rope_walk(walk: SplitWalk = SplitWalk(rope=True), *, obligations: Sequence[str] = ROPE_OBLIGATIONS,
+def check_rope_walk(walk: SplitWalk = SplitWalk(), *, obligations: Sequence[str] = ROPE_OBLIGATIONS,
                     prefer: tuple[int, int] | None = None, timeout_s: float = 10.0) -> list[ObligationResult]:
     """Decode with the rope inside, for every L, T, KS >= 1: each key of [0, L) from exactly one source (a split's
     whole tiles, its partial tile, or the new key L − 1 from registers by the split holding it), none past L, and
