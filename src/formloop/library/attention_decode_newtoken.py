@@ -4,7 +4,7 @@ With a plan's `rope` on, q is the query as the QKV projection wrote it (before t
 RoPE), and the new token's key and value come raw beside it: the kernel normalizes and rotates q and the
 new key at position L − 1, attends over the cache's L − 1 keys plus the new one, and writes the rotated
 key and the value into the cache at L − 1 (attention_decode_jit documents the program). This module
-holds those operands and checks them; it imports torch only."""
+holds those operands and checks them (the tables as qk_rope.check_rope_tables does for the rope kernel); no triton."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from formloop.errors import InvalidInput
+from formloop.library.qk_rope import check_rope_tables
 
 
 @dataclass
@@ -41,13 +42,7 @@ class NewToken:
         for name, w in (("q_weight", self.q_weight), ("k_weight", self.k_weight)):
             if tuple(w.shape) != (D,) or w.stride(0) != 1:
                 raise InvalidInput(name, tuple(w.shape), f"a contiguous [{D}] vector")
-        for name, tab in (("cos", self.cos), ("sin", self.sin)):
-            if tab.dtype != torch.float32 or tab.dim() != 2 or tab.shape[1] != D // 2 or tab.stride(1) != 1:
-                raise InvalidInput(f"{name} table", (str(tab.dtype), tuple(tab.shape)), f"fp32 [P, {D // 2}]")
-            if tab.shape[0] < L:
-                raise InvalidInput(f"{name} table rows", tab.shape[0], f">= L = {L} (the new key's position is L - 1)")
-        if self.cos.stride(0) != self.sin.stride(0):
-            raise InvalidInput("sin stride", self.sin.stride(0), [self.cos.stride(0)])
+        check_rope_tables(self.cos, self.sin, D, rows=L)  # the new key's position is L - 1
 
     def args(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple:
         """The kernel's arguments kn, vn, qw, kw, cos, sin, kc, vc, s_nb, s_nh, s_cs."""

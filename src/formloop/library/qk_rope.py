@@ -115,6 +115,21 @@ def program(assignment: Mapping[str, int], dtype: str):
 
 
 @functools.lru_cache(maxsize=256)
+def check_rope_tables(cos, sin, d: int, rows: int = 1) -> None:
+    """cos, sin: fp32 tensors [P, d/2] with P >= `rows`, contiguous along d/2, one row stride for both (HF's tables,
+    qk_rope_kernel.rope_tables); else the named error. Both kernels that read them (the rope kernel, decode
+    attention with the rope inside) check them here."""
+    import torch  # noqa: PLC0415 (the template module loads without torch)
+
+    for name, tab in (("cos", cos), ("sin", sin)):
+        if tab.dtype != torch.float32 or tab.dim() != 2 or tab.shape[1] != d // 2 or tab.stride(1) != 1:
+            raise InvalidInput(f"{name} table", (str(tab.dtype), tuple(tab.shape)), f"fp32 [P, {d // 2}]")
+        if tab.shape[0] < rows:
+            raise InvalidInput(f"{name} table rows", tab.shape[0], f">= {rows} (a row per position read)")
+    if cos.stride(0) != sin.stride(0):
+        raise InvalidInput("sin stride", sin.stride(0), [cos.stride(0)])
+
+
 def solved_design(tokens: int, hq: int, hkv: int, d: int, dtype: str = "bf16", chip: str = "h200") -> dict[str, int]:
     t = qk_norm_rope_kv(dtype)
     sol = solve_milp(t.formulate(workload(tokens, hq, hkv, d, dtype), get_chip(chip)))

@@ -18,7 +18,7 @@ import triton.language as tl
 from formloop.errors import InvalidInput
 from formloop.library.gemm_dot import store_cast
 from formloop.library.pdl import launch_options, pdl_launch_dependents, pdl_wait
-from formloop.library.qk_rope import HEAD_DIMS
+from formloop.library.qk_rope import HEAD_DIMS, check_rope_tables
 from formloop.library.rowwise_kernel import DTYPE_OF, TORCH_DTYPES
 
 
@@ -131,11 +131,7 @@ class QkRopeProgram:
         for name, w in (("q_weight", q_weight), ("k_weight", k_weight)):
             if tuple(w.shape) != (D,):
                 raise InvalidInput(f"{name} shape", tuple(w.shape), f"[{D}]")
-        for name, tab in (("cos", cos), ("sin", sin)):
-            if tab.dtype != torch.float32 or tab.dim() != 2 or tab.shape[1] != D // 2 or tab.stride(1) != 1:
-                raise InvalidInput(f"{name} table", (str(tab.dtype), tuple(tab.shape)), f"fp32 [P, {D // 2}]")
-        if cos.stride(0) != sin.stride(0):
-            raise InvalidInput("sin stride", sin.stride(0), [cos.stride(0)])
+        check_rope_tables(cos, sin, D)
         for name, idx in (("positions", positions), ("slots", slots)):
             if tuple(idx.shape) != (T,) or idx.dtype not in (torch.int32, torch.int64):
                 raise InvalidInput(name, (str(idx.dtype), tuple(idx.shape)), f"an int32/int64 vector [{T}]")
