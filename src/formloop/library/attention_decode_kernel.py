@@ -40,7 +40,7 @@ from formloop.library.attention_cases import (
     TOLERANCE, TORCH_DTYPES, RowScaled, check_block_table, paged, qkv, reference,
 )
 from formloop.library.attention_decode_jit import _decode_kernel, _merge_kernel
-from formloop.library.attention_decode_newtoken import NewToken, absent_args
+from formloop.library.attention_decode_newtoken import N_TENSORS, NewToken, absent_args
 from formloop.library.attention_launch import ThinLaunch, constexprs, device_key, operand_key
 from formloop.library.attention_workload import check_page, check_shape
 
@@ -276,7 +276,7 @@ class DecodePlan:
             for fn, g, args, meta in calls:
                 fn.warmup(*args, grid=g, **meta)
             return
-        key = None if INTERPRETED else _spec_key((*tensors, *new_args[:8]), strides + new_args[8:])
+        key = None if INTERPRETED else _spec_key((*tensors, *new_args[:N_TENSORS]), strides + new_args[N_TENSORS:])
         compiled = self._compiled.get(key) if key is not None else None
         if compiled is not None:
             for kernel, (fn, g, args, meta) in zip(compiled, calls):
@@ -300,7 +300,7 @@ class DecodePlan:
                    torch.int32 if self.page else t)
         # RoPE inside: the new k, v (bf16 rows of a QKV output), the norms' weights, the fp32 tables, the caches
         new_args = ((t, t, t, t, torch.float32, torch.float32, t, t, (H + 2 * self.Hkv) * D, D, D // 2) if self.rope
-                    else (t,) * 8 + (0, 0, 0))
+                    else (t,) * N_TENSORS + (0, 0, 0))
         self._run(grid=(1, 1), tensors=tensors, strides=(H * D, D, H * D, D, *kv, *kv, self.pages_per_seq if
                                                          self.page else 0), new_args=new_args, warmup=True)
 

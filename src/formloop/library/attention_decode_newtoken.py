@@ -44,12 +44,15 @@ class NewToken:
                 raise InvalidInput(name, tuple(w.shape), f"a contiguous [{D}] vector")
         check_rope_tables(self.cos, self.sin, D, rows=L)  # the new key's position is L - 1
 
-    def args(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple:
+    def args(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple:  # N_TENSORS tensors, then the strides
         """The kernel's arguments kn, vn, qw, kw, cos, sin, kc, vc, s_nb, s_nh, s_cs."""
         return (self.k, self.v, self.q_weight, self.k_weight, self.cos, self.sin, k_cache, v_cache,
                 self.k.stride(0), self.k.stride(1), self.cos.stride(0))
 
 
+N_TENSORS = 8  # tensors at the head of `NewToken.args` (and of `absent_args`); the rest are strides
+
+
 def absent_args(q: torch.Tensor) -> tuple:
     """The same arguments without RoPE inside (never read: the kernel's ROPE branch is compiled out)."""
-    return (q,) * 8 + (0, 0, 0)
+    return (q,) * N_TENSORS + (0, 0, 0)

@@ -108,11 +108,11 @@ def part_specs(cfg: Qwen3Config, sc: Scenario) -> dict[str, Any]:
     }
 
 
-def rope_part_specs(cfg: Qwen3Config, sc: Scenario) -> dict[str, Any]:
-    """The part of the template's option rope_fusion (ROPE_PARTS): decode attention with the rope inside."""
-    attn = part_specs(cfg, sc)["attn"]
-    return {"attn_rope": AttentionPart(attn.template, attn.shape, RopePart(sc.tokens, cfg.heads, cfg.kv_heads,
-                                                                           cfg.head_dim))}
+def rope_part_specs(specs: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of the template's option rope_fusion (ROPE_PARTS), from `part_specs`' attention and rope parts:
+    decode attention with the rope inside."""
+    attn = specs["attn"]
+    return {"attn_rope": AttentionPart(attn.template, attn.shape, specs["rope"])}
 
 
 def rope_inside(attn: PartPlan, decode: bool) -> PartPlan:
@@ -348,8 +348,8 @@ def floor_us(flops: float, bytes_: float, chip) -> float:
 
 def part_floor_us(plan: "LayerPlan", name: str, chip) -> float:
     """The speed-of-light floor of one part (us, sol)."""
-    specs = {**part_specs(plan.cfg, plan.scenario), **norm_part_specs(plan.cfg, plan.scenario),
-             **rope_part_specs(plan.cfg, plan.scenario)}
+    specs = {**part_specs(plan.cfg, plan.scenario), **norm_part_specs(plan.cfg, plan.scenario)}
+    specs.update(rope_part_specs(specs))
     return floor_us(*part_sol(specs[name], chip), chip)
 
 
