@@ -67,8 +67,9 @@ def reference(q, k_new, v_new, qw, kw, kc, vc, L):
     """float64 on the device: (output [1, Hq, D], rotated new key [1, Hkv, D])."""
     Hq, D = q.shape[1], q.shape[2]
     rq, rk, _ = reference_hf(q, k_new, v_new, qw, kw, torch.full((1,), L - 1), THETA, EPS)
-    keys = torch.cat([kc[:, :, : L - 1].double(), rk[:, :, None]], 2).repeat_interleave(Hq // kc.shape[1], 1)
-    vals = torch.cat([vc[:, :, : L - 1].double(), v_new.double()[:, :, None]], 2).repeat_interleave(Hq // kc.shape[1], 1)
+    g = Hq // kc.shape[1]
+    keys = torch.cat([kc[:, :, : L - 1].double(), rk[:, :, None]], 2).repeat_interleave(g, 1)
+    vals = torch.cat([vc[:, :, : L - 1].double(), v_new.double()[:, :, None]], 2).repeat_interleave(g, 1)
     w = torch.softmax(torch.einsum("bhd,bhld->bhl", rq, keys) / math.sqrt(D), -1)
     return torch.einsum("bhl,bhld->bhd", w, vals), rk
 

@@ -13,9 +13,10 @@ Inputs (each record a correct, CUDA-graph-timed design of the family's Triton pr
                (B 1, Hq 32, Hkv 8, d 128).
   --layer      benchmarks/qwen3_layer.py's qwen3_layer.json: each decode scenario's attention designs timed in the
                layer's context (attention_in_context; L = history + 1).
-Lengths in --hold are left out of the fit and reported as held out; --family fits only that family. For each family: the fit (rms log error,
-terms), then per length the solver's pick under the priors and under the fit, its measured time where it was
-measured, the best measured design, and Spearman's rank correlation of model and measurement."""
+Lengths in --hold are left out of the fit and reported as held out; --family fits only that family. For each
+family: the fit (rms log error, terms), then per length the solver's pick under the priors and under the fit,
+its measured time where it was measured, the best measured design, and Spearman's rank correlation of model and
+measurement."""
 from __future__ import annotations
 
 import argparse
