@@ -76,7 +76,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="the revision to compare with")
     args = ap.parse_args()
-    changed = 0
+    changed = compared = 0
     with tempfile.TemporaryDirectory() as tmp:
         old_dec = old_module(args.base, "src/formloop/library/attention_decode_jit.py", "old_decode_jit", Path(tmp))
         old_pre = old_module(args.base, "src/formloop/library/attention_prefill_kernel.py", "old_prefill", Path(tmp))
@@ -100,9 +100,9 @@ def main() -> int:
             a, b = instructions(old, const, blocks, w, s), instructions(new, const, blocks, w, s)
             diff = [d for d in difflib.unified_diff(a, b, lineterm="", n=0)
                     if d.startswith(("+", "-")) and not d.startswith(("+++", "---"))]
-            changed += bool(diff)
+            changed, compared = changed + bool(diff), compared + 1
             print(f"{label}: {len(a)} / {len(b)} instruction lines, {len(diff)} differ")
-    print(f"{changed} of {len(cases)} builds differ from {args.base}")
+    print(f"{changed} of {compared} builds compared differ from {args.base}")
     return 0
 
 
