@@ -60,33 +60,6 @@ def _state(t) -> dict:
             "temperature_c": a.get("temperature_c")}
 
 
-def time_stream(launch, n_sets: int, calls: int) -> dict:
-    """Back-to-back eager calls between two events (no sync in between): per-call seconds, with state."""
-    import torch
-
-    from formloop.measure.device import PowerSampler, read_device_state
-
-    for i in range(n_sets):
-        launch(i)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    dev = torch.cuda.current_device()
-    before = read_device_state(dev)
-    runs = []
-    with PowerSampler(dev) as power:
-        for _ in range(5):
-            start.record()
-            for k in range(calls):
-                launch(k % n_sets)
-            end.record()
-            end.synchronize()
-            runs.append(start.elapsed_time(end) / 1e3 / calls)
-    after = read_device_state(dev)
-    runs.sort()
-    return {"us": runs[len(runs) // 2] * 1e6, "sm_mhz_before": before.get("sm_mhz"),
-            "sm_mhz_after": after.get("sm_mhz"), "power_w": power.mean_w}
-
-
 def time_all(runnable, device, gen, policy, l2_bytes, modes=("graph", "eager", "stream")) -> dict:
     from formloop.measure.timer import operand_sets_for, time_launches
 
@@ -94,9 +67,7 @@ def time_all(runnable, device, gen, policy, l2_bytes, modes=("graph", "eager", "
     cases = [runnable.new_case(device, gen) for _ in range(n_sets)]
     out = {}
     for mode in modes:
-        if mode == "stream":
-            if str(device).startswith("cuda"):
-                out[mode] = time_stream(lambda i: runnable.launch(cases[i]), n_sets, calls=max(4 * n_sets, 64))
+        if mode == "stream" and not str(device).startswith("cuda"):
             continue
         t = time_launches(lambda i: runnable.launch(cases[i]), n_sets, device=device, mode=mode, policy=policy).timing
         out[mode] = {"us": t.seconds * 1e6, "p20_us": t.p20_s * 1e6, "p80_us": t.p80_s * 1e6, "source": t.source,

@@ -159,3 +159,17 @@ def test_instances_launch_through_the_plans_launcher_which_names_why_it_is_not_t
         assert thin.path == "jit" and thin.fallback.startswith("interpreter") and thin.jit_calls == 2
         with pytest.raises(InvalidInput):
             inst.plan.run(case.q[:, :1], case.k, case.v, case.out)
+
+
+def test_a_register_cap_reaches_every_kernel_of_a_decode_launch():
+    """An emulated chip's register wall (maxnreg) is a launch option of the split kernel and of the merge kernel;
+    a plan without a cap launches without one. The capped plan still computes attention."""
+    from dataclasses import replace
+
+    plan = DecodePlan(DecodeConfig(Bn=16, KS=3, QP=2, S=2, W=4, MG=0), 1, 8, 2, 32, 45)
+    inst = TritonDecode(replace(plan, maxnreg=96))
+    case = _check(inst, seed=3)
+    operands = inst.plan._operands(case.q, case.k, case.v, case.out, case.workspace, case.table)
+    calls = inst.plan._calls(inst.plan.grid, *operands)
+    assert len(calls) == 2 and all(meta.get("maxnreg") == 96 for _, _, _, meta in calls)
+    assert all("maxnreg" not in meta for _, _, _, meta in plan._calls(plan.grid, *operands))

@@ -9,6 +9,7 @@ import pytest
 from formloop.codesign.emulated_model import EmulatedModel
 from formloop.codesign.emulated_walls import EmulatedWallsProblem, design, library, walls_of
 from formloop.codesign.walls import relax_walls
+from formloop.errors import InvalidInput
 from formloop.evaluate.emulated import Walls, emulated_chip
 from formloop.hw.chips import get_chip
 from formloop.library import get_template
@@ -130,3 +131,71 @@ def test_the_blind_model_buys_the_smem_that_occupancy_does_not_pay_for():
     first = EmulatedWallsProblem(t, base, lib, SHAPES3, _synthetic(blind, EmulatedModel(t, base)))
     start = min(lib.chips(), key=lambda h: h.area)
     assert relax_walls(first, "worst", start, k=2, rounds=1, band=0.5).purchases[0].move == "sm+1"
+
+
+# --- the attention-decode family on emulated chips ---------------------------------------------------------------
+
+DECODE = {"8x32x8x128x4096": {"B": 8, "Hq": 32, "Hkv": 8, "D": 128, "L": 4096, "e": 2, "page": 0},
+          "1x32x8x128x32768": {"B": 1, "Hq": 32, "Hkv": 8, "D": 128, "L": 32768, "e": 2, "page": 0}}
+
+
+@pytest.fixture(scope="module")
+def decode_problem():
+    t = get_template("attention-decode", dtype="bf16")
+    base = get_chip("h200")
+    model = EmulatedModel(t, base)
+    return EmulatedWallsProblem(t, base, library(), DECODE, lambda w, sc: model.pick(DECODE[sc], w)[1], model=model)
+
+
+def test_decode_reads_its_own_cost_and_refuses_the_gemm_occupancy_grid():
+    t = get_template("attention-decode", dtype="bf16")
+    assert EmulatedModel(t, get_chip("h200")).occupancy is False
+    with pytest.raises(InvalidInput, match="occupancy"):
+        EmulatedModel(t, get_chip("h200"), occupancy=True)
+    with pytest.raises(InvalidInput, match="emulated-walls"):
+        EmulatedWallsProblem(get_template("attention-prefill", dtype="bf16"), get_chip("h200"), library(), {},
+                             lambda w, sc: 1.0)
+
+
+def test_decode_demands_by_hand(decode_problem):
+    """Shared memory (S - 1 stages of K and V tiles, the query, the score tile, 2 KiB), the 16-row padded rows a
+    thread holds plus 95 registers of state, and the grid: written out here, not read from the template."""
+    p = decode_problem
+    h = p.library.chip(sm=132, smem=227, regs=255)
+    a = {"Bn": 128, "KS": 4, "QP": 4, "S": 3, "W": 4, "MG": 1, "TM": 1}
+    program = ",".join(f"{k}={v}" for k, v in a.items())
+    smem = (3 - 1) * 2 * 128 * 128 * 2 + 16 * 128 * 2 + 16 * 128 * 2 + 2048
+    assert p.demand("8x32x8x128x4096", program, "smem", h) == smem / 1024
+    assert p.demand("8x32x8x128x4096", program, "regs", h) == 16 * (128 + 2 * 128) / (32 * 4) + 95
+    assert p.demand("8x32x8x128x4096", program, "sm", h) == 8 * 8 * (4 // 4) * 4
+
+
+def test_decode_register_cap_is_its_c2_wall(decode_problem):
+    """Under maxnreg = 128 every design the decode family admits holds at most 128 - 95 fp32 row registers a
+    thread, and a design admitted on the full chip is refused there (the wall binds)."""
+    import numpy as np
+
+    from formloop.solve.enumerate import assignment_at, feasible_mask
+
+    t, wl = decode_problem.template, DECODE["8x32x8x128x4096"]
+    capped = emulated_chip(get_chip("h200"), Walls(66, 227 * 1024, 128))
+    rows = lambda a: max(a["QP"], 16) * (128 + 2 * a["Bn"]) / (32 * a["W"])  # noqa: E731
+    f = t.formulate(wl, capped)
+    feasible = np.flatnonzero(feasible_mask(f))
+    assert feasible.size and all(rows(assignment_at(f, int(i))) <= 128 - 95 for i in feasible)
+    wide = {"Bn": 128, "KS": 4, "QP": 4, "S": 3, "W": 4, "MG": 1, "TM": 1}  # 48 row registers a thread
+    assert any(v.name == "C2" for v in t.check(wide, wl, capped))
+    assert not any(v.name == "C2" for v in t.check(wide, wl, get_chip("h200")))
+
+
+def test_decode_relaxation_under_the_model_buys_only_what_the_model_prices(decode_problem):
+    """The model as evaluator: every purchase's measured drop equals the predicted one, each lowers L*, and the
+    end chip is within the ceiling; exhaustive search over the grid is never worse than where it ends."""
+    p = decode_problem
+    start = min(p.library.chips(), key=lambda h: h.area)
+    rel = relax_walls(p, "worst", start, k=2, rounds=10, band=1.0)
+    assert rel.purchases and rel.chip.area <= p.library.ceiling_mm2
+    for b in rel.purchases:
+        assert b.evaluated_drop == pytest.approx(b.predicted_drop, rel=1e-9) and b.predicted_drop > 0
+    best = min(p.model_ratio(h) for h in p.library.chips())
+    assert best <= p.model_ratio(rel.chip) + 1e-12

@@ -76,3 +76,18 @@ def test_dry_run_relaxation_walks_to_the_exhaustive_best(ew, tmp_path):
     assert len(out["purchases"]) >= 2 and all(p["buy"].startswith("sm") for p in out["purchases"])
     for key, m in out["measurements"].items():
         assert m["blocks_per_sm"] >= 1
+
+
+def test_attention_decode_dry_run(ew, tmp_path, capsys):
+    """The decode family through the same relaxation: stream timing, its own cost as the model, every measured
+    ratio finite; the exhaustive search's measured best is never worse than the chip the relaxation ends on
+    (it is one of the chips the exhaustive search measures)."""
+    assert ew.main(["--dry-run", "--family", "attention-decode", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "emulated_walls.json").read_text())
+    assert out["family"] == "attention-decode" and out["timing"] == "stream" and "own cost" in out["model"]
+    assert out["purchases"] and all(p["predicted_gain"] > 1 for p in out["purchases"])
+    shapes = {key.split(" ")[1] for key in out["measurements"]}
+    assert shapes == {"x".join(map(str, s)) for s in ew.DECODE_SHAPES}
+    end = out["relaxation"]["measured_objective"]
+    assert end is not None and out["exhaustive"]["objective"] <= end + 1e-12
+    assert "attention-decode" in capsys.readouterr().out

@@ -77,3 +77,24 @@ def test_register_cap_is_a_wall_the_solver_respects(shape):
     f = t.formulate(w, capped)
     feasible = np.flatnonzero(feasible_mask(f))  # every design the walls admit under the cap, not just the pick
     assert feasible.size and all(acc(assignment_at(f, int(i))) <= 64 for i in feasible)
+
+
+def test_decode_plan_takes_a_checked_maxnreg():
+    """The emulated evaluator caps a decode plan's registers the way it caps a GEMM plan's (replace(plan,
+    maxnreg=...)); an out-of-range cap is a named error."""
+    from dataclasses import replace
+
+    from formloop.library.attention_decode_kernel import DecodeConfig, DecodePlan
+
+    plan = DecodePlan(DecodeConfig(Bn=64, KS=2), 1, 32, 8, 128, 256)
+    capped = replace(plan, maxnreg=128)
+    assert capped.maxnreg == 128 and capped.config == plan.config and plan.maxnreg is None
+    with pytest.raises(InvalidInput, match="maxnreg"):
+        replace(plan, maxnreg=300)
+
+
+def test_emulated_timing_modes_are_named():
+    from formloop.evaluate.emulated import EmulatedEvaluator
+
+    with pytest.raises(InvalidInput, match="emulated timing mode"):
+        EmulatedEvaluator(Walls(16, 64 * 1024), device="cpu", timing="graph")

@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from formloop.errors import Infeasible
+from formloop.errors import Infeasible, InvalidInput
 from formloop.evaluate.emulated import KiB, Walls, emulated_chip
 from formloop.expr import substitute
 from formloop.hw.chips import Chip
@@ -49,11 +49,21 @@ def _formulate(template: Template, workload: Mapping[str, int], chip: Chip, **ov
                        cost=fold(template.cost), terms={k: fold(v) for k, v in template.terms.items()})
 
 
+OCCUPANCY_FAMILIES = ("gemm-tiling-gpu",)  # families whose own cost runs one block per SM (the grid above applies)
+
+
 class EmulatedModel:
     """The family's model on emulated chips of `base`; `occupancy=False` is the family's model unchanged
-    (one block per SM: the model the first H200 run used)."""
+    (for the GEMM family: one block per SM, the model the first H200 run used). By default the occupancy
+    grid applies to the GEMM family only: attention-decode's own cost already counts the programs an SM
+    holds (its shared memory per SM and warps), so it is read unchanged."""
 
-    def __init__(self, template: Template, base: Chip, *, occupancy: bool = True):
+    def __init__(self, template: Template, base: Chip, *, occupancy: bool | None = None):
+        if occupancy is None:
+            occupancy = template.name in OCCUPANCY_FAMILIES
+        if occupancy and template.name not in OCCUPANCY_FAMILIES:
+            raise InvalidInput("occupancy model", template.name, OCCUPANCY_FAMILIES,
+                               fix="occupancy=False: the family's own cost")
         self.template, self.base, self.occupancy = template, base, occupancy
         self._grids: dict = {}
 

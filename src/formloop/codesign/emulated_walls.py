@@ -6,13 +6,15 @@ The chip grid is a hardware library of three components, each an `evaluate.emula
 ASSUMPTION, labelled so wherever it is printed (see AREA): SM logic per SM, shared memory per KiB
 per SM and registers per thread per SM (×2048 threads / 1024).
 
-This is the problem object relax_walls reads, over the GPU GEMM family:
+This is the problem object relax_walls reads, over the GPU GEMM family or the attention-decode family
+(DEMANDS says what a design of each asks of each wall):
   SOLVE(h)   the family's pick per shape on the emulated chip of h under `codesign.emulated_model`
-             (the family's cost read at the occupancy the walls leave: blocks per SM from shared memory,
-             registers (the maxnreg cap) and warps; the cap is also the family's C2 wall, shared memory
-             its C1, SMs scale the peaks); ratio = model time / the model's time of its pick on the full
-             chip. The benchmark measures exactly these picks, so a purchase's predicted gain is the
-             model SOLVE used.
+             (GEMM: the family's cost read at the occupancy the walls leave: blocks per SM from shared
+             memory, registers (the maxnreg cap) and warps; attention-decode: its own cost, which counts
+             the programs an SM holds; the cap is each family's C2 wall, shared memory its C1, SMs scale
+             the peaks); ratio = model time / the model's time of its pick on the full chip. The
+             benchmark measures exactly these picks, so a purchase's predicted gain is the model SOLVE
+             used.
   removing   a wall relaxes its component to the full chip's value (an emulated chip cannot exceed
              the H200): the screen says which wall the model thinks binds. The SM count is priced
              as a wall here although the family's contract reads it in its cost, not a constraint.
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from formloop.codesign.chip_proofs import ChipCertificate
 from formloop.codesign.emulated_model import EmulatedModel
 from formloop.codesign.problem import ScenarioOptimum
-from formloop.errors import Infeasible
+from formloop.errors import Infeasible, InvalidInput
 from formloop.evaluate.emulated import KiB, Walls, emulated_chip
 from formloop.hw.chips import Chip
 from formloop.hw.library import ChipConfig, Component, HardwareLibrary
@@ -98,6 +100,8 @@ class EmulatedWallsProblem:
                          Wall("regs", "regs", "registers_per_thread"))
 
     def __post_init__(self) -> None:
+        if self.template.name not in DEMANDS:
+            raise InvalidInput("template of an emulated-walls problem", self.template.name, sorted(DEMANDS))
         if self.model is None:
             self.model = EmulatedModel(self.template, self.base)
         self.full = self.library.reference
@@ -160,17 +164,11 @@ class EmulatedWallsProblem:
         return float(h[wall])
 
     def demand(self, sc: str, program: str, wall: str, h: ChipConfig) -> float:
-        """What the design asks of the wall: blocks of its grid (sm), its shared memory in KiB (smem),
-        its accumulators a thread + the family's headroom (regs)."""
-        from formloop.library.gemm_tiling_gpu import ACC_HEADROOM
-
+        """What the design asks of the wall (DEMANDS: the family's blocks, shared memory in KiB, registers
+        a thread)."""
         a = design(program)
         values = self.template.bind(self.scenarios[sc], self.chip(h))
-        if wall == "smem":
-            return self.template.evaluate_terms(a, values)["smem_bytes"] / KiB
-        if wall == "regs":
-            return a["Tm"] * a["Tn"] / (32 * a["W"]) + ACC_HEADROOM
-        return float(-(-values["M"] // a["Tm"]) * -(-values["N"] // a["Tn"]) * a["KS"])
+        return DEMANDS[self.template.name](a, values, self.template.evaluate_terms(a, values))[wall]
 
     def admitted(self, sc: str, program: str, h: ChipConfig) -> list[str]:
         """Walls the design breaks on h (C1: smem, C2: regs)."""
@@ -201,6 +199,30 @@ class EmulatedWallsProblem:
     def certify(self, h: ChipConfig) -> ChipCertificate:
         return ChipCertificate(h.label(), None, "emulated on the h200: the family's h200 contract; designs are "
                                                 "checked against the emulated walls before they run")
+
+
+def _gemm_demand(a: Mapping[str, int], values: Mapping[str, float], terms: Mapping[str, float]) -> dict:
+    """gemm-tiling-gpu: blocks of its grid (sm), shared memory in KiB (smem, C1), fp32 accumulators a thread +
+    the family's headroom (regs, C2)."""
+    from formloop.library.gemm_tiling_gpu import ACC_HEADROOM
+
+    return {"sm": float(-(-values["M"] // a["Tm"]) * -(-values["N"] // a["Tn"]) * a["KS"]),
+            "smem": terms["smem_bytes"] / KiB, "regs": a["Tm"] * a["Tn"] / (32 * a["W"]) + ACC_HEADROOM}
+
+
+def _decode_demand(a: Mapping[str, int], values: Mapping[str, float], terms: Mapping[str, float]) -> dict:
+    """attention-decode: its programs (sm), shared memory in KiB (smem, C1), fp32 accumulator and score rows a
+    thread (the 16-row padded dots: max(QP, 16)·(D + 2·Bn) over the warps' threads) + the family's reserve (regs,
+    C2)."""
+    from formloop.library.attention_decode import REG_RESERVE
+
+    rows = max(a["QP"], 16) * (values["D"] + 2 * a["Bn"])
+    return {"sm": float(terms["programs"]), "smem": terms["smem_bytes"] / KiB,
+            "regs": rows / (32 * a["W"]) + REG_RESERVE}
+
+
+# wall -> demand of a design, per family; both families' C1 is their shared memory and C2 their registers
+DEMANDS = {"gemm-tiling-gpu": _gemm_demand, "attention-decode": _decode_demand}
 
 
 def label(assignment: Mapping[str, int]) -> str:

@@ -8,9 +8,11 @@
 
 The emulated chip (`emulated_chip`) is the base chip with those walls moved and the tensor peak
 scaled by the SM fraction (per-SM rate unchanged); DRAM bandwidth is left as the base chip's: the
-cost model's own Little's-law pull limit is what bounds a chip with fewer SMs. Timings are eager
-(per call, launch path included through the plan/run path), on the green context's stream: a CUDA
-graph captured elsewhere would run on every SM. Measurements say tier 'emulated' and name the walls."""
+cost model's own Little's-law pull limit is what bounds a chip with fewer SMs. Timings run on the green
+context's stream (a CUDA graph captured elsewhere would run on every SM): `timing` 'eager' (per call,
+launch path included through the plan/run path; the GEMM runs recorded so) or 'stream' (back-to-back calls,
+the host's launch work hidden where the device is slower: kernels of tens of microseconds, as decode
+attention's). Measurements say tier 'emulated', name the walls and the timing mode."""
 from __future__ import annotations
 
 import math
@@ -66,13 +68,16 @@ def emulated_chip(base: Chip, walls: Walls) -> Chip:
 
 
 class EmulatedEvaluator(GpuEvaluator):
-    """Checks and times GEMM-family instances under an emulated chip's walls on the current GPU."""
+    """Checks and times instances of a Triton family whose plan takes `maxnreg` (the GEMM tiling family,
+    attention-decode) under an emulated chip's walls on the current GPU."""
 
     tier = Tier.EMULATED
 
-    def __init__(self, walls: Walls, device: str = "cuda", policy=None, seed: int = 0):
+    def __init__(self, walls: Walls, device: str = "cuda", policy=None, seed: int = 0, timing: str = "eager"):
+        if timing not in ("eager", "stream"):
+            raise InvalidInput("emulated timing mode", timing, ("eager", "stream"))
         super().__init__(device=device, policy=policy, seed=seed, eager=False)
-        self.walls = walls
+        self.walls, self.timing = walls, timing
         self.stream, self.context = _green_stream(walls.sm_count, self.device)
 
     def provenance(self, timing: str = "") -> Provenance:
@@ -103,7 +108,7 @@ class EmulatedEvaluator(GpuEvaluator):
     def _time(self, runnable) -> dict[str, Any]:
         n_sets = operand_sets_for(runnable.case_bytes, self.facts["l2_bytes"], self.policy)
         cases = [runnable.new_case(self.device, self.generator) for _ in range(n_sets)]
-        t = time_launches(lambda i: runnable.launch(cases[i]), n_sets, device=self.device, mode="eager",
+        t = time_launches(lambda i: runnable.launch(cases[i]), n_sets, device=self.device, mode=self.timing,
                           policy=self.policy).timing
         return {"median_us": t.seconds * 1e6, "p20_us": t.p20_s * 1e6, "p80_us": t.p80_s * 1e6, "reps": t.reps,
                 "launches": t.launches, "operand_sets": t.operand_sets,

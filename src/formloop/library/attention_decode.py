@@ -117,6 +117,13 @@ PRIORS = {"eta_bw": 0.802, "lat_m": 1.66e-06, "eta_mma": 0.207, "t_elem": 9.88e-
 BOUNDS = {"eta_bw": (0.3, 1.02), "eta_mma": (0.02, 1.0), "alpha": (0.0, 1.0), "lat_m": (0.5e-6, 5e-6),
           "fill": (0.0, 2.0)}
 REGS = 160  # fp32 registers per thread left for accumulator and score rows (255 minus addresses and state)
+REG_RESERVE = 255 - REGS  # registers a thread keeps for addresses and state: a chip that caps a thread (maxnreg on
+# an emulated chip) below REGS + REG_RESERVE leaves the rows that much less (C2 reads it)
+
+
+def register_budget(chip: Chip) -> int:
+    """fp32 registers a thread may give the accumulator and score rows on `chip`."""
+    return max(0, min(REGS, chip.registers_per_thread - REG_RESERVE))
 
 G = floordiv(Hq, Hkv)
 BH = maximum(QP, 16)  # rows of the dots: tl.dot needs 16
@@ -171,7 +178,8 @@ def chip_params(chip: Chip, dtype: str, calibration: Mapping[str, float] | None 
     (gemm_tiling_gpu.CONTRACT_CHIPS: Hopper, TMA copies and 227 KiB of shared memory)."""
     if chip.name not in CONTRACT_CHIPS:
         raise InvalidInput("chip", chip.name, CONTRACT_CHIPS, fix="the Triton family's contract assumes Hopper")
-    values = {"Ms": chip.smem_per_block, "Ms_sm": chip.smem_per_sm, "warps_sm": chip.warps_per_sm, "regs": REGS,
+    values = {"Ms": chip.smem_per_block, "Ms_sm": chip.smem_per_sm, "warps_sm": chip.warps_per_sm,
+              "regs": register_budget(chip),
               "n_sm": chip.sm_count, "bw": chip.bandwidth, "flops": chip.peak(dtype), **PRIORS}
     return with_calibration(values, calibration, CALIBRATED)
 

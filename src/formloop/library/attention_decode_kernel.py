@@ -122,6 +122,7 @@ class DecodePlan:
     # RoPE inside (the Qwen3 layer's RA): q raw, the new token's k and v raw (NewToken), written into the cache at L - 1
     rope: bool = False
     rope_eps: float = 1e-6
+    maxnreg: int | None = None  # registers per thread cap (Triton's maxnreg): an emulated chip's register wall
 
     @classmethod
     def of(cls, config: DecodeConfig, wl: Mapping[str, int], dtype: str) -> "DecodePlan":
@@ -133,6 +134,8 @@ class DecodePlan:
         object.__setattr__(self, "_thin", {})  # device -> ThinLaunch (see run)
         check_shape({"B": self.B, "Hq": self.Hq, "Hkv": self.Hkv, "D": self.D, "L": self.L})
         check_page(self.page)
+        if self.maxnreg is not None and not 24 <= self.maxnreg <= 255:
+            raise InvalidInput("maxnreg", self.maxnreg, "None or 24..255 registers per thread")
         if self.dtype not in TORCH_DTYPES:
             raise InvalidInput("dtype", self.dtype, sorted(TORCH_DTYPES))
         if (self.Hq // self.Hkv) % self.config.QP:
@@ -248,7 +251,8 @@ class DecodePlan:
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
                     IN_LAUNCH=cfg.MG == 1, TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
                     WIDEN=INTERPRETED and not warmup, PDL=pdl, WAIT=self.chain_pdl, num_warps=cfg.W,
-                    num_stages=cfg.S, ROPE=self.rope, **({"launch_pdl": True} if self.chain_pdl else {}))
+                    num_stages=cfg.S, ROPE=self.rope, **({"launch_pdl": True} if self.chain_pdl else {}),
+                    **({"maxnreg": self.maxnreg} if self.maxnreg is not None else {}))
         if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
             if warmup:
                 from triton.runtime.jit import MockTensor
@@ -264,7 +268,8 @@ class DecodePlan:
             merge_args = (tensors[3], tensors[4], cfg.KS, self.Hkv, strides[2], strides[3])
             chain = self.chain_pdl
             merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, PDL=pdl or chain,
-                              TRIGGER=chain, num_warps=4, **({"launch_pdl": True} if pdl or chain else {}))
+                              TRIGGER=chain, num_warps=4, **({"launch_pdl": True} if pdl or chain else {}),
+                              **({"maxnreg": self.maxnreg} if self.maxnreg is not None else {}))
             out.append((_merge_kernel, (grid[0],), merge_args, merge_meta))
         return out
 

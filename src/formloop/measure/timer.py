@@ -6,6 +6,10 @@
            out of the number, the same for every competitor); each replay is timed with CUDA events
     eager  one call at a time, bracketed by CUDA events and synchronized (per-call latency, launch
            overhead included), cycling over the operand sets
+    stream back-to-back calls between two CUDA events, no sync between them (the throughput of an eager
+           loop: the host's launch work hides behind the device's while the device is the slower; the
+           calls run on the current stream, so a green context's stream keeps its SMs, which a graph
+           captured elsewhere would not)
     auto   graph, falling back to eager (with the reason in `note`) when the calls cannot be captured
            (a host sync, a CPU tensor, a stream the graph does not own)
 
@@ -27,7 +31,7 @@ from typing import Any
 from formloop.errors import InvalidInput
 from formloop.measure.device import PowerSampler, read_device_state
 
-MODES = ("auto", "graph", "eager")
+MODES = ("auto", "graph", "eager", "stream")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,9 @@ class Timing:
                    f"{self.reps} replays, event-timed median")
         elif self.mode == "eager":
             how = f"eager per-call CUDA events over {self.operand_sets} operand sets, {self.reps} calls, median"
+        elif self.mode == "stream":
+            how = (f"back-to-back eager calls, {self.launches} a run between CUDA events over {self.operand_sets} "
+                   f"operand sets, {self.reps} runs, median per call")
         else:
             how = f"host wall time per call over {self.operand_sets} operand sets, {self.reps} calls, median"
         return how + (f"; {self.note}" if self.note else "")
@@ -161,6 +168,34 @@ def _time_eager(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy, note
                     out, (reps - 1) % n_sets)
 
 
+def _time_stream(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy) -> TimedRun:
+    """Runs of back-to-back calls (no sync inside a run) between two events: seconds per call, median of
+    the runs. A run has at least 4 passes over the operand sets (64 calls at least) and lasts about
+    `graph_ms`; `min_reps`..`max_reps` runs within `budget_ms`."""
+    import torch
+
+    for i in range(n_sets):
+        launch(i)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    estimate_ms = max(_one_pass_ms(launch, n_sets, start, end), 1e-4)
+    calls = max(4 * n_sets, 64, min(p.max_launches, math.ceil(p.graph_ms / estimate_ms)))
+    reps = int(min(p.max_reps, max(p.min_reps, p.budget_ms // (calls * estimate_ms))))
+    before = read_device_state(torch.cuda.current_device())
+    runs, out = [], None
+    with PowerSampler(torch.cuda.current_device()) as power:
+        for _ in range(reps):
+            start.record()
+            for k in range(calls):
+                out = launch(k % n_sets)
+            end.record()
+            end.synchronize()
+            runs.append(start.elapsed_time(end) / 1e3 / calls)
+    state = _device_state(before, read_device_state(torch.cuda.current_device()), power)
+    return TimedRun(_summary(runs, "gpu", "stream", launches=calls, operand_sets=n_sets, device=state),
+                    out, (calls - 1) % n_sets)
+
+
 def _time_graph(launch: Callable[[int], Any], n_sets: int, p: TimingPolicy,
                 poison: Callable[[Any], Any] | None, pool: Any = None) -> TimedRun:
     import torch
@@ -239,6 +274,8 @@ def time_launches(launch: Callable[[int], Any], n_sets: int = 1, *, device: str 
         return _time_cpu(launch, n_sets, p)
     if mode == "eager":
         return _time_eager(launch, n_sets, p)
+    if mode == "stream":
+        return _time_stream(launch, n_sets, p)
     if mode == "graph":
         return _time_graph(launch, n_sets, p, poison, pool)
     try:
