@@ -7,7 +7,7 @@ Builds the decode split kernel (attention_decode_jit) and the prefill kernel (at
 differ: the PTX with its debug sections, location directives, parameter declarations and temporary labels left
 out (the kernels' parameter lists may grow while their instructions stay the same). A refactor that must not
 change what runs shows 0 lines everywhere. The RoPE-inside decode kernel (ROPE) exists only where the revision
-has it."""
+has it; on the copy engine it reads [1, Bn, D] tiles of [B·Hkv, L − 1, D] descriptors where the kernel has HEAD3."""
 from __future__ import annotations
 
 import argparse
@@ -27,7 +27,7 @@ from formloop.library import attention_decode_jit, attention_prefill_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSTEXPRS = ("G", "QP", "BH", "BN", "D", "PAGE", "SPLIT", "IN_LAUNCH", "TM", "KSP", "WIDEN", "PDL", "WAIT", "ROPE",
-              "BR", "BC", "CAUSAL", "GQ")
+              "HEAD3", "BR", "BC", "CAUSAL", "GQ")
 # (TM, MG, KS, Bn, QP, W, S, ROPE) decode; (TM, Br, Bc, W, S) prefill
 DECODE = ((1, 2, 12, 64, 4, 8, 4, False), (1, 2, 12, 256, 4, 8, 2, False), (0, 1, 8, 128, 2, 4, 3, False),
           (1, 0, 16, 128, 4, 8, 3, False), (1, 2, 12, 64, 4, 8, 4, True), (0, 1, 8, 128, 2, 4, 3, True))
@@ -46,6 +46,8 @@ def old_module(rev: str, path: str, name: str, tmp: Path):
 
 
 def instructions(fn, const: dict, blocks: dict, warps: int, stages: int) -> list[str]:
+    if const.get("HEAD3") and "HEAD3" in fn.arg_names:  # RoPE inside on the copy engine: [B·Hkv, L − 1, D] tiles
+        blocks = {n: t.replace("bf16[", "bf16[1, ") for n, t in blocks.items()}
     sig = {}
     for n in fn.arg_names:
         if n in blocks:
@@ -83,7 +85,8 @@ def main() -> int:
         cases = []
         for tm, mg, ks, bn, qp, w, s, rope in DECODE:
             const = dict(G=4, QP=qp, BH=max(16, qp), BN=bn, D=128, PAGE=0, SPLIT=ks > 1, IN_LAUNCH=mg == 1,
-                         TM=bool(tm), KSP=triton.next_power_of_2(ks), WIDEN=False, PDL=mg == 2, WAIT=True, ROPE=rope)
+                         TM=bool(tm), KSP=triton.next_power_of_2(ks), WIDEN=False, PDL=mg == 2, WAIT=True, ROPE=rope,
+                         HEAD3=bool(tm and rope))
             blocks = {n: f"tensordesc<bf16[{bn}, 128]>" for n in ("k_ptr", "v_ptr")} if tm else {}
             label = f"decode TM{tm} MG{mg} KS{ks} Bn{bn} QP{qp} W{w} S{s}{' ROPE' if rope else ''}"
             cases.append((label, old_dec._decode_kernel, attention_decode_jit._decode_kernel, const, blocks, w, s))

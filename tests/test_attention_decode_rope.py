@@ -64,6 +64,11 @@ CASES = [  # (B, Hq, Hkv, D, L, config): one split; splits with the new key insi
     (1, 4, 2, 64, 17, DecodeConfig(Bn=16, KS=2, QP=2, W=4, MG=1)),
     (1, 4, 1, 64, 49, DecodeConfig(Bn=16, KS=6, QP=4, W=4, MG=0)),
     (1, 4, 2, 128, 2, DecodeConfig(Bn=16, KS=1, QP=1, W=4)),
+    # the copy engine (TM = 1): descriptors [B·Hkv, L − 1, D], the partial tile in the loop, the NaN row zero-filled
+    (2, 4, 2, 64, 40, DecodeConfig(Bn=16, KS=3, QP=2, W=4, MG=1, TM=1)),
+    (1, 8, 2, 64, 33, DecodeConfig(Bn=16, KS=2, QP=4, W=4, MG=0, TM=1)),
+    (1, 4, 1, 64, 49, DecodeConfig(Bn=16, KS=6, QP=4, W=4, MG=0, TM=1)),
+    (1, 4, 2, 128, 2, DecodeConfig(Bn=16, KS=1, QP=1, W=4, TM=1)),
 ]
 
 
@@ -98,7 +103,8 @@ def test_the_walk_places_the_new_key_where_the_cases_say():
     assert places >= {"first", "inside", "empty splits after", "MG0", "MG1"}
 
 
-def test_paged_cache():
+@pytest.mark.parametrize("tm", [0, 1])  # pointer loads (one masked loop); the copy engine (the partial tile peeled)
+def test_paged_cache(tm):
     B, Hq, Hkv, D, L, page = 2, 4, 2, 64, 40, 16
     gen = torch.Generator().manual_seed(5)
     q, k_new, v_new, qw, kw, kc, vc = _case(B, Hq, Hkv, D, L, gen)
@@ -112,7 +118,8 @@ def test_paged_cache():
             n = min(page, L - i * page)
             pk[table[b, i], :, :n] = kc[b, :, i * page: i * page + n]
             pv[table[b, i], :, :n] = vc[b, :, i * page: i * page + n]
-    plan = DecodePlan(DecodeConfig(Bn=16, KS=2, QP=2, W=4, MG=1), B, Hq, Hkv, D, L, "bf16", page=page, rope=True)
+    plan = DecodePlan(DecodeConfig(Bn=16, KS=2, QP=2, W=4, MG=1, TM=tm), B, Hq, Hkv, D, L, "bf16", page=page,
+                      rope=True)
     out = _run(plan, q, k_new, v_new, qw, kw, pk, pv, table)
     want, rk = _reference(q, k_new, v_new, qw, kw, history_k, history_v, L)
     assert (out.double() - want).abs().max().item() < 2e-2

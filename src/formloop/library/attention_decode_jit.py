@@ -5,6 +5,10 @@ QKV projection wrote it) and normalizes and rotates its QP rows itself; the last
 the decode step's new token) is not read from the cache: the split that holds it normalizes and
 rotates the new k, scores it and folds it and the new v into its running softmax after its tiles,
 and writes both into the cache at L − 1 for later steps (`_norm_rope` is qk_rope_kernel's math).
+The cache walk over [lo, min(hi, L − 1)) is one masked tile loop, except on the copy-engine path of a
+paged cache, which reads whole pages: there the whole tiles run in the loop and the partial tile after
+them alone, its values past the split zeroed. A contiguous cache's copy-engine descriptors are
+[B·Hkv, L − 1, D] (HEAD3): rows from L − 1 on, the stale row included, arrive as zeros.
 PDL (MG = 2): the merge kernel is launched as a programmatic dependent of the split kernel, which
 lets it be scheduled at once (griddepcontrol.launch_dependents); the merge's griddepcontrol.wait
 returns only when the split kernel has completed and its memory is visible, so the fold reads the
@@ -80,15 +84,21 @@ def _fold_partials(ws_ptr, o_ptr, row0, KS, out_base, s_oh, QP: tl.constexpr, KS
 @triton.jit
 def _tile_step(q, k_ptr, v_ptr, table_ptr, start, hi, a, b, L, Hkv, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_tb,
                m_i, l_i, acc, qk_scale, BN: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, TM: tl.constexpr,
-               WIDEN: tl.constexpr, ZERO_V: tl.constexpr):
+               WIDEN: tl.constexpr, ZERO_V: tl.constexpr, HEAD3: tl.constexpr = False):
     """One tile of keys [start, start + BN) of KV head a, masked at hi: the online-softmax update of (m, l, acc)
     (SoftmaxArithmetic). `ZERO_V`: the tile's values past hi are zeroed after the load (the copy engine reads
-    whole tiles: where a row past hi may hold any bits, its zero weight alone would not cancel a NaN)."""
+    whole tiles: where a row past hi may hold any bits, its zero weight alone would not cancel a NaN).
+    `HEAD3`: the copy engine's descriptors are [B·Hkv, L − 1, D] (RoPE inside, contiguous cache): it zero-fills
+    every row from L − 1 on, the stale row included, so a partial tile needs no zeroing."""
     cols = tl.arange(0, BN)
     d = tl.arange(0, D)
     keys = start + cols
     in_split = keys < hi
-    if TM:  # one copy-engine tile: rows of the [rows, D] view (a tile lies inside one page)
+    if TM and HEAD3:  # one copy-engine tile of head (b, a): rows past the cache's L − 1 keys read as zeros
+        bh = (b * Hkv + a).to(tl.int32)
+        k = tl.reshape(k_ptr.load([bh, start, 0]), (BN, D))
+        v = tl.reshape(v_ptr.load([bh, start, 0]), (BN, D))
+    elif TM:  # one copy-engine tile: rows of the [rows, D] view (a tile lies inside one page)
         if PAGE > 0:
             slot = tl.load(table_ptr + b * s_tb + start // PAGE)
             row = ((slot * Hkv + a) * PAGE + start % PAGE).to(tl.int32)
@@ -122,7 +132,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
                    G: tl.constexpr, QP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
                    PAGE: tl.constexpr, SPLIT: tl.constexpr, IN_LAUNCH: tl.constexpr, TM: tl.constexpr,
                    KSP: tl.constexpr, WIDEN: tl.constexpr, PDL: tl.constexpr, WAIT: tl.constexpr = False,
-                   ROPE: tl.constexpr = False):
+                   ROPE: tl.constexpr = False, HEAD3: tl.constexpr = False):
     if PDL or WAIT:  # the merge kernel (launched dependent) may be scheduled now; it waits for this grid to finish
         gdc_launch_dependents()
     if WAIT:  # launched dependent on a chain's kernel before (q and the cache it writes): everything after this
@@ -153,18 +163,21 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, ws_ptr, cnt_ptr, table_ptr,
     m_i = tl.full((BH,), float("-inf"), tl.float32)
     l_i = tl.zeros((BH,), tl.float32)
     acc = tl.zeros((BH, D), tl.float32)
-    if ROPE:  # whole tiles in the loop; the partial tile after them alone (its rows past the split may be stale)
+    if ROPE and TM and not HEAD3:  # a paged cache's copy-engine tiles read whole pages: the whole tiles run in
+        # the loop, the partial tile after them alone (its rows past the split may be stale)
         full_end = lo + tl.maximum(hi_c - lo, 0) // BN * BN
-    else:
+    else:  # pointer loads mask past the split; HEAD3 descriptors zero-fill from L − 1 on
         full_end = hi_c
     for start in range(lo, full_end, BN):
         m_i, l_i, acc = _tile_step(q, k_ptr, v_ptr, table_ptr, start, hi_c, a, b, L, Hkv, s_kb, s_kh, s_kn, s_vb,
-                                   s_vh, s_vn, s_tb, m_i, l_i, acc, qk_scale, BN, D, PAGE, TM, WIDEN, False)
+                                   s_vh, s_vn, s_tb, m_i, l_i, acc, qk_scale, BN, D, PAGE, TM, WIDEN, False, HEAD3)
     if ROPE:
-        if full_end < hi_c:  # the copy engine reads the tile's rows past the split too: the stale row L − 1 may
-            # hold any bits (a NaN times a zero weight is NaN), so that tile's values past the split are zeroed
-            m_i, l_i, acc = _tile_step(q, k_ptr, v_ptr, table_ptr, full_end, hi_c, a, b, L, Hkv, s_kb, s_kh, s_kn,
-                                       s_vb, s_vh, s_vn, s_tb, m_i, l_i, acc, qk_scale, BN, D, PAGE, TM, WIDEN, TM)
+        if TM and not HEAD3:  # a paged copy-engine tile reads its rows past the split too: the stale row L − 1
+            # may hold any bits (a NaN times a zero weight is NaN), so that tile's values past the split are zeroed
+            if full_end < hi_c:
+                m_i, l_i, acc = _tile_step(q, k_ptr, v_ptr, table_ptr, full_end, hi_c, a, b, L, Hkv, s_kb, s_kh,
+                                           s_kn, s_vb, s_vh, s_vn, s_tb, m_i, l_i, acc, qk_scale, BN, D, PAGE, TM,
+                                           WIDEN, True)
         if (L - 1 >= lo) & (L - 1 < hi):  # this split holds the new key
             ones = tl.full((1, 1), 1, tl.int1)
             k_new = _norm_rope(kn_ptr + b * s_nb + a * s_nh + tl.zeros((1, 1), tl.int64), ones, kw_ptr, cos_ptr,

@@ -150,6 +150,11 @@ class DecodePlan:
                                                      f"L={self.L}, Bn={self.config.Bn}: at most {max(fits)}")
 
     @property
+    def head3(self) -> bool:
+        """RoPE inside on a contiguous cache's copy-engine path: descriptors [B·Hkv, L − 1, D] (attention_decode_jit)."""
+        return bool(self.rope and self.config.TM and not self.page)
+
+    @property
     def grid(self) -> tuple[int, int]:
         return self.B * self.Hkv * (self.Hq // self.Hkv) // self.config.QP, self.config.KS
 
@@ -251,14 +256,24 @@ class DecodePlan:
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
                     IN_LAUNCH=cfg.MG == 1, TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
                     WIDEN=INTERPRETED and not warmup, PDL=pdl, WAIT=self.chain_pdl, num_warps=cfg.W,
-                    num_stages=cfg.S, ROPE=self.rope, **({"launch_pdl": True} if self.chain_pdl else {}),
+                    num_stages=cfg.S, ROPE=self.rope, HEAD3=self.head3,
+                    **({"launch_pdl": True} if self.chain_pdl else {}),
                     **({"maxnreg": self.maxnreg} if self.maxnreg is not None else {}))
-        if cfg.TM:  # K and V as [rows, D] tensors for the copy engine; a descriptor's key is dtype and block
+        if cfg.TM:  # K and V as [rows, D] tensors for the copy engine (HEAD3: [B·Hkv, L − 1, D]); a descriptor's
+            # key is dtype, rank and block
             if warmup:
                 from triton.runtime.jit import MockTensor
 
-                mock = MockTensor(tensors[1], [16, self.D])
-                kv = [TensorDescriptor(mock, [16, self.D], [self.D, 1], [cfg.Bn, self.D])] * 2
+                if self.head3:
+                    mock = MockTensor(tensors[1], [16, 16, self.D])
+                    kv = [TensorDescriptor(mock, [16, 16, self.D], [16 * self.D, self.D, 1], [1, cfg.Bn, self.D])] * 2
+                else:
+                    mock = MockTensor(tensors[1], [16, self.D])
+                    kv = [TensorDescriptor(mock, [16, self.D], [self.D, 1], [cfg.Bn, self.D])] * 2
+            elif self.head3:  # the cache's first L − 1 keys of each head: the copy engine zero-fills past them
+                heads, cached = self.B * self.Hkv, max(1, self.L - 1)
+                kv = [TensorDescriptor(x, [heads, cached, self.D], [self.L * self.D, self.D, 1], [1, cfg.Bn, self.D])
+                      for x in tensors[1:3]]
             else:
                 kv = [TensorDescriptor.from_tensor(x.view(-1, self.D), [cfg.Bn, self.D]) for x in tensors[1:3]]
             tensors = (tensors[0], *kv, *tensors[3:])

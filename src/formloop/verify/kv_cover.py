@@ -16,8 +16,9 @@ the walks every T, KS, Br, Bc >= 1):
   split-first-nonempty  split 0 holds a key, so the merge's largest max is finite; trailing splits may be
                         empty (softmax_merge's merge-empty: an empty split's partial leaves the merge unchanged)
   rope-coverage, rope-exact-once, rope-no-phantom, rope-no-stale   decode with the rope inside (SplitWalk.rope_sources):
-                        split j reads the cache over [lo_j, min(hi_j, L − 1)) in whole tiles, then the partial
-                        tile alone, and the split that holds L − 1 folds the new key from registers; every key in
+                        split j reads the cache over [lo_j, min(hi_j, L − 1)) in whole tiles and the partial
+                        tile masked at the cut (in the loop, or after it alone on a paged cache's copy-engine
+                        path), and the split that holds L − 1 folds the new key from registers; every key in
                         [0, L) comes from exactly one of those sources, none past L, and no cache read of L − 1
   causal-coverage, causal-exact-once, causal-no-future   every (q, k) with k <= q < L visited once;
                         no pair with k > q or k >= L contributes
@@ -69,7 +70,9 @@ class SplitWalk:
     overlap: int = 0
     guarded: bool = True
     # the walk with the rope inside (attention_decode_jit ROPE; rope_sources, z3_rope): the cache is walked over
-    # [0, L − 1), whole tiles then the partial tile, the new key folded from registers by its split. Faults:
+    # [0, L − 1), its whole tiles and its partial tile masked at the cut (one masked loop; on a paged cache's
+    # copy-engine path the partial tile runs after the loop, alone: the same keys from the same tiles), the new
+    # key folded from registers by its split. Faults:
     # "uncut" (the cache walk runs to hi_j, L − 1 included), "partial-dropped" (the partial tile is skipped)
     rope_fault: str | None = None
 
