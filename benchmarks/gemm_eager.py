@@ -75,6 +75,20 @@ def time_all(runnable, device, gen, policy, l2_bytes, modes=("graph", "eager", "
     return out
 
 
+def run_context(gpu: bool, l2: int) -> dict:
+    """What run_shape measures with: device, seeded generator, timing policy, L2 bytes, and the programs of the
+    persistent and stream-K schedules (the device's SMs; the interpreter: a few, so runs share tiles)."""
+    import torch
+
+    from formloop.measure.timer import TimingPolicy
+
+    device = "cuda" if gpu else "cpu"
+    policy = TimingPolicy(graph_ms=1.5, budget_ms=25.0, min_reps=5, max_reps=20, max_calls=150) if gpu else \
+        TimingPolicy(budget_ms=1.0, min_reps=2, max_calls=2, max_sets=1)
+    return {"device": device, "gen": torch.Generator(device=device).manual_seed(0), "policy": policy, "l2": l2,
+            "sms": torch.cuda.get_device_properties(0).multi_processor_count if gpu else 3}
+
+
 def launch_path(inst, device) -> dict:
     """How the instance's launches went: 'thin' or 'jit' with the reason (never empty for 'jit'), and
     the runs that took Triton's JIT entry anyway (operands that specialize differently)."""
@@ -350,11 +364,9 @@ def main(argv=None) -> int:
 
     from formloop.hw.chips import get_chip
     from formloop.library import get_template
-    from formloop.measure.timer import TimingPolicy
 
     t0 = time.time()
     gpu = not args.dry_run and torch.cuda.is_available()
-    device = "cuda" if gpu else "cpu"
     shapes = SHAPES if gpu else DRY_SHAPES
     template, chip = get_template("gemm-tiling-gpu", dtype="bf16", schedules=True), get_chip("h200")
     t_solve = time.time()
@@ -374,13 +386,8 @@ def main(argv=None) -> int:
         l2 = result["device"]["l2_bytes"]
     else:
         l2 = 1 << 20
-    gen = torch.Generator(device=device).manual_seed(0)
-    policy = TimingPolicy(graph_ms=1.5, budget_ms=25.0, min_reps=5, max_reps=20, max_calls=150) if gpu else \
-        TimingPolicy(budget_ms=1.0, min_reps=2, max_calls=2, max_sets=1)
-    # Programs of the persistent and stream-K schedules: the device's SMs (the interpreter: a few, so runs share tiles).
-    sms = torch.cuda.get_device_properties(0).multi_processor_count if gpu else 3
-    result["sms"] = sms
-    ctx = {"device": device, "gen": gen, "policy": policy, "l2": l2, "sms": sms}
+    ctx = run_context(gpu, l2)
+    result["sms"] = ctx["sms"]
     rows = []
     for s in shapes:
         rows.append(run_shape(s, plans[s], ctx))

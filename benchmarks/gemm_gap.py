@@ -378,7 +378,6 @@ def main(argv=None) -> int:
     from formloop.hw.chips import get_chip
     from formloop.library import get_template
     from formloop.library.gemm_tiling import workload
-    from formloop.measure.timer import TimingPolicy
 
     gpu = not args.dry_run
     if gpu and not torch.cuda.is_available():
@@ -410,13 +409,9 @@ def main(argv=None) -> int:
         print(f"[{time.time() - t0:6.1f} s] precompiled {result['precompile']['kernels']} kernels", flush=True)
     else:
         result["precompile"], result["device"], l2 = NO_GPU, {"device": "dry run (no GPU)"}, 1 << 20
-    device = "cuda" if gpu else "cpu"
-    gen = torch.Generator(device=device).manual_seed(0)
-    policy = TimingPolicy(graph_ms=1.5, budget_ms=25.0, min_reps=5, max_reps=20, max_calls=150) if gpu else \
-        TimingPolicy(budget_ms=1.0, min_reps=2, max_calls=2, max_sets=1)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count if gpu else 3
-    result["sms"] = sms
-    ctx = {"device": device, "gen": gen, "policy": policy, "l2": l2, "sms": sms}
+    ctx = gemm_eager.run_context(gpu, l2)
+    device, gen = ctx["device"], ctx["gen"]
+    result["sms"] = ctx["sms"]
     result["shapes"] = []
     for s in shapes:
         row = gemm_eager.run_shape(s, [e["design"] for e in sets[s]], ctx, with_torch=True)
