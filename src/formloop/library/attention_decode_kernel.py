@@ -151,7 +151,7 @@ class DecodePlan:
 
     @property
     def head3(self) -> bool:
-        """RoPE inside on a contiguous cache's copy-engine path: descriptors [B·Hkv, L − 1, D] (attention_decode_jit)."""
+        """RoPE inside, contiguous cache, copy engine: descriptors [B·Hkv, L − 1, D] (attention_decode_jit)."""
         return bool(self.rope and self.config.TM and not self.page)
 
     @property
