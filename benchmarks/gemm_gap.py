@@ -6,6 +6,8 @@ profiler, on a few bf16 shapes (default 64x4096x4096 and 1000x1000x1000, as M,N,
     PYTHONPATH=src python3 benchmarks/gemm_gap.py --dry-run           # anywhere: Triton interpreter, tiny shapes
 
 Options: --shape M,N,K (repeatable; replaces the default shapes), --top N (60), --random N (60), --seed S (0),
+--deep-stages 8,12,16 (off the menu: the 3 fastest tilings re-measured with those stages, Tk 64/128, where the
+operand slots fit 227 KiB: does the menu's S <= 5 cost what cuBLAS's 8-16-stage kernels win?),
 --workers N (cpu count - 2, for the parallel precompile), --out DIR (env OUT or 'out'). --dry-run: no GPU, the
 shapes of gemm_eager.DRY_SHAPES (unless --shape), --top and --random at most 2, no precompile, no profiler.
 
@@ -100,6 +102,29 @@ def first_rank_by_tile(ranked: list[dict]) -> dict[tuple, int]:
     out: dict[tuple, int] = {}
     for i, a in enumerate(ranked):
         out.setdefault((int(a["Tm"]), int(a["Tn"])), i)
+    return out
+
+
+def deep_stage_designs(timed: list[dict], stages: tuple[int, ...], n_tilings: int = 3,
+                       smem_limit: int = 227 * 1024) -> list[dict]:
+    """Designs outside the family's menu (S > 5): the `n_tilings` fastest measured designs' tile, warps, split,
+    schedule, group and load path, at Tk 64 and 128 with each of `stages` pipeline stages whose bf16 operand slots
+    S·(Tm + Tn)·Tk·2 bytes fit `smem_limit` (the h200's shared memory a block may use)."""
+    base, seen = [], set()
+    for rec in sorted(timed, key=lambda d: d["graph"]["us"]):
+        a = rec["design"]
+        key = tuple(int(a.get(k, 0)) for k in ("Tm", "Tn", "W", "KS", "SC", "G", "L"))
+        if key not in seen:
+            seen.add(key)
+            base.append(a)
+        if len(base) == n_tilings:
+            break
+    out = []
+    for a in base:
+        for tk in (64, 128):
+            for st in stages:
+                if st * (int(a["Tm"]) + int(a["Tn"])) * tk * 2 <= smem_limit:
+                    out.append({**{k: int(v) for k, v in a.items()}, "Tk": tk, "S": st})
     return out
 
 
@@ -350,6 +375,12 @@ def print_table(result: dict) -> None:
                     f"{best['model_rank']}, tiling {tuple(best['tiling'])})")
                 print(f"  at cuBLAS's tile {o} (Tm={e['Tm']}, Tn={e['Tn']}): {e['measured']} measured, {txt}; "
                       f"family's best design of this tile: model rank {e['family_best_model_rank']}")
+        om = s.get("off_menu")
+        if om:
+            b = om["best"]
+            print(f"  off the menu (S in {om['stages']}): {om['timed']} of {om['designs']} timed; best "
+                  + ("none" if not b else f"{b['graph_us']:.1f} us (ratio {_f(om['ratio'], '.3f')}, tiling "
+                     f"{tuple(b['tiling'])})"))
         for reason, n in s["failure_reasons"].items():
             print(f"  failed: {n} x {reason}")
 
@@ -370,6 +401,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="precompile processes")
     p.add_argument("--shape", type=parse_shape, action="append", help="M,N,K (repeatable): replaces the defaults")
     p.add_argument("--dry-run", action="store_true", help="no GPU: Triton interpreter, tiny shapes, 2+2 designs")
+    p.add_argument("--deep-stages", type=lambda t: [int(x) for x in t.split(",")], default=None,
+                   help="comma list of stage counts beyond the menu (e.g. 8,12,16): the 3 fastest measured tilings "
+                        "re-measured at Tk 64/128 with those stages where the operand slots fit 227 KiB ('off_menu')")
     args = p.parse_args(argv)
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (as gemm_eager.main)
@@ -420,6 +454,19 @@ def main(argv=None) -> int:
         prof = profile_cublas(s, device, gen) if gpu else NO_GPU
         row["cublas_profile"] = prof
         row["summary"] = summarize_shape(row, cublas_view(prof), tiles[s])
+        if args.deep_stages:  # the family's kernel beyond its menu's 5 stages (cuBLAS's nvjet kernels run 8-16)
+            deep = deep_stage_designs([d for d in row["designs"] if "graph" in d], tuple(args.deep_stages))
+            if gpu:
+                gemm.precompile([(a, s, "bf16") for a in deep], args.workers)
+            off = gemm_eager.run_shape(s, deep, ctx, with_torch=False)["designs"]
+            timed = [d for d in off if "graph" in d]
+            best = min(timed, key=lambda d: d["graph"]["us"]) if timed else None
+            row["off_menu"] = off
+            row["summary"]["off_menu"] = {
+                "designs": len(off), "timed": len(timed), "stages": args.deep_stages,
+                "best": None if best is None else {"graph_us": best["graph"]["us"], "design": best["design"],
+                                                   "tiling": list(gemm_eager.tiling_of(best["design"]))},
+                "ratio": _ratio(row["summary"]["cublas_graph_us"], best["graph"]["us"]) if best else None}
         result["shapes"].append(row)
         print(f"[{time.time() - t0:6.1f} s] {s} done: {row['summary']['timed']} designs timed", flush=True)
     result["seconds"] = time.time() - t0

@@ -152,3 +152,20 @@ def test_dry_run_writes_finite_json_with_a_summary_per_shape(gap, tmp_path, caps
         assert s["best"]["graph_us"] > 0 and s["cublas_graph_us"] > 0
     out = capsys.readouterr().out
     assert "interpreter (cpu wall time: not a GPU figure)" in out and "us" in out
+
+
+def test_deep_stage_designs_keep_the_fastest_tilings_and_fit_shared_memory(gap):
+    """Off-menu designs: the three fastest distinct tilings (tile, warps, split, schedule, group, path), each at
+    Tk 64 and 128 with the given stages where S·(Tm + Tn)·Tk·2 bytes fit 227 KiB, written out by hand here."""
+    def rec(us, **a):
+        return {"graph": {"us": us}, "design": {"Tk": 128, "S": 3, "W": 4, "KS": 1, "SC": 0, "G": 8, "L": 1, **a}}
+    timed = [rec(9.0, Tm=64, Tn=32), rec(8.0, Tm=128, Tn=64), rec(8.5, Tm=64, Tn=32, S=5), rec(9.5, Tm=256, Tn=128),
+             rec(7.0, Tm=64, Tn=64, W=8)]
+    out = gap.deep_stage_designs(timed, (8, 16))
+    tiles = {(d["Tm"], d["Tn"], d["W"]) for d in out}
+    assert tiles == {(64, 64, 8), (128, 64, 4), (64, 32, 4)}  # 256x128 is the fourth fastest tiling: left out
+    got = sorted((d["Tm"], d["Tn"], d["Tk"], d["S"]) for d in out)
+    # 64x64: only Tk 64 at 8 stages (128 KiB; 8 x 128 x 128 x 2 = 256 KiB is out); 128x64: Tk 64 at 8 (192 KiB);
+    # 64x32: Tk 64 at 8 and 16 (96, 192 KiB), Tk 128 at 8 (192 KiB)
+    want = sorted([(64, 64, 64, 8), (128, 64, 64, 8), (64, 32, 64, 8), (64, 32, 64, 16), (64, 32, 128, 8)])
+    assert got == want
