@@ -458,7 +458,7 @@ def main(argv=None) -> int:
             deep = deep_stage_designs([d for d in row["designs"] if "graph" in d], tuple(args.deep_stages))
             if gpu:
                 gemm.precompile([(a, s, "bf16") for a in deep], args.workers)
-            off = gemm_eager.run_shape(s, deep, ctx, with_torch=False)["designs"]
+            off = gemm_eager.run_shape(s, deep, ctx, with_torch=False)["designs"] if deep else []
             timed = [d for d in off if "graph" in d]
             best = min(timed, key=lambda d: d["graph"]["us"]) if timed else None
             row["off_menu"] = off
