@@ -114,7 +114,6 @@ def program(assignment: Mapping[str, int], dtype: str):
     return QkRopeProgram(QkRopeConfig.from_assignment(assignment), dtype)
 
 
-@functools.lru_cache(maxsize=256)
 def check_rope_tables(cos, sin, d: int, rows: int = 1) -> None:
     """cos, sin: fp32 tensors [P, d/2] with P >= `rows`, contiguous along d/2, one row stride for both (HF's tables,
     qk_rope_kernel.rope_tables); else the named error. Both kernels that read them (the rope kernel, decode
@@ -130,6 +129,7 @@ def check_rope_tables(cos, sin, d: int, rows: int = 1) -> None:
         raise InvalidInput("sin stride", sin.stride(0), [cos.stride(0)])
 
 
+@functools.lru_cache(maxsize=256)
 def solved_design(tokens: int, hq: int, hkv: int, d: int, dtype: str = "bf16", chip: str = "h200") -> dict[str, int]:
     t = qk_norm_rope_kv(dtype)
     sol = solve_milp(t.formulate(workload(tokens, hq, hkv, d, dtype), get_chip(chip)))
