@@ -80,14 +80,16 @@ def test_dry_run_relaxation_walks_to_the_exhaustive_best(ew, tmp_path):
 
 def test_attention_decode_dry_run(ew, tmp_path, capsys):
     """The decode family through the same relaxation: stream timing, its own cost as the model, every measured
-    ratio finite; the exhaustive search's measured best is never worse than the chip the relaxation ends on
-    (it is one of the chips the exhaustive search measures)."""
+    ratio finite; the end chip's measured objective is the worst ratio recomputed here from the recorded
+    measurements of that chip and of the full chip."""
     assert ew.main(["--dry-run", "--family", "attention-decode", "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "emulated_walls.json").read_text())
     assert out["family"] == "attention-decode" and out["timing"] == "stream" and "own cost" in out["model"]
     assert out["purchases"] and all(p["predicted_gain"] > 1 for p in out["purchases"])
     shapes = {key.split(" ")[1] for key in out["measurements"]}
     assert shapes == {"x".join(map(str, s)) for s in ew.DECODE_SHAPES}
-    end = out["relaxation"]["measured_objective"]
-    assert end is not None and out["exhaustive"]["objective"] <= end + 1e-12
+    end, chip = out["relaxation"]["measured_objective"], out["relaxation"]["end"]
+    ms = out["measurements"]
+    worst = max(ms[f"{chip} {s}"]["measured_us"] / ms[f"132sm-227k-anyr {s}"]["measured_us"] for s in shapes)
+    assert end == pytest.approx(worst, rel=1e-12)
     assert "attention-decode" in capsys.readouterr().out
