@@ -253,12 +253,12 @@ class DecodePlan:
         split = cfg.KS > 1
         pdl = split and cfg.MG == 2 and not INTERPRETED  # the interpreter has no grid dependency control
         per = -(-(-(-self.L // cfg.Bn)) // cfg.KS)
+        cap = {"maxnreg": self.maxnreg} if self.maxnreg is not None else {}  # an emulated chip's register wall
         meta = dict(G=G, QP=cfg.QP, BH=max(16, cfg.QP), BN=cfg.Bn, D=self.D, PAGE=self.page, SPLIT=split,
                     IN_LAUNCH=cfg.MG == 1, TM=bool(cfg.TM), KSP=triton.next_power_of_2(cfg.KS),
                     WIDEN=INTERPRETED and not warmup, PDL=pdl, WAIT=self.chain_pdl, num_warps=cfg.W,
                     num_stages=cfg.S, ROPE=self.rope, HEAD3=self.head3,
-                    **({"launch_pdl": True} if self.chain_pdl else {}),
-                    **({"maxnreg": self.maxnreg} if self.maxnreg is not None else {}))
+                    **({"launch_pdl": True} if self.chain_pdl else {}), **cap)
         if cfg.TM:  # K and V as [rows, D] tensors for the copy engine (HEAD3: [B·Hkv, L − 1, D]); a descriptor's
             # key is dtype, rank and block
             if warmup:
@@ -283,8 +283,7 @@ class DecodePlan:
             merge_args = (tensors[3], tensors[4], cfg.KS, self.Hkv, strides[2], strides[3])
             chain = self.chain_pdl
             merge_meta = dict(G=G, QP=cfg.QP, KSP=triton.next_power_of_2(cfg.KS), D=self.D, PDL=pdl or chain,
-                              TRIGGER=chain, num_warps=4, **({"launch_pdl": True} if pdl or chain else {}),
-                              **({"maxnreg": self.maxnreg} if self.maxnreg is not None else {}))
+                              TRIGGER=chain, num_warps=4, **({"launch_pdl": True} if pdl or chain else {}), **cap)
             out.append((_merge_kernel, (grid[0],), merge_args, merge_meta))
         return out
 
